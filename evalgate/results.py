@@ -1,0 +1,66 @@
+"""Plain records that flow one way: runner -> store -> stats/gate -> report.
+
+Scores are per item in [0, 1] (1 = fully correct). Everything downstream of ``stats`` reports
+differences in *points* (percentage points, 0-100 scale).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ItemResult:
+    """One evaluated item of one task, as lm-eval logged it.
+
+    Attributes:
+        task: lm-eval task name, e.g. ``"docparse_fields"``.
+        item_id: lm-eval ``doc_id`` (0-based position in the task's evaluation split).
+        item_hash: lm-eval ``doc_hash`` (sha256 of the item); pairs baseline and candidate items.
+        prompt: the exact text sent to the engine.
+        target: the reference answer, as text.
+        output: the engine's raw generation (untrusted).
+        score: the task's primary metric for this item, in [0, 1].
+        metrics: every per-item metric lm-eval computed, by name.
+    """
+
+    task: str
+    item_id: int
+    item_hash: str
+    prompt: str
+    target: str
+    output: str
+    score: float
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ItemResult":
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """All items of one task for one engine configuration.
+
+    Attributes:
+        task: lm-eval task name.
+        suite: the evalgate suite (folder under ``suites/``) the task belongs to.
+        metric: name of the primary metric (``score`` of each item).
+        items: per-item results, ordered by ``item_id``.
+    """
+
+    task: str
+    suite: str
+    metric: str
+    items: tuple[ItemResult, ...]
+
+    @property
+    def score(self) -> float:
+        """Mean primary metric in points (0-100); NaN for an empty task."""
+        if not self.items:
+            return float("nan")
+        return 100.0 * sum(i.score for i in self.items) / len(self.items)
