@@ -1,0 +1,14 @@
+"""evalgate: an accuracy-regression gate for LLM serving speed-ups.
+
+Data flows one way: config -> engine -> run (lm-eval) -> store -> compare (statistics) -> gate -> report.
+The public surface is small; the CLI (``evalgate``) is the main entry point.
+"""
+
+from evalgate.config import EngineConfig, load_config
+from evalgate.errors import ConfigError, EngineError, EvalgateError, ExitCode, StoreError
+from evalgate.gate import Decision, Verdict, decide
+from evalgate.thresholds import load_thresholds
+
+__all__ = ["ConfigError", "Decision", "EngineConfig", "EngineError", "EvalgateError", "ExitCode", "StoreError",
+           "Verdict", "decide", "load_config", "load_thresholds"]
+__version__ = "0.1.0"

@@ -1,0 +1,5 @@
+import sys
+
+from evalgate.cli import main
+
+sys.exit(main())

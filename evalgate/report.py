@@ -1,0 +1,118 @@
+"""The gate's outputs for people and machines: one JSON document, rendered as HTML and as a terminal table.
+
+``gate_document`` turns the decision and the paired comparisons into a plain, JSON-able document
+(written as ``verdict.json``); ``render_html`` and ``render_terminal`` only read that document, so a
+report can be re-rendered from a stored run. Model outputs are untrusted: the HTML template is rendered
+with autoescape on, and the page carries no script at all.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from evalgate.compare import TaskComparison
+from evalgate.gate import MISSING, Decision, effective_diff
+
+DOCUMENT_VERSION = 1
+
+
+def gate_document(decision: Decision, comparisons: list[TaskComparison], manifest: dict[str, Any]) -> dict[str, Any]:
+    """The verdict as a JSON-able document.
+
+    Args:
+        decision: from ``gate.decide``.
+        comparisons: from ``compare.compare_tasks`` (same tasks as the decision).
+        manifest: run metadata: ``baseline``/``candidate`` (name, requested, effective), suites, versions, timings.
+    Returns:
+        ``{"version", "verdict", "reasons", "tasks": [...], "config_diff", "effective_diff", "manifest"}``;
+        each task holds its statistics (points), threshold, verdict, and its flipped items (regressions
+        first) with prompt, target, both outputs and both scores.
+    """
+    by_task = {c.task: c for c in comparisons}
+    tasks = []
+    for td in decision.tasks:
+        c, cmp = by_task[td.task], td.comparison
+        flips = [_flip(c, i, "regressed") for i in c.regressed] + [_flip(c, i, "improved") for i in c.improved]
+        tasks.append({
+            "suite": td.suite, "task": td.task, "metric": c.metric, "verdict": td.verdict.value, "reason": td.reason,
+            "n": cmp.n, "baseline": cmp.baseline_mean, "candidate": cmp.candidate_mean, "delta": cmp.delta,
+            "ci_low": cmp.ci_low, "ci_high": cmp.ci_high, "ci_level": 1 - 2 * td.threshold.alpha,
+            "lower_bound": cmp.lower_bound, "margin": td.threshold.margin, "margin_source": td.threshold.source,
+            "alpha": td.threshold.alpha, "method": cmp.method, "binary": cmp.binary, "mcnemar_p": _num(cmp.mcnemar_p),
+            "stderr": _num(cmp.stderr), "n_regressed": cmp.n_regressed, "n_improved": cmp.n_improved,
+            "identical_outputs": c.identical_outputs, "flipped": flips,
+        })
+    base, cand = manifest["baseline"], manifest["candidate"]
+    return {
+        "version": DOCUMENT_VERSION,
+        "verdict": decision.verdict.value,
+        "reasons": list(decision.reasons),
+        "tasks": tasks,
+        "config_diff": _diff_rows(base["requested"], cand["requested"]),
+        "effective_diff": _diff_rows(base["effective"], cand["effective"]),
+        "manifest": manifest,
+    }
+
+
+def _flip(c: TaskComparison, i: int, kind: str) -> dict[str, Any]:
+    b, k = c.pairs[i]
+    return {"kind": kind, "item_id": b.item_id, "item_hash": b.item_hash, "prompt": b.prompt, "target": b.target,
+            "baseline_output": b.output, "candidate_output": k.output,
+            "baseline_score": b.score, "candidate_score": k.score}
+
+
+def _diff_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, str]]:
+    rows = []
+    for key, (va, vb) in sorted(effective_diff(a, b).items()):
+        rows.append({"key": key, "baseline": "(unset)" if va is MISSING else repr(va),
+                     "candidate": "(unset)" if vb is MISSING else repr(vb)})
+    return rows
+
+
+def _num(x: float) -> float | None:
+    return None if x is None or math.isnan(x) else x
+
+
+def _highlight(a: str, b: str) -> tuple[list[tuple[str, bool]], list[tuple[str, bool]]]:
+    """Split two outputs into (text, differs) spans by a character-level diff (difflib)."""
+    sm = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
+    left: list[tuple[str, bool]] = []
+    right: list[tuple[str, bool]] = []
+    for op, i1, i2, j1, j2 in sm.get_opcodes():
+        if a[i1:i2]:
+            left.append((a[i1:i2], op != "equal"))
+        if b[j1:j2]:
+            right.append((b[j1:j2], op != "equal"))
+    return left, right
+
+
+def _env() -> Environment:
+    env = Environment(loader=PackageLoader("evalgate", "templates"), autoescape=select_autoescape(default=True),
+                      trim_blocks=True, lstrip_blocks=True)
+    env.filters["pts"] = lambda x, signed=True: "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) \
+        else (f"{x:+.1f}" if signed else f"{x:.1f}").replace("-", "\u2212")
+    env.globals["highlight"] = _highlight
+    return env
+
+
+def render_html(doc: dict[str, Any]) -> str:
+    """One self-contained HTML page (inline CSS, no scripts, no external resources) for ``doc``."""
+    return _env().get_template("report.html.j2").render(doc=doc)
+
+
+def render_terminal(doc: dict[str, Any]) -> str:
+    """A compact plain-text table of ``doc`` for the terminal."""
+    head = f"{'suite/task':34} {'n':>5} {'base':>6} {'cand':>6} {'delta':>6} {'CI':>15} {'margin':>6}  verdict"
+    lines = [head, "-" * len(head)]
+    for t in doc["tasks"]:
+        ci = f"[{t['ci_low']:+.1f}, {t['ci_high']:+.1f}]"
+        lines.append(f"{t['suite'] + '/' + t['task']:34} {t['n']:>5} {t['baseline']:>6.1f} {t['candidate']:>6.1f} "
+                     f"{t['delta']:>+6.1f} {ci:>15} {t['margin']:>6.1f}  {t['verdict']}")
+    lines.append("")
+    lines.append(f"VERDICT: {doc['verdict']}")
+    lines.extend(f"  - {r}" for r in doc["reasons"])
+    return "\n".join(lines)

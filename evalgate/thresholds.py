@@ -1,0 +1,292 @@
+"""Load and validate ``thresholds.yaml``: the non-inferiority margins and significance level.
+
+Example (margins are in points, i.e. percentage points of the primary metric)::
+
+    alpha: 0.05                  # one-sided level of the non-inferiority test, 0 < alpha < 0.5
+    bootstrap_resamples: 10000   # optional, int >= 1000
+    seed: 0                      # optional, int >= 0, seeds the bootstrap
+    default:
+      margin: 2.0                # non-inferiority margin in points, >= 0
+    suites:
+      docparse: {margin: 3.0}
+      coding: {margin: 5.0, alpha: 0.05}
+    tasks:
+      finance_tableqa: {margin: 2.0}
+
+Precedence for a task's margin and alpha: ``tasks.<task>`` > ``suites.<suite>`` > ``default``
+(margin) / top-level ``alpha``. Every problem raises ``ConfigError(message, path=file,
+field=dotted.field)`` with a one-line message; nothing is silently defaulted or ignored
+(unknown keys and duplicate keys are errors).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from evalgate.errors import ConfigError
+
+__all__ = ["LevelOverride", "TaskThreshold", "Thresholds", "load_thresholds"]
+
+DEFAULT_BOOTSTRAP_RESAMPLES = 10_000
+DEFAULT_SEED = 0
+MIN_BOOTSTRAP_RESAMPLES = 1_000
+MAX_MARGIN = 100.0  # points: a margin above the whole scale gates nothing
+
+_TOP_KEYS = ("alpha", "bootstrap_resamples", "seed", "default", "suites", "tasks")
+_DEFAULT_KEYS = ("margin",)
+_LEVEL_KEYS = ("margin", "alpha")
+_ABSENT = object()
+
+
+@dataclass(frozen=True)
+class TaskThreshold:
+    """The threshold that applies to one task.
+
+    Attributes:
+        margin: non-inferiority margin in points (>= 0); the task blocks when the lower
+            confidence bound of (candidate - baseline) is below ``-margin``.
+        alpha: one-sided significance level, 0 < alpha < 0.5.
+        source: the level that set the margin: ``"tasks.<task>"``, ``"suites.<suite>"`` or
+            ``"default"``.
+    """
+
+    margin: float
+    alpha: float
+    source: str
+
+
+@dataclass(frozen=True)
+class LevelOverride:
+    """A ``suites.<name>`` or ``tasks.<name>`` entry; ``None`` means "inherit"."""
+
+    margin: float | None = None
+    alpha: float | None = None
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """A validated thresholds file. Build it with ``load_thresholds``."""
+
+    alpha: float
+    default_margin: float
+    suites: Mapping[str, LevelOverride] = field(default_factory=lambda: MappingProxyType({}))
+    tasks: Mapping[str, LevelOverride] = field(default_factory=lambda: MappingProxyType({}))
+    bootstrap_resamples: int = DEFAULT_BOOTSTRAP_RESAMPLES
+    seed: int = DEFAULT_SEED
+    path: Path | None = None
+
+    def for_task(self, suite: str, task: str) -> TaskThreshold:
+        """Margin (points) and alpha for ``task`` of ``suite``: task > suite > default."""
+        margin, alpha, source = self.default_margin, self.alpha, "default"
+        for level, key in (("suites", suite), ("tasks", task)):
+            override = getattr(self, level).get(key)
+            if override is None:
+                continue
+            if override.margin is not None:
+                margin, source = override.margin, f"{level}.{key}"
+            if override.alpha is not None:
+                alpha = override.alpha
+        return TaskThreshold(margin=margin, alpha=alpha, source=source)
+
+    def check_names(self, suites: Iterable[str], tasks: Iterable[str]) -> None:
+        """Raise ConfigError if ``suites.<x>`` or ``tasks.<x>`` names no known suite/task.
+
+        A misspelt task name would otherwise silently fall back to the default margin.
+        """
+        for level, known in (("suites", list(suites)), ("tasks", list(tasks))):
+            for name in getattr(self, level):
+                if name not in known:
+                    raise ConfigError(
+                        f"unknown {level[:-1]} {name!r}{_suggest(name, known, list_all=False)}",
+                        path=self.path,
+                        field=f"{level}.{name}",
+                    )
+
+
+# ---------------------------------------------------------------------------------- parsing
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that rejects duplicate keys (PyYAML keeps the last one silently)."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _show(value: Any) -> str:
+    """A short one-line rendering of a YAML value for error messages."""
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (a boolean)"
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        text = repr(value)
+        return (text if len(text) <= 40 else text[:37] + "...'") + " (a string)"
+    if isinstance(value, (list, dict)):
+        return f"a {'list' if isinstance(value, list) else 'mapping'}"
+    return repr(value)
+
+
+def _suggest(key: str, valid: Iterable[str], *, list_all: bool = True) -> str:
+    valid = list(valid)
+    close = difflib.get_close_matches(key, valid, n=1)
+    if close:
+        return f"; did you mean {close[0]!r}?"
+    return f"; valid keys: {', '.join(valid)}" if list_all else ""
+
+
+def _read_yaml(path: Path) -> Any:
+    if path.is_dir():
+        raise ConfigError("is a directory, not a thresholds file", path=path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError("file not found", path=path) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read file: {exc.strerror or exc}", path=path) from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(
+            f"not valid UTF-8: byte 0x{data[exc.start]:02x} at line {line} (offset {exc.start})",
+            path=path,
+        ) from None
+    try:
+        loaded = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"invalid YAML{where}: {problem}", path=path) from None
+    if loaded is None:
+        raise ConfigError("file is empty: expected keys alpha and default.margin", path=path)
+    return loaded
+
+
+class _Validator:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, message: str, dotted: str | None) -> ConfigError:
+        return ConfigError(message, path=self.path, field=dotted)
+
+    def mapping(
+        self, value: Any, dotted: str | None, allowed: tuple[str, ...] | None
+    ) -> dict[str, Any]:
+        """Check ``value`` is a mapping with string keys, all in ``allowed`` (None: any)."""
+        if not isinstance(value, dict):
+            what = "top level" if dotted is None else "value"
+            raise self.fail(f"{what} must be a mapping, got {_show(value)}", dotted)
+        for key in value:
+            if not isinstance(key, str) or not key:
+                raise self.fail(f"keys must be non-empty strings, got {_show(key)}", dotted)
+            if allowed is not None and key not in allowed:
+                child = key if dotted is None else f"{dotted}.{key}"
+                raise self.fail(f"unknown key {key!r}{_suggest(key, allowed)}", child)
+        return value
+
+    @staticmethod
+    def _is_number(value: Any) -> bool:
+        """int or float, but not bool (YAML ``true`` would otherwise count as 1)."""
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    def margin(self, value: Any, dotted: str) -> float:
+        if not self._is_number(value) or not math.isfinite(value) or value < 0:
+            message = f"margin must be a finite number >= 0 (points), got {_show(value)}"
+            raise self.fail(message, dotted)
+        if value > MAX_MARGIN:
+            raise self.fail(f"margin must be <= {MAX_MARGIN:g} points, got {value!r}", dotted)
+        return float(value)
+
+    def alpha(self, value: Any, dotted: str) -> float:
+        if not self._is_number(value) or not (0.0 < value < 0.5):
+            message = f"alpha must be a number with 0 < alpha < 0.5, got {_show(value)}"
+            raise self.fail(message, dotted)
+        return float(value)
+
+    def integer(self, value: Any, dotted: str, minimum: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.fail(f"{dotted} must be an integer >= {minimum}, got {_show(value)}", dotted)
+        return value
+
+    def levels(self, value: Any, level: str) -> Mapping[str, LevelOverride]:
+        if value is None:
+            return MappingProxyType({})
+        out: dict[str, LevelOverride] = {}
+        for name, entry in self.mapping(value, level, None).items():
+            dotted = f"{level}.{name}"
+            entry = self.mapping(entry, dotted, _LEVEL_KEYS)
+            if not entry:
+                raise self.fail("empty entry: set margin and/or alpha", dotted)
+            margin = entry.get("margin", _ABSENT)
+            alpha = entry.get("alpha", _ABSENT)
+            out[name] = LevelOverride(
+                margin=None if margin is _ABSENT else self.margin(margin, f"{dotted}.margin"),
+                alpha=None if alpha is _ABSENT else self.alpha(alpha, f"{dotted}.alpha"),
+            )
+        return MappingProxyType(out)
+
+
+def load_thresholds(path: Path) -> Thresholds:
+    """Read, parse and validate a thresholds YAML file.
+
+    Args:
+        path: the ``thresholds.yaml`` file (UTF-8).
+
+    Returns:
+        A frozen ``Thresholds``; margins in points, alpha one-sided.
+
+    Raises:
+        ConfigError: (``path=`` the file, ``field=`` the dotted field when one is at fault)
+            missing file, directory, unreadable or non-UTF-8 file, YAML syntax error (with line
+            and column), duplicate key, empty file, non-mapping top level, unknown key (with
+            the closest valid key suggested), missing ``alpha`` or ``default.margin``, wrong
+            types (a boolean is not a number), margin negative/NaN/inf/> 100, alpha outside
+            (0, 0.5), ``bootstrap_resamples`` not an int >= 1000, ``seed`` not an int >= 0.
+    """
+    path = Path(path)
+    v = _Validator(path)
+    doc = v.mapping(_read_yaml(path), None, _TOP_KEYS)
+    if "alpha" not in doc:
+        raise v.fail("alpha is required (one-sided level, e.g. 0.05)", "alpha")
+    if "default" not in doc:
+        raise v.fail("default is required (e.g. default: {margin: 2.0})", "default")
+    default = v.mapping(doc["default"], "default", _DEFAULT_KEYS)
+    if "margin" not in default:
+        raise v.fail("default.margin is required (points, e.g. 2.0)", "default.margin")
+    return Thresholds(
+        alpha=v.alpha(doc["alpha"], "alpha"),
+        default_margin=v.margin(default["margin"], "default.margin"),
+        suites=v.levels(doc.get("suites"), "suites"),
+        tasks=v.levels(doc.get("tasks"), "tasks"),
+        bootstrap_resamples=v.integer(
+            doc.get("bootstrap_resamples", DEFAULT_BOOTSTRAP_RESAMPLES),
+            "bootstrap_resamples",
+            MIN_BOOTSTRAP_RESAMPLES,
+        ),
+        seed=v.integer(doc.get("seed", DEFAULT_SEED), "seed", 0),
+        path=path,
+    )

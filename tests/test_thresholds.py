@@ -1,0 +1,225 @@
+"""Tests of evalgate.thresholds: precedence and every way a thresholds file can be wrong."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evalgate.errors import ConfigError, ExitCode
+from evalgate.thresholds import TaskThreshold, Thresholds, load_thresholds
+
+GOOD = """\
+# thresholds.yaml (margins in points)
+alpha: 0.05
+bootstrap_resamples: 20000
+seed: 7
+default:
+  margin: 2.0
+suites:
+  docparse: {margin: 3.0}
+  coding: {margin: 5.0, alpha: 0.025}
+tasks:
+  finance_tableqa: {margin: 1.5}
+  docparse_fields: {alpha: 0.01}
+  humaneval: {margin: 4}
+"""
+
+
+def _write(tmp_path: Path, text: str | bytes, name: str = "thresholds.yaml") -> Path:
+    path = tmp_path / name
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def good(tmp_path: Path) -> Thresholds:
+    return load_thresholds(_write(tmp_path, GOOD))
+
+
+def test_top_level_values(good: Thresholds, tmp_path: Path) -> None:
+    assert good.alpha == 0.05
+    assert good.default_margin == 2.0
+    assert good.bootstrap_resamples == 20000
+    assert good.seed == 7
+    assert good.path == tmp_path / "thresholds.yaml"
+
+
+def test_default_applies_to_unlisted_task(good: Thresholds) -> None:
+    assert good.for_task("math", "gsm8k") == TaskThreshold(margin=2.0, alpha=0.05, source="default")
+
+
+def test_suite_overrides_default(good: Thresholds) -> None:
+    got = good.for_task("docparse", "docparse_tables")
+    assert got == TaskThreshold(3.0, 0.05, "suites.docparse")
+    assert good.for_task("coding", "mbpp") == TaskThreshold(5.0, 0.025, "suites.coding")
+
+
+def test_task_overrides_suite(good: Thresholds) -> None:
+    got = good.for_task("finance", "finance_tableqa")
+    assert got == TaskThreshold(1.5, 0.05, "tasks.finance_tableqa")
+    # task margin beats suite margin; suite alpha still inherited; int margin becomes float
+    got = good.for_task("coding", "humaneval")
+    assert got == TaskThreshold(4.0, 0.025, "tasks.humaneval")
+    assert isinstance(got.margin, float)
+
+
+def test_task_alpha_only_keeps_suite_margin_source(good: Thresholds) -> None:
+    got = good.for_task("docparse", "docparse_fields")
+    assert got == TaskThreshold(3.0, 0.01, "suites.docparse")
+
+
+def test_optional_keys_default(tmp_path: Path) -> None:
+    t = load_thresholds(_write(tmp_path, "alpha: 0.1\ndefault: {margin: 0}\nsuites:\ntasks: {}\n"))
+    assert (t.bootstrap_resamples, t.seed, t.default_margin) == (10_000, 0, 0.0)
+    assert dict(t.suites) == {} and dict(t.tasks) == {}
+    assert t.for_task("s", "t") == TaskThreshold(0.0, 0.1, "default")
+
+
+def test_check_names(good: Thresholds) -> None:
+    good.check_names(["docparse", "coding"], ["finance_tableqa", "docparse_fields", "humaneval"])
+    with pytest.raises(ConfigError) as info:
+        good.check_names(
+            ["docparse", "coding"], ["finance_tableqa_v2", "docparse_fields", "humaneval"]
+        )
+    assert info.value.field == "tasks.finance_tableqa"
+    assert "did you mean 'finance_tableqa_v2'?" in str(info.value)
+
+
+def test_thresholds_are_frozen(good: Thresholds) -> None:
+    with pytest.raises(AttributeError):
+        good.alpha = 0.2  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        good.suites["new"] = None  # type: ignore[index]
+
+
+# ------------------------------------------------------------------- bad values (by field)
+
+BASE = "alpha: 0.05\ndefault: {margin: 2.0}\n"
+
+BAD_FIELDS = [
+    # (yaml text, field, fragment of the message)
+    ("alpha: 0.05\ndefault: {margin: -1}\n", "default.margin",
+     "margin must be a finite number >= 0 (points), got -1"),
+    ("alpha: 0.05\ndefault: {margin: .nan}\n", "default.margin", "got nan"),
+    ("alpha: 0.05\ndefault: {margin: .inf}\n", "default.margin", "got inf"),
+    ("alpha: 0.05\ndefault: {margin: 150}\n", "default.margin", "must be <= 100 points, got 150"),
+    ("alpha: 0.05\ndefault: {margin: true}\n", "default.margin", "got true (a boolean)"),
+    (BASE + "suites:\n  docparse: {margin: '3.0'}\n", "suites.docparse.margin",
+     "got '3.0' (a string)"),
+    (BASE + "suites:\n  coding: {margin: -1}\n", "suites.coding.margin", "got -1"),
+    (BASE + "suites:\n  coding: {margin: 5.0, alpha: 0.7}\n", "suites.coding.alpha",
+     "0 < alpha < 0.5, got 0.7"),
+    (BASE + "tasks:\n  finance_tableqa: {margin: null}\n", "tasks.finance_tableqa.margin",
+     "got null"),
+    ("alpha: 0.5\ndefault: {margin: 2.0}\n", "alpha", "got 0.5"),
+    ("alpha: 0\ndefault: {margin: 2.0}\n", "alpha", "got 0"),
+    ("alpha: yes\ndefault: {margin: 2.0}\n", "alpha", "got true (a boolean)"),
+    ("alpha: .nan\ndefault: {margin: 2.0}\n", "alpha", "got nan"),
+    ("alpah: 0.05\ndefault: {margin: 2.0}\n", "alpah",
+     "unknown key 'alpah'; did you mean 'alpha'?"),
+    (BASE + "suites:\n  coding: {margn: 5.0}\n", "suites.coding.margn", "did you mean 'margin'?"),
+    ("alpha: 0.05\ndefault: {margins: 2.0}\n", "default.margins", "did you mean 'margin'?"),
+    (BASE + "task:\n  x: {margin: 1}\n", "task", "did you mean 'tasks'?"),
+    (BASE + "bootstrap_resamples: 500\n", "bootstrap_resamples", "integer >= 1000, got 500"),
+    (BASE + "bootstrap_resamples: 1e4\n", "bootstrap_resamples", "got '1e4' (a string)"),
+    (BASE + "bootstrap_resamples: 10000.0\n", "bootstrap_resamples", "got 10000.0"),
+    (BASE + "seed: -1\n", "seed", "integer >= 0, got -1"),
+    (BASE + "seed: false\n", "seed", "got false (a boolean)"),
+    ("default: {margin: 2.0}\n", "alpha", "alpha is required"),
+    ("alpha: 0.05\n", "default", "default is required"),
+    ("alpha: 0.05\ndefault: {}\n", "default.margin", "default.margin is required"),
+    ("alpha: 0.05\ndefault: 2.0\n", "default", "must be a mapping, got 2.0"),
+    (BASE + "suites: [docparse, coding]\n", "suites", "must be a mapping, got a list"),
+    (BASE + "suites:\n  docparse: 3.0\n", "suites.docparse", "must be a mapping, got 3.0"),
+    (BASE + "tasks:\n  humaneval: {}\n", "tasks.humaneval", "empty entry"),
+    (BASE + "tasks:\n  1: {margin: 1}\n", "tasks", "keys must be non-empty strings, got 1"),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "fragment"), BAD_FIELDS, ids=[f"{i}-{c[1]}" for i, c in enumerate(BAD_FIELDS)]
+)
+def test_bad_value_names_the_field(tmp_path: Path, text: str, field: str, fragment: str) -> None:
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_thresholds(path)
+    err = info.value
+    assert err.field == field
+    assert err.path == path
+    assert str(err).startswith(f"{path}: {field}: ")
+    assert fragment in str(err)
+    assert "\n" not in str(err)
+    assert err.exit_code == ExitCode.USAGE
+
+
+# ------------------------------------------------------------- bad files (no single field)
+
+
+def _fails(path: Path) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        load_thresholds(path)
+    assert info.value.path == path
+    assert "\n" not in str(info.value)
+    return info.value
+
+
+def test_yaml_syntax_error_reports_line(tmp_path: Path) -> None:
+    err = _fails(_write(tmp_path, "alpha: 0.05\ndefault:\n  margin: [2.0\nsuites: {}\n"))
+    assert err.field is None
+    assert "invalid YAML at line 4" in str(err)
+
+
+def test_yaml_bad_indentation_reports_line(tmp_path: Path) -> None:
+    err = _fails(_write(tmp_path, "alpha: 0.05\ndefault:\n  margin: 2.0\n margin: 3.0\n"))
+    assert "invalid YAML at line 4, column 2" in str(err)
+
+
+def test_duplicate_key_is_an_error(tmp_path: Path) -> None:
+    err = _fails(_write(tmp_path, "alpha: 0.05\ndefault:\n  margin: 2.0\n  margin: 9.0\n"))
+    assert "invalid YAML at line 4, column 3: duplicate key 'margin'" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [("- 1\n- 2\n", "a list"), ("just text\n", "'just text' (a string)"), ("3\n", "3")],
+)
+def test_top_level_must_be_mapping(tmp_path: Path, text: str, kind: str) -> None:
+    err = _fails(_write(tmp_path, text))
+    assert err.field is None
+    assert str(err).endswith(f"top level must be a mapping, got {kind}")
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n"])
+def test_empty_file(tmp_path: Path, text: str) -> None:
+    err = _fails(_write(tmp_path, text))
+    assert "file is empty" in str(err)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    err = _fails(tmp_path / "nope.yaml")
+    assert str(err) == f"{tmp_path / 'nope.yaml'}: file not found"
+
+
+def test_directory_instead_of_file(tmp_path: Path) -> None:
+    err = _fails(tmp_path)
+    assert str(err) == f"{tmp_path}: is a directory, not a thresholds file"
+
+
+def test_non_utf8_bytes(tmp_path: Path) -> None:
+    err = _fails(_write(tmp_path, b"alpha: 0.05\ndefault: {margin: 2.0}\n# caf\xe9\n"))
+    assert "not valid UTF-8: byte 0xe9 at line 3" in str(err)
+
+
+def test_utf8_bom_is_accepted(tmp_path: Path) -> None:
+    t = load_thresholds(_write(tmp_path, "\ufeff" + BASE))
+    assert (t.alpha, t.default_margin) == (0.05, 2.0)
+
+
+def test_python_tags_are_refused(tmp_path: Path) -> None:
+    text = "alpha: !!python/object/apply:os.getcwd []\ndefault: {margin: 2}\n"
+    err = _fails(_write(tmp_path, text))
+    assert "invalid YAML at line 1" in str(err)
