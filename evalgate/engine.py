@@ -30,6 +30,13 @@ WATCHED_KEYS = (
 _SECTIONS = ("model_config", "cache_config", "scheduler_config", "parallel_config", "mamba_config",
              "kernel_config", "attention_config", "load_config", "compilation_config", "device_config")
 UNRESOLVED = "<not found in the engine's config>"
+# EngineArgs names that VllmConfig stores under another (section, attribute) (vllm/engine/arg_utils.py).
+_RENAMED = {
+    "kv_cache_dtype": ("cache_config", "cache_dtype"),
+    "mamba_backend": ("mamba_config", "backend"),
+    "enable_mamba_cache_stochastic_rounding": ("mamba_config", "enable_stochastic_rounding"),
+    "mamba_cache_philox_rounds": ("mamba_config", "stochastic_rounding_philox_rounds"),
+}
 
 
 def prepare_process_env(env: dict[str, str]) -> None:
@@ -132,6 +139,11 @@ def _lookup(vc: Any, key: str) -> Any:
         if sc.method == "ngram":
             out.update(prompt_lookup_min=sc.prompt_lookup_min, prompt_lookup_max=sc.prompt_lookup_max)
         return out
+    if key in _RENAMED:
+        section, attr = _RENAMED[key]
+        sub = getattr(vc, section, None)
+        if sub is not None and hasattr(sub, attr):
+            return _plain(getattr(sub, attr))
     for section in _SECTIONS:
         sub = getattr(vc, section, None)
         if sub is not None and hasattr(sub, key):

@@ -17,14 +17,16 @@ import time
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evalgate.config import EngineConfig
 from evalgate.errors import EngineError, StoreError
 from evalgate.model import model_fingerprint, resolve_model
 from evalgate.results import ItemResult, TaskResult
 from evalgate.store import ResultStore, content_key, read_json, tasks_from_json, tasks_to_json, write_json_atomic
-from evalgate.suites import Suite
+
+if TYPE_CHECKING:
+    from evalgate.suites import Suite
 
 LOG_TAIL_LINES = 8
 
@@ -188,11 +190,11 @@ def _worker_main(spec_path: str) -> int:
 def _evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None, seed: int) -> dict[str, TaskResult]:
     """Run one suite's tasks through lm-eval and convert its logged samples to ``TaskResult``s."""
     from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
 
-    from evalgate.suites import task_manager
-
+    manager = TaskManager(include_path=suite["dir"], include_defaults=False)
     out = simple_evaluate(
-        model=lm, tasks=list(suite["tasks"]), task_manager=task_manager(Path(suite["dir"])), limit=limit,
+        model=lm, tasks=list(suite["tasks"]), task_manager=manager, limit=limit,
         log_samples=True, bootstrap_iters=0, confirm_run_unsafe_code=True, random_seed=seed,
         numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
     )

@@ -1,0 +1,149 @@
+"""Config loading: inheritance, validation errors naming file and field, engine-arg names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evalgate.config import CONFIGS_DIR, list_configs, load_config
+from evalgate.errors import ConfigError, ExitCode
+
+BASE = """
+model: embedded:gemma-3-270m
+engine_args: {dtype: float32, enforce_eager: true, seed: 0}
+env: {A: "1"}
+sampling: {temperature: 0.0, max_tokens: 64, seed: 0}
+"""
+
+
+def write(d: Path, name: str, text: str) -> Path:
+    p = d / f"{name}.yaml"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+def load(ref: str | Path, d: Path):
+    return load_config(ref, d, check_engine_args=False)
+
+
+def test_child_overrides_parent_key_by_key(tmp_path: Path) -> None:
+    write(tmp_path, "baseline", BASE)
+    write(tmp_path, "cand", "extends: baseline\nengine_args: {dtype: bfloat16}\nenv: {B: 2}\n")
+    c = load("cand", tmp_path)
+    assert c.engine_args == {"dtype": "bfloat16", "enforce_eager": True, "seed": 0}
+    assert c.env == {"A": "1", "B": "2"}
+    assert c.sampling.max_tokens == 64
+    assert c.baseline == "baseline"
+    assert [p.name for p in c.chain] == ["cand.yaml", "baseline.yaml"]
+
+
+def test_null_removes_a_parent_key(tmp_path: Path) -> None:
+    write(tmp_path, "baseline", BASE)
+    write(tmp_path, "cand", "extends: baseline\nengine_args: {enforce_eager: null}\n")
+    assert "enforce_eager" not in load("cand", tmp_path).engine_args
+
+
+def test_grandchild_and_explicit_baseline(tmp_path: Path) -> None:
+    write(tmp_path, "baseline", BASE)
+    write(tmp_path, "mid", "extends: baseline\nengine_args: {speculative_config: {method: ngram, num_speculative_tokens: 1}}\n")
+    write(tmp_path, "leaf", "extends: mid\nbaseline: baseline\nengine_args: {speculative_config: {method: ngram, num_speculative_tokens: 3}}\n")
+    c = load("leaf", tmp_path)
+    assert c.engine_args["speculative_config"] == {"method": "ngram", "num_speculative_tokens": 3}
+    assert c.baseline == "baseline"
+
+
+def test_extends_resolves_next_to_the_file_first(tmp_path: Path) -> None:
+    configs = tmp_path / "configs"
+    write(configs, "baseline", BASE)
+    other = tmp_path / "elsewhere"
+    write(other, "baseline", BASE.replace("float32", "float16"))
+    p = write(other, "cand", "extends: baseline\n")
+    assert load(str(p), configs).engine_args["dtype"] == "float16"
+
+
+@pytest.mark.parametrize(
+    ("files", "ref", "field", "fragment"),
+    [
+        ({"c": "extends: c\n"}, "c", "extends", "cycle"),
+        ({"a": "extends: b\n", "b": "extends: a\n"}, "a", "extends", "cycle"),
+        ({"c": "extends: nope\n"}, "c", "extends", "not found"),
+        ({"c": BASE + "engine_arg: {}\n"}, "c", "engine_arg", "did you mean 'engine_args'"),
+        ({"c": BASE.replace("max_tokens: 64", "max_tokens: -1")}, "c", "sampling.max_tokens", ">= 1"),
+        ({"c": BASE.replace("max_tokens: 64", "max_tokens: lots")}, "c", "sampling.max_tokens", "integer"),
+        ({"c": BASE.replace("temperature: 0.0", "temperature: true")}, "c", "sampling.temperature", "number"),
+        ({"c": BASE + "sampling: {tempreature: 0}\n"}, "c", "sampling.tempreature", "temperature"),
+        ({"c": "engine_args: {dtype: float32}\n"}, "c", "model", "required"),
+        ({"c": BASE + "expect: maybe\n"}, "c", "expect", "lossless"),
+        ({"c": "model: m\nengine_args: [1, 2]\n"}, "c", "engine_args", "mapping"),
+        ({"c": "model: m\nenv: {X: [1]}\n"}, "c", "env.X", "string or number"),
+    ],
+)
+def test_bad_configs_name_file_and_field(tmp_path: Path, files: dict[str, str], ref: str, field: str,
+                                         fragment: str) -> None:
+    for name, text in files.items():
+        write(tmp_path, name, text)
+    with pytest.raises(ConfigError) as ei:
+        load(ref, tmp_path)
+    msg = str(ei.value)
+    assert ei.value.field == field
+    assert fragment in msg
+    assert ".yaml" in msg and "\n" not in msg
+    assert ei.value.exit_code == ExitCode.USAGE
+
+
+def test_yaml_syntax_error_gives_line(tmp_path: Path) -> None:
+    write(tmp_path, "c", "model: m\nengine_args: {dtype: float32\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml: YAML syntax error: line \d"):
+        load("c", tmp_path)
+
+
+def test_non_utf8_empty_and_directory(tmp_path: Path) -> None:
+    (tmp_path / "bin.yaml").write_bytes(b"model: \xff\xfe\n")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load("bin", tmp_path)
+    write(tmp_path, "empty", "")
+    with pytest.raises(ConfigError, match="empty"):
+        load("empty", tmp_path)
+    (tmp_path / "dir.yaml").mkdir()
+    with pytest.raises(ConfigError, match="directory"):
+        load("dir", tmp_path)
+
+
+def test_unknown_config_name_suggests(tmp_path: Path) -> None:
+    write(tmp_path, "fp16-state", BASE)
+    with pytest.raises(ConfigError, match="did you mean 'fp16-state'"):
+        load("fp16-stat", tmp_path)
+
+
+def test_shipped_configs_all_load_and_extend_baseline() -> None:
+    names = list_configs(CONFIGS_DIR)
+    for required in ("baseline", "bf16", "ngram", "fp16-state", "mtp1", "mtp3", "async-sched", "flashinfer-mamba",
+                     "omp1", "cline-recipe"):
+        assert required in names
+    base = load_config("baseline", CONFIGS_DIR, check_engine_args=False)
+    assert base.engine_args["dtype"] == "float32" and base.baseline is None
+    fp16 = load_config("fp16-state", CONFIGS_DIR, check_engine_args=False)
+    assert fp16.engine_args["mamba_ssm_cache_dtype"] == "float16" and fp16.baseline == "baseline"
+    assert load_config("mtp3", CONFIGS_DIR, check_engine_args=False).engine_args["speculative_config"] == {
+        "method": "mtp", "num_speculative_tokens": 3}
+    assert load_config("omp1", CONFIGS_DIR, check_engine_args=False).env == {"OMP_NUM_THREADS": "1"}
+
+
+vllm = pytest.importorskip("vllm.engine.arg_utils", reason="needs vLLM for EngineArgs names")
+
+
+def test_unknown_engine_arg_suggests_the_closest_vllm_name(tmp_path: Path) -> None:
+    write(tmp_path, "baseline", BASE)
+    write(tmp_path, "cand", "extends: baseline\nengine_args: {mamba_ssm_cache_dtyp: float16}\n")
+    with pytest.raises(ConfigError) as ei:
+        load_config("cand", tmp_path)
+    assert ei.value.field == "engine_args.mamba_ssm_cache_dtyp"
+    assert "did you mean 'mamba_ssm_cache_dtype'" in str(ei.value)
+    assert "cand.yaml" in str(ei.value)
+
+
+def test_shipped_configs_use_real_engine_arg_names() -> None:
+    for name in list_configs(CONFIGS_DIR):
+        load_config(name, CONFIGS_DIR)  # raises on any name vLLM's EngineArgs lacks
