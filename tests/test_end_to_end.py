@@ -1,0 +1,112 @@
+"""End to end: the real vLLM CPU engine on the real embedded model, a baseline and candidates, every suite.
+
+Slow (engine starts of ~30 s each plus generation); the result store makes the baseline a one-time cost
+within a session. Values are checked against an independent recomputation from the stored per-item results.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("vllm", reason="needs vLLM (pip install 'evalgate[cpu]')")
+
+from evalgate.cli import main  # noqa: E402
+from evalgate.thresholds import load_thresholds  # noqa: E402
+
+pytestmark = pytest.mark.engine
+LIMIT = 3
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def bf16_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
+    out = tmp_path_factory.mktemp("bf16")
+    code = main(["run", "--config", "bf16", "--limit", str(LIMIT), "--out", str(out)])
+    return code, out
+
+
+def test_numerics_changing_candidate_is_gated_on_every_suite(bf16_run: tuple[int, Path]) -> None:
+    code, out = bf16_run
+    doc = json.loads((out / "verdict.json").read_text())
+    assert doc["verdict"] in ("PASS", "BLOCK")  # dtype differs in the effective config: never NO-OP
+    assert code == {"PASS": 0, "BLOCK": 1}[doc["verdict"]]
+    assert {t["task"] for t in doc["tasks"]} == {"docparse_fields", "coding_humaneval", "finance_tableqa"}
+    assert any(r["key"] == "engine_args.dtype" and "bfloat16" in r["candidate"] for r in doc["effective_diff"])
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["baseline"]["effective"]["engine_args"]["dtype"] == "float32"
+    assert manifest["candidate"]["effective"]["engine_args"]["dtype"] == "bfloat16"
+
+
+def test_stored_items_reproduce_the_verdict(bf16_run: tuple[int, Path]) -> None:
+    """Recompute each task's Δ and verdict from baseline.json/candidate.json, independently of evalgate.stats."""
+    _, out = bf16_run
+    doc = json.loads((out / "verdict.json").read_text())
+    base = json.loads((out / "baseline.json").read_text())["tasks"]
+    cand = json.loads((out / "candidate.json").read_text())["tasks"]
+    thresholds = load_thresholds(ROOT / "thresholds.yaml")
+    any_block = False
+    for t in doc["tasks"]:
+        b_items = {i["item_hash"]: i for i in base[t["task"]]["items"]}
+        c_items = {i["item_hash"]: i for i in cand[t["task"]]["items"]}
+        assert len(b_items) == len(c_items) == LIMIT and b_items.keys() == c_items.keys()
+        for item in b_items.values():
+            assert 0.0 <= item["score"] <= 1.0 and item["prompt"] and isinstance(item["output"], str)
+        diffs = np.array([c_items[h]["score"] - b_items[h]["score"] for h in b_items])
+        assert t["delta"] == pytest.approx(100 * diffs.mean(), abs=1e-9)
+        assert t["n_regressed"] == int((diffs < 0).sum()) and t["n_improved"] == int((diffs > 0).sum())
+        assert t["ci_low"] <= t["delta"] <= t["ci_high"]
+        # A bootstrap percentile bound can never lie outside the range of item differences.
+        assert 100 * diffs.min() - 1e-9 <= t["ci_low"] and t["ci_high"] <= 100 * diffs.max() + 1e-9
+        margin = thresholds.for_task(t["suite"], t["task"]).margin
+        assert t["margin"] == margin
+        blocked = t["ci_low"] < -margin
+        assert t["verdict"] == ("BLOCK" if blocked else "PASS")
+        any_block |= blocked
+        assert len(t["flipped"]) == t["n_regressed"] + t["n_improved"]
+    assert doc["verdict"] == ("BLOCK" if any_block else "PASS")
+
+
+def test_report_is_written_and_self_contained(bf16_run: tuple[int, Path]) -> None:
+    _, out = bf16_run
+    html = (out / "report.html").read_text()
+    doc = json.loads((out / "verdict.json").read_text())
+    assert f'class="verdict {doc["verdict"]}">{doc["verdict"]}<' in html
+    assert "<script" not in html and "http://" not in html and "https://" not in html
+    for t in doc["tasks"]:
+        assert t["task"] in html
+
+
+def test_switch_the_cpu_engine_ignores_is_no_op(tmp_path: Path, bf16_run: tuple[int, Path]) -> None:
+    """vLLM CPU resets mamba_ssm_cache_dtype on Gemma (no linear-attention layers): NO-OP, exit 4, not PASS."""
+    code = main(["run", "--config", "fp16-state", "--limit", str(LIMIT), "--out", str(tmp_path)])
+    doc = json.loads((tmp_path / "verdict.json").read_text())
+    assert (code, doc["verdict"]) == (4, "NO-OP")
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["candidate"]["requested"]["engine_args"]["mamba_ssm_cache_dtype"] == "float16"
+    assert manifest["candidate"]["effective"]["engine_args"]["mamba_ssm_cache_dtype"] == "float32"
+    assert manifest["baseline"]["cached_suites"]  # the baseline came from the store, not a second engine run
+    assert doc["effective_diff"] == []
+
+
+def test_engine_that_cannot_start_is_a_runtime_error(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     bf16_run: tuple[int, Path]) -> None:
+    """FlashInfer's Mamba kernel does not exist on CPU: exit 3 with the engine's error, never a pass."""
+    code = main(["run", "--config", "flashinfer-mamba", "--limit", str(LIMIT), "--out", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 3
+    assert err.startswith("evalgate: error: engine for flashinfer-mamba")
+    assert not (tmp_path / "verdict.json").exists()
+    assert (tmp_path / "baseline.json").exists()  # finished work is kept
+
+
+def test_timings_are_recorded(bf16_run: tuple[int, Path]) -> None:
+    _, out = bf16_run
+    timings = json.loads((out / "manifest.json").read_text())["timings"]
+    assert timings["candidate:engine_start"] > 0 and math.isfinite(timings["compare"])
+    for suite in ("docparse", "coding", "finance"):
+        assert timings[f"candidate:suite:{suite}"] > 0

@@ -1,0 +1,66 @@
+"""Report: untrusted output is escaped, numbers and verdicts appear, the terminal table lines up."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from evalgate.compare import compare_tasks
+from evalgate.gate import decide
+from evalgate.report import gate_document, render_html, render_terminal
+from evalgate.results import ItemResult, TaskResult
+from evalgate.thresholds import Thresholds
+
+EVIL = '<script>alert(1)</script><img src=x onerror="alert(2)">'
+
+
+def _task(outputs: list[str], scores: list[float]) -> TaskResult:
+    items = tuple(ItemResult(task="t", item_id=i, item_hash=f"h{i}", prompt=f"prompt {i} <b>", target="42",
+                             output=o, score=s, metrics={"m": s}) for i, (o, s) in enumerate(zip(outputs, scores)))
+    return TaskResult(task="t", suite="s", metric="m", items=items)
+
+
+def _doc(base_scores: list[float], cand_scores: list[float], cand_outputs: list[str]) -> dict:
+    thr = Thresholds(alpha=0.05, default_margin=2.0, bootstrap_resamples=1000)
+    base = {"t": _task(["ok"] * len(base_scores), base_scores)}
+    cand = {"t": _task(cand_outputs, cand_scores)}
+    comps = compare_tasks(base, cand, thr)
+    decision = decide([(c.suite, c.task, c.comparison) for c in comps], thr,
+                      baseline_effective={"dtype": "float32"}, candidate_effective={"dtype": "bfloat16"})
+    manifest = {"created": "now", "model": "m", "limit": None, "versions": {"vllm": "x"}, "thresholds": "t.yaml",
+                "timings": {"compare": 0.1}, "suites": [{"name": "s", "tasks": ["t"], "content_hash": "ab" * 32}],
+                "baseline": {"name": "baseline", "path": "b.yaml", "requested": {"engine_args": {"dtype": "float32"}},
+                             "effective": {"dtype": "float32"}},
+                "candidate": {"name": "cand", "path": "c.yaml", "requested": {"engine_args": {"dtype": "bfloat16"}},
+                              "effective": {"dtype": "bfloat16"}}}
+    return gate_document(decision, comps, manifest)
+
+
+def test_model_output_is_escaped_and_no_script_is_emitted() -> None:
+    doc = _doc([1, 1, 0, 1], [0, 1, 0, 1], [EVIL, "ok", "ok", "ok"])
+    html = render_html(doc)
+    assert "<script" not in html
+    assert "<img" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "&lt;img src=x onerror=" in html.replace("<mark>", "").replace("</mark>", "")
+    assert "prompt 0 &lt;b&gt;" in html
+
+
+def test_document_lists_regressions_first_with_both_outputs() -> None:
+    doc = _doc([1, 0, 1, 1], [0, 1, 1, 1], ["bad", "good", "ok", "ok"])
+    flips = doc["tasks"][0]["flipped"]
+    assert [f["kind"] for f in flips] == ["regressed", "improved"]
+    assert flips[0]["baseline_output"] == "ok" and flips[0]["candidate_output"] == "bad"
+    assert doc["tasks"][0]["delta"] == 0.0
+    assert doc["effective_diff"] == [{"key": "dtype", "baseline": "'float32'", "candidate": "'bfloat16'"}]
+    assert doc["config_diff"] == [{"key": "engine_args.dtype", "baseline": "'float32'", "candidate": "'bfloat16'"}]
+
+
+def test_terminal_table_has_one_row_per_task_and_the_verdict() -> None:
+    rng = np.random.default_rng(1)
+    base = [float(x) for x in rng.integers(0, 2, 50)]
+    cand = [0.0] * 50
+    doc = _doc(base, cand, ["x"] * 50)
+    text = render_terminal(doc)
+    assert doc["verdict"] == "BLOCK"
+    assert "s/t" in text and text.splitlines()[4] == "VERDICT: BLOCK"
+    assert f"{doc['tasks'][0]['delta']:+.1f}" in text
