@@ -31,7 +31,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from evalgate.report import gate_document, render_html, render_terminal
     from evalgate.runner import evaluate_config, versions
     from evalgate.store import ResultStore, tasks_to_json, write_json_atomic
-    from evalgate.suites import SUITES_DIR, list_suites, load_suite
+    from evalgate.suites import default_suites_dir, list_suites, load_suite
     from evalgate.thresholds import load_thresholds
 
     if args.limit is not None and args.limit < 1:
@@ -44,7 +44,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                           path=cand.path, field="baseline")
     base = config_mod.load_config(_near(cand.baseline, cand.path, configs_dir), configs_dir)
     thresholds = load_thresholds(Path(args.thresholds))
-    suites_dir = Path(args.suites_dir) if args.suites_dir else SUITES_DIR
+    suites_dir = Path(args.suites_dir) if args.suites_dir else default_suites_dir()
     suites = [load_suite(n, suites_dir) for n in args.suites] if args.suites else list_suites(suites_dir)
     if not suites:
         raise ConfigError("no suites found", path=suites_dir)
@@ -110,7 +110,7 @@ def cmd_model_prepare(args: argparse.Namespace) -> int:
 def cmd_list(args: argparse.Namespace) -> int:
     """Print the configs (with their baseline and description) and the suites (with their tasks)."""
     from evalgate.config import list_configs, load_config
-    from evalgate.suites import SUITES_DIR, list_suites
+    from evalgate.suites import default_suites_dir, list_suites
 
     configs_dir = Path(args.configs_dir)
     print("configs:")
@@ -118,7 +118,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         c = load_config(name, configs_dir, check_engine_args=False)
         print(f"  {name:24} vs {c.baseline or '-':12} {c.description}")
     print("suites:")
-    for s in list_suites(Path(args.suites_dir) if args.suites_dir else SUITES_DIR):
+    for s in list_suites(Path(args.suites_dir) if args.suites_dir else default_suites_dir()):
         print(f"  {s.name:24} {', '.join(f'{t} ({s.primary_metric[t]})' for t in s.tasks)}")
     return 0
 
@@ -157,8 +157,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point. Returns the exit code (``SystemExit`` from argparse usage errors is exit 2)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO, format="evalgate: %(message)s",
+    # Our progress lines at INFO; other libraries' chatter (vLLM, Triton probes) only at WARNING and up.
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="evalgate: %(message)s",
                         stream=sys.stderr)
+    log.setLevel(logging.DEBUG if args.debug else logging.INFO)
     try:
         return int(args.func(args))
     except EvalgateError as exc:

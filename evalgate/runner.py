@@ -89,7 +89,7 @@ def evaluate_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None
     if missing:
         spec = {"model": model_path, "engine_args": cfg.engine_args, "env": cfg.env,
                 "sampling": vars(cfg.sampling), "limit": limit, "store": str(store.root),
-                "suites": [{"name": s.name, "dir": str(s.path.parent), "tasks": list(s.tasks),
+                "suites": [{"name": s.name, "dir": str(s.path.parent), "hash": s.content_hash, "tasks": list(s.tasks),
                             "metrics": s.primary_metric, "key": keys[s.name]} for s in missing]}
         _run_worker(spec, cfg, log_path, timeout_s)
         for s in missing:
@@ -172,7 +172,12 @@ def _worker_main(spec_path: str) -> int:
     print(f"evalgate: engine started in {start_s:.1f} s; effective config: {json.dumps(effective)}", flush=True)
     lm = make_lm(engine)
     store = ResultStore(Path(spec["store"]))
+    from evalgate.suites import content_hash
+
     for suite in spec["suites"]:
+        # The store key carries the suite hash the parent saw; refuse to file results of edited files under it.
+        if content_hash(Path(suite["dir"]) / suite["name"]) != suite["hash"]:
+            raise StoreError(f"suite {suite['name']} changed on disk while evalgate was running; run again")
         before = engine.spec_decode_counters()
         t1 = time.monotonic()
         tasks = _evaluate_suite(lm, suite, spec["limit"], sampling.seed)

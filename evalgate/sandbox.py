@@ -1,0 +1,224 @@
+"""Run one untrusted Python program (a model's code completion plus its tests) in a subprocess.
+
+What confines the program, in order of how much it can be relied on:
+
+* **Wall-clock timeout.** The child starts a new session (its own process group); when
+  ``timeout_s`` passes, the whole group gets SIGKILL (``os.killpg``), and the group is killed
+  again after every run, so children left behind by a finished program die too. A program that
+  deliberately calls ``setsid()`` leaves the group and escapes this; nothing here stops that.
+* **resource limits** set in the child before the program runs: RLIMIT_CPU (``timeout_s`` + 1 s),
+  RLIMIT_AS (``memory_mb``), RLIMIT_FSIZE (``max_file_mb``; stdout/stderr count too: a program
+  that prints more dies with SIGXFSZ), RLIMIT_CORE = 0 and RLIMIT_NPROC (``max_processes``).
+  RLIMIT_NPROC counts *every* process of the user, not only the sandbox's, and Linux never
+  enforces it for uid 0: when evalgate runs as root (as in CI here) it limits nothing, and only
+  the wall timeout and the process-group kill contain a fork loop.
+* **Empty working directory** from ``tempfile.mkdtemp``, deleted afterwards; the program text
+  arrives on stdin, so the directory holds nothing of ours. The environment is rebuilt from
+  scratch (PATH=/usr/bin:/bin, LANG=C.UTF-8, HOME=TMPDIR=the working directory,
+  PYTHONHASHSEED=0 so set/dict order of strings is reproducible): nothing of the parent's
+  environment (tokens, HOME) is passed on.
+* **Interpreter flags** ``-s -S -P``: no user or site packages, nothing prepended to sys.path;
+  only the standard library is importable. This is ``-I`` without ``-E``; ``-E`` is unneeded
+  because the environment is ours, and it would drop the fixed PYTHONHASHSEED.
+* **Namespaces, where the OS allows** (Linux, root or CAP_SYS_ADMIN): a new network namespace
+  (no interface is up: every connection fails) and a private mount namespace in which the whole
+  file system is read-only except the working directory. After that the child drops *all* its
+  capabilities (bounding set too) and sets no_new_privs, so it cannot undo these. Where
+  ``unshare`` is refused (an unprivileged user) this silently does nothing: the program can then
+  reach the network and write wherever the user can. ``SandboxResult.isolation`` says which of
+  ``"net"``, ``"fs"``, ``"caps"`` were in force for the run.
+
+This is a guard against accidents of generated code (infinite loops, memory blow-ups, stray
+files, runaway output), not a security boundary against hostile code running as root: such code
+still shares the host's PID namespace and user id, and can signal the host's processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+__all__ = ["SandboxResult", "run_python"]
+
+# Runs inside the child, before the program: isolation, limits, capability drop, then exec().
+_BOOTSTRAP = r"""
+import os, sys, json, resource
+cfg = json.loads(sys.argv[1])
+src = sys.stdin.read()
+_fd = os.open(os.devnull, os.O_RDONLY); os.dup2(_fd, 0); os.close(_fd)
+got = []
+try:
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    class _MA(ctypes.Structure):
+        _fields_ = [("set", ctypes.c_uint64), ("clr", ctypes.c_uint64),
+                    ("prop", ctypes.c_uint64), ("userns", ctypes.c_uint64)]
+    def _setattr(path, flags, ma):
+        return libc.syscall(442, -100, path, flags, ctypes.byref(ma), ctypes.sizeof(ma)) == 0
+    if libc.unshare(0x40000000) == 0:  # CLONE_NEWNET
+        got.append("net")
+    work = os.getcwd().encode()
+    # CLONE_NEWNS, then make every mount private *before* changing any (nothing propagates out).
+    if libc.unshare(0x00020000) == 0 and libc.mount(b"none", b"/", None, 0x4000 | (1 << 18), None) == 0:
+        if libc.mount(work, work, None, 0x1000, None) == 0:  # MS_BIND the working dir onto itself
+            if _setattr(b"/", 0x8000, _MA(1, 0, 0, 0)):  # AT_RECURSIVE, MOUNT_ATTR_RDONLY
+                if _setattr(work, 0, _MA(0, 1, 0, 0)):
+                    os.chdir(work)
+                    got.append("fs")
+                else:
+                    _setattr(b"/", 0x8000, _MA(0, 1, 0, 0))
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    for cap in range(last + 1):
+        libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP
+    libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT_CLEAR_ALL
+    hdr = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    if libc.capset(ctypes.byref(hdr), ctypes.byref((ctypes.c_uint32 * 6)())) == 0:
+        got.append("caps")
+    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+except Exception:
+    pass
+for name, value in cfg["limits"]:
+    try:
+        resource.setrlimit(getattr(resource, name), (value, value))
+    except (ValueError, OSError):
+        pass
+os.write(cfg["status_fd"], ",".join(got).encode()); os.close(cfg["status_fd"])
+sys.argv = ["<sandbox>"]
+exec(compile(src, "<sandbox>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+"""
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """Outcome of one sandboxed run.
+
+    Attributes:
+        passed: True iff the program exited with status 0 before the wall timeout.
+        returncode: exit status; negative = killed by that signal (e.g. -9 after a timeout).
+        timed_out: the wall-clock timeout fired, or the CPU limit killed it (SIGXCPU).
+        stdout_tail: the last ``tail_chars`` characters of stdout (UTF-8, errors replaced).
+        stderr_tail: the same for stderr (a traceback ends up here).
+        isolation: which OS isolation was in force: a subset of {"net", "fs", "caps"}.
+    """
+
+    passed: bool
+    returncode: int
+    timed_out: bool
+    stdout_tail: str
+    stderr_tail: str
+    isolation: frozenset[str] = frozenset()
+
+
+def _tail(path: str, chars: int) -> str:
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        f.seek(max(0, size - 4 * chars))
+        return f.read().decode("utf-8", errors="replace")[-chars:]
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_python(
+    program: str,
+    *,
+    timeout_s: float = 10.0,
+    memory_mb: int = 512,
+    max_processes: int = 64,
+    max_file_mb: int = 10,
+    tail_chars: int = 2000,
+) -> SandboxResult:
+    """Run ``program`` (Python source text) in a fresh, limited interpreter; see the module doc.
+
+    Args:
+        program: the whole program; it is read from stdin by the child, never written to disk.
+        timeout_s: wall-clock limit in seconds; the process group is SIGKILLed after it.
+        memory_mb: address-space limit of each process, MiB (a 4 GB allocation fails).
+        max_processes: RLIMIT_NPROC (not enforced for root, see the module doc).
+        max_file_mb: largest file the program may write, MiB (stdout/stderr included).
+        tail_chars: how many trailing characters of stdout/stderr to keep.
+
+    Returns:
+        A :class:`SandboxResult`. Never raises for anything the program does; raises
+        ``OSError`` only if the parent cannot create temporary files or start the interpreter.
+    """
+    work = tempfile.mkdtemp(prefix="evalgate-sbx-")
+    io_dir = tempfile.mkdtemp(prefix="evalgate-sbx-io-")
+    status_r, status_w = os.pipe()
+    proc = None
+    try:
+        src_path = os.path.join(io_dir, "program.py")
+        with open(src_path, "w", encoding="utf-8") as f:
+            f.write(program)
+        cfg = {
+            "status_fd": status_w,
+            "limits": [
+                ("RLIMIT_CPU", int(timeout_s) + 1),
+                ("RLIMIT_AS", memory_mb * 1024 * 1024),
+                ("RLIMIT_NPROC", max_processes),
+                ("RLIMIT_FSIZE", max_file_mb * 1024 * 1024),
+                ("RLIMIT_CORE", 0),
+            ],
+        }
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "HOME": work,
+            "TMPDIR": work,
+            "PYTHONHASHSEED": "0",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONIOENCODING": "utf-8",
+        }
+        out_path, err_path = os.path.join(io_dir, "stdout"), os.path.join(io_dir, "stderr")
+        with open(src_path, "rb") as stdin, open(out_path, "wb") as out, open(err_path, "wb") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-s", "-S", "-P", "-c", _BOOTSTRAP, json.dumps(cfg)],
+                stdin=stdin, stdout=out, stderr=err, cwd=work, env=env,
+                pass_fds=(status_w,), start_new_session=True, close_fds=True,
+            )
+        os.close(status_w)
+        status_w = -1
+        timed_out = False
+        deadline = time.monotonic() + timeout_s
+        # Wait without reaping (WNOWAIT): while the leader is a zombie its pid, which is the
+        # group id, cannot be reused, so the killpg below can only hit the sandbox's processes.
+        while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+            if time.monotonic() >= deadline:
+                timed_out = True
+                break
+            time.sleep(0.01)
+        _kill_group(proc.pid)
+        returncode = proc.wait()
+        if returncode == -signal.SIGXCPU:
+            timed_out = True
+        isolation = frozenset(x for x in os.read(status_r, 256).decode().split(",") if x)
+        return SandboxResult(
+            passed=returncode == 0 and not timed_out,
+            returncode=returncode,
+            timed_out=timed_out,
+            stdout_tail=_tail(out_path, tail_chars),
+            stderr_tail=_tail(err_path, tail_chars),
+            isolation=isolation,
+        )
+    finally:
+        if proc is not None and proc.returncode is None:
+            _kill_group(proc.pid)
+            proc.wait()
+        for fd in (status_r, status_w):
+            if fd >= 0:
+                os.close(fd)
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(io_dir, ignore_errors=True)

@@ -1,0 +1,181 @@
+"""Discovery and identity of evaluation suites.
+
+A suite is a folder ``<suites_dir>/<name>/`` holding lm-eval task YAML files (one task each,
+``*.yaml`` / ``*.yml`` at its top level) and the Python they reference (``utils.py``). Results
+are keyed by :attr:`Suite.content_hash`, so editing any file of a suite starts a fresh baseline.
+
+This module parses the YAML itself (tolerating lm-eval's ``!function`` tag) and does not import
+lm-eval, except lazily inside :func:`task_manager`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from evalgate.errors import ConfigError
+
+__all__ = ["SUITES_DIR", "Suite", "content_hash", "default_suites_dir", "list_suites", "load_suite", "task_manager"]
+
+SUITES_ENV = "EVALGATE_SUITES"
+SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
+_IGNORED_DIRS = {"__pycache__"}
+_YAML_SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass(frozen=True)
+class Suite:
+    """One suite.
+
+    Attributes:
+        name: folder name, e.g. ``"docparse"``.
+        path: absolute path of the folder.
+        tasks: lm-eval task names, sorted.
+        primary_metric: task name -> the first ``metric_list`` entry's ``metric`` (its per-item
+            value is the item's score in [0, 1]).
+        content_hash: hex sha256 over the sorted relative paths and bytes of every file in the
+            folder, ``__pycache__`` folders and ``*.pyc`` excluded.
+    """
+
+    name: str
+    path: Path
+    tasks: tuple[str, ...]
+    primary_metric: dict[str, str]
+    content_hash: str
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that reads lm-eval's ``!function module.name`` as the plain string."""
+
+
+_Loader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
+
+
+def default_suites_dir() -> Path:
+    """``$EVALGATE_SUITES`` if set and non-empty, else :data:`SUITES_DIR` (the repo's ``suites/``)."""
+    env = os.environ.get(SUITES_ENV, "").strip()
+    return Path(env).expanduser().resolve() if env else SUITES_DIR
+
+
+def _files(folder: Path) -> list[Path]:
+    out = []
+    for root, dirs, names in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if d not in _IGNORED_DIRS)
+        out += [Path(root) / n for n in names if not n.endswith(".pyc")]
+    return sorted(out, key=lambda p: p.relative_to(folder).as_posix())
+
+
+def content_hash(folder: Path) -> str:
+    """Hex sha256 of a folder's files: for each, in sorted order, its relative POSIX path, NUL,
+    its size as 8 bytes big-endian, then its bytes (``__pycache__`` and ``*.pyc`` skipped)."""
+    h = hashlib.sha256()
+    for f in _files(folder):
+        data = f.read_bytes()
+        h.update(f.relative_to(folder).as_posix().encode("utf-8") + b"\0")
+        h.update(len(data).to_bytes(8, "big") + data)
+    return h.hexdigest()
+
+
+def _read_task(path: Path) -> tuple[str, str]:
+    """(task name, primary metric) of one task YAML; ConfigError naming the file and field."""
+    try:
+        cfg = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # noqa: S506 (SafeLoader)
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot parse YAML: {' '.join(str(e).split())}", path=path) from e
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"expected a mapping, got {type(cfg).__name__}", path=path)
+    task = cfg.get("task")
+    if not isinstance(task, str) or not task.strip():
+        raise ConfigError("missing or empty task name (a suite YAML must define one lm-eval task)",
+                          path=path, field="task")
+    metrics: Any = cfg.get("metric_list")
+    if not isinstance(metrics, list) or not metrics:
+        raise ConfigError("missing or empty metric_list (its first metric is the primary one)",
+                          path=path, field="metric_list")
+    first = metrics[0]
+    if not isinstance(first, dict) or not isinstance(first.get("metric"), str) or not first["metric"]:
+        raise ConfigError("first entry has no metric name", path=path, field="metric_list[0].metric")
+    return task, first["metric"]
+
+
+def _check_dir(suites_dir: Path | str | None) -> Path:
+    root = Path(suites_dir).expanduser().resolve() if suites_dir is not None else default_suites_dir()
+    if not root.is_dir():
+        raise ConfigError("suites directory does not exist", path=root)
+    return root
+
+
+def _suite_names(root: Path) -> list[str]:
+    return sorted(
+        p.name for p in root.iterdir()
+        if p.is_dir() and p.name not in _IGNORED_DIRS and not p.name.startswith((".", "_"))
+    )
+
+
+def load_suite(name: str, suites_dir: Path | str | None = None) -> Suite:
+    """Load suite ``name`` from ``suites_dir`` (default :func:`default_suites_dir`).
+
+    Raises:
+        ConfigError: the name is not a plain folder name; the suite folder does not exist (the
+            message suggests close names); it holds no task YAML; a YAML cannot be parsed, has no
+            ``task`` or no non-empty ``metric_list``; two YAML files define the same task.
+    """
+    root = _check_dir(suites_dir)
+    if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith((".", "_")):
+        raise ConfigError(f"invalid suite name {name!r}", path=root)
+    path = root / name
+    if not path.is_dir():
+        known = _suite_names(root)
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; known suites: {', '.join(known) or 'none'}"
+        raise ConfigError(f"no suite named {name!r}{hint}", path=root)
+    yamls = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in _YAML_SUFFIXES)
+    if not yamls:
+        raise ConfigError("suite folder has no task YAML (*.yaml)", path=path)
+    primary: dict[str, str] = {}
+    for y in yamls:
+        task, metric = _read_task(y)
+        if task in primary:
+            raise ConfigError(f"task {task!r} is defined twice in the suite", path=y, field="task")
+        primary[task] = metric
+    return Suite(name=name, path=path, tasks=tuple(sorted(primary)), primary_metric=primary,
+                 content_hash=content_hash(path))
+
+
+def list_suites(suites_dir: Path | str | None = None) -> list[Suite]:
+    """Every suite under ``suites_dir`` (folders holding at least one ``*.yaml``), by name.
+
+    Folders named ``__pycache__`` or starting with ``.``/``_`` and folders without YAML are
+    skipped. Raises ConfigError as :func:`load_suite` does, for a missing ``suites_dir``, and
+    when two suites define the same task name (lm-eval would silently keep only one).
+    """
+    root = _check_dir(suites_dir)
+    suites = [
+        load_suite(n, root) for n in _suite_names(root)
+        if any(p.suffix in _YAML_SUFFIXES for p in (root / n).iterdir() if p.is_file())
+    ]
+    owner: dict[str, str] = {}
+    for s in suites:
+        for t in s.tasks:
+            if t in owner:
+                raise ConfigError(f"task {t!r} is defined by suites {owner[t]!r} and {s.name!r}",
+                                  path=root, field="task")
+            owner[t] = s.name
+    return suites
+
+
+def task_manager(suites_dir: Path | str | None = None) -> Any:
+    """An ``lm_eval.tasks.TaskManager`` that knows exactly the suites' tasks (no built-ins).
+
+    Imports lm-eval lazily (it is slow to import). Raises ConfigError for a missing directory.
+    """
+    root = _check_dir(suites_dir)
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager(include_path=str(root), include_defaults=False)
