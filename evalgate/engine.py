@@ -20,6 +20,8 @@ from typing import Any
 
 from evalgate.config import Sampling
 
+# Bump when what effective_config() records changes: stored results keyed on an older reading are recomputed.
+READBACK_VERSION = 2
 # Engine settings whose effective value the gate always records (beside every key a config sets).
 WATCHED_KEYS = (
     "dtype", "quantization", "kv_cache_dtype", "mamba_ssm_cache_dtype", "mamba_cache_dtype",
@@ -30,6 +32,7 @@ WATCHED_KEYS = (
 _SECTIONS = ("model_config", "cache_config", "scheduler_config", "parallel_config", "mamba_config",
              "kernel_config", "attention_config", "load_config", "compilation_config", "device_config")
 UNRESOLVED = "<not found in the engine's config>"
+NO_SSM = "<inactive: the model has no SSM (Mamba) layers>"
 # EngineArgs names that VllmConfig stores under another (section, attribute) (vllm/engine/arg_utils.py).
 _RENAMED = {
     "kv_cache_dtype": ("cache_config", "cache_dtype"),
@@ -105,6 +108,12 @@ class VllmEngine:
         vc = self.llm.llm_engine.vllm_config
         keys = list(dict.fromkeys([*WATCHED_KEYS, *self.requested]))
         applied = {k: _lookup(vc, k) for k in keys}
+        if not vc.model_config.has_inner_state:
+            # vLLM keeps a requested SSM-state setting in its config even when the model has no SSM layers
+            # (Gemma): it acts on nothing, so both sides record the same marker and the gate reports NO-OP.
+            for k in applied:
+                if k.startswith(("mamba_", "enable_mamba_")):
+                    applied[k] = NO_SSM
         hf = vc.model_config.hf_config
         layer_kinds = getattr(hf, "layer_types", None) or list(getattr(hf, "hybrid_override_pattern", "") or "")
         import torch

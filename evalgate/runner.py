@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evalgate.config import EngineConfig
+from evalgate.engine import READBACK_VERSION
 from evalgate.errors import EngineError, StoreError
 from evalgate.model import model_fingerprint, resolve_model
 from evalgate.results import ItemResult, TaskResult
@@ -83,6 +84,7 @@ def evaluate_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None
     keys = {s.name: content_key({
         "config": cfg.identity(), "model_fingerprint": model_fingerprint(model_path),
         "suite": s.name, "suite_hash": s.content_hash, "tasks": list(s.tasks), "limit": limit, "versions": vers,
+        "readback_version": READBACK_VERSION,
     }) for s in suites}
     cached = {name: e for name, key in keys.items() if (e := store.get(key)) is not None}
     missing = [s for s in suites if s.name not in cached]
