@@ -78,7 +78,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "suites": [{"name": s.name, "tasks": list(s.tasks), "content_hash": s.content_hash} for s in suites],
         **{role: {"name": r.config.name, "path": str(r.config.path), "expect": r.config.expect,
                   "requested": r.config.identity(), "effective": r.effective, "spec_decode": r.spec_decode,
-                  "cached_suites": r.cached} for role, r in runs.items()},
+                  "cached_suites": r.cached, "generations": r.generations} for role, r in runs.items()},
     }
     doc = gate_document(decision, comparisons, manifest)
     write_json_atomic(out / "manifest.json", manifest)

@@ -175,8 +175,34 @@ def _plain(value: Any) -> Any:
     return str(value).removeprefix("torch.")
 
 
-def make_lm(engine: VllmEngine) -> Any:
-    """An lm-eval ``LM`` that answers ``generate_until`` requests with ``engine``."""
+def request_key(prompt: str, stop: list[str], max_tokens: int) -> str:
+    """Identity of one generation request within a config (the journal key): sha256 of its inputs."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps([prompt, stop, max_tokens], ensure_ascii=False).encode()).hexdigest()
+
+
+def request_params(gen_kwargs: dict[str, Any], sampling: Sampling) -> tuple[list[str], int]:
+    """Stop strings and token budget of an lm-eval request: its ``until``, and ``max_gen_toks`` capped by the config."""
+    until = gen_kwargs.get("until") or []
+    until = [until] if isinstance(until, str) else list(until)
+    return until, min(int(gen_kwargs.get("max_gen_toks", sampling.max_tokens)), sampling.max_tokens)
+
+
+CHUNK = 32  # prompts per engine call: the unit of progress that a killed run keeps
+
+
+def make_lm(engine: VllmEngine, journal: Any = None) -> Any:
+    """An lm-eval ``LM`` that answers ``generate_until`` requests with ``engine``.
+
+    Args:
+        engine: the started engine.
+        journal: a ``store.GenerationJournal`` (optional). Requests already in it are answered from it;
+            new generations are appended after every chunk of ``CHUNK`` prompts.
+    The adapter's ``records`` maps request key -> generation for every request it answered, and
+    ``reused``/``generated`` count where they came from.
+    """
     from lm_eval.api.model import LM
 
     class EvalgateLM(LM):
@@ -184,25 +210,33 @@ def make_lm(engine: VllmEngine) -> Any:
 
         def __init__(self) -> None:
             super().__init__()
-            self.engine = engine
-            self.generations: list[Generation] = []
+            self.records: dict[str, dict[str, Any]] = journal.load() if journal is not None else {}
+            self.reused = 0
+            self.generated = 0
 
         def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
-            # Group by (stop, max_tokens) so each group is one batched engine call; keep order.
-            results: list[str | None] = [None] * len(requests)
-            groups: dict[tuple[tuple[str, ...], int], list[int]] = {}
-            for i, req in enumerate(requests):
-                _context, kwargs = req.args
-                until = kwargs.get("until") or []
-                until = [until] if isinstance(until, str) else list(until)
-                max_toks = min(int(kwargs.get("max_gen_toks", engine.sampling.max_tokens)), engine.sampling.max_tokens)
-                groups.setdefault((tuple(until), max_toks), []).append(i)
-            for (until, max_toks), idxs in groups.items():
-                gens = engine.generate([requests[i].args[0] for i in idxs], max_tokens=max_toks, stop=list(until))
-                for i, g in zip(idxs, gens):
-                    results[i] = g.text
-                    self.generations.append(g)
-            return [r if r is not None else "" for r in results]
+            keys, todo = [], {}
+            for req in requests:
+                context, kwargs = req.args
+                stop, max_toks = request_params(kwargs, engine.sampling)
+                key = request_key(context, stop, max_toks)
+                keys.append(key)
+                if key in self.records:
+                    self.reused += 1
+                else:
+                    todo.setdefault((tuple(stop), max_toks), {})[key] = context
+            # Same (stop, budget) share a batch; chunks bound what a kill can lose.
+            for (stop, max_toks), prompts in todo.items():
+                items = list(prompts.items())
+                for start in range(0, len(items), CHUNK):
+                    chunk = items[start:start + CHUNK]
+                    gens = engine.generate([p for _, p in chunk], max_tokens=max_toks, stop=list(stop))
+                    new = {k: vars(g) for (k, _), g in zip(chunk, gens)}
+                    if journal is not None:
+                        journal.append(new)
+                    self.records.update(new)
+                    self.generated += len(new)
+            return [self.records[k]["text"] for k in keys]
 
         def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[Any]:
             raise TypeError("evalgate's engine adapter serves generate_until tasks only (loglikelihood requested)")

@@ -23,6 +23,9 @@ class ItemResult:
         output: the engine's raw generation (untrusted).
         score: the task's primary metric for this item, in [0, 1].
         metrics: every per-item metric lm-eval computed, by name.
+        n_tokens: tokens the engine generated for this item (None when unknown).
+        finish_reason: vLLM's reason the generation ended: "stop" (a stop string or EOS) or "length"
+            (hit ``max_tokens``: the output is truncated); None when unknown.
     """
 
     task: str
@@ -33,6 +36,8 @@ class ItemResult:
     output: str
     score: float
     metrics: dict[str, float] = field(default_factory=dict)
+    n_tokens: int | None = None
+    finish_reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

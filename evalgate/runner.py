@@ -24,7 +24,7 @@ from evalgate.engine import READBACK_VERSION
 from evalgate.errors import EngineError, StoreError
 from evalgate.model import model_fingerprint, resolve_model
 from evalgate.results import ItemResult, TaskResult
-from evalgate.store import ResultStore, content_key, read_json, tasks_from_json, tasks_to_json, write_json_atomic
+from evalgate.store import GenerationJournal, ResultStore, content_key, read_json, tasks_from_json, tasks_to_json, write_json_atomic
 
 if TYPE_CHECKING:
     from evalgate.suites import Suite
@@ -43,6 +43,8 @@ class ConfigRun:
         spec_decode: speculative-decoding counters summed over the suites evaluated in this run.
         timings: seconds, e.g. ``{"engine_start": 31.2, "suite:docparse": 40.1}``; cached suites are 0.
         cached: names of suites served from the store.
+        generations: ``{"reused": n, "generated": m}`` over the suites computed in this run: requests
+            answered from the generation journal (a resumed run) vs by the engine.
     """
 
     config: EngineConfig
@@ -51,6 +53,7 @@ class ConfigRun:
     spec_decode: dict[str, float] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     cached: list[str] = field(default_factory=list)
+    generations: dict[str, int] = field(default_factory=dict)
 
 
 def versions() -> dict[str, str]:
@@ -81,8 +84,11 @@ def evaluate_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None
     """
     model_path = resolve_model(cfg.model)
     vers = versions()
+    fingerprint = model_fingerprint(model_path)
+    # Generations are journaled per config (not per suite): a killed run resumes item by item.
+    journal_key = content_key({"config": cfg.identity(), "model_fingerprint": fingerprint, "versions": vers})
     keys = {s.name: content_key({
-        "config": cfg.identity(), "model_fingerprint": model_fingerprint(model_path),
+        "config": cfg.identity(), "model_fingerprint": fingerprint,
         "suite": s.name, "suite_hash": s.content_hash, "tasks": list(s.tasks), "limit": limit, "versions": vers,
         "readback_version": READBACK_VERSION,
     }) for s in suites}
@@ -91,6 +97,7 @@ def evaluate_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None
     if missing:
         spec = {"model": model_path, "engine_args": cfg.engine_args, "env": cfg.env,
                 "sampling": vars(cfg.sampling), "limit": limit, "store": str(store.root),
+                "journal": str(store.root / "journal" / f"{journal_key}.jsonl"),
                 "suites": [{"name": s.name, "dir": str(s.path.parent), "hash": s.content_hash, "tasks": list(s.tasks),
                             "metrics": s.primary_metric, "key": keys[s.name]} for s in missing]}
         _run_worker(spec, cfg, log_path, timeout_s)
@@ -107,6 +114,9 @@ def evaluate_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None
         run.effective = run.effective or entry["effective"]
         for k, v in entry.get("spec_decode", {}).items():
             run.spec_decode[k] = run.spec_decode.get(k, 0.0) + v
+        if s in missing:
+            for k, v in entry.get("generations", {}).items():
+                run.generations[k] = run.generations.get(k, 0) + v
         for k, v in entry.get("timings", {}).items():
             run.timings[k] = v if s in missing else 0.0
     return run
@@ -172,8 +182,8 @@ def _worker_main(spec_path: str) -> int:
     start_s = time.monotonic() - t0
     effective = engine.effective_config()
     print(f"evalgate: engine started in {start_s:.1f} s; effective config: {json.dumps(effective)}", flush=True)
-    lm = make_lm(engine)
     store = ResultStore(Path(spec["store"]))
+    lm = make_lm(engine, GenerationJournal(Path(spec["journal"])))
     from evalgate.suites import content_hash
 
     for suite in spec["suites"]:
@@ -181,20 +191,23 @@ def _worker_main(spec_path: str) -> int:
         if content_hash(Path(suite["dir"]) / suite["name"]) != suite["hash"]:
             raise StoreError(f"suite {suite['name']} changed on disk while evalgate was running; run again")
         before = engine.spec_decode_counters()
+        reused, generated = lm.reused, lm.generated
         t1 = time.monotonic()
-        tasks = _evaluate_suite(lm, suite, spec["limit"], sampling.seed)
+        tasks = _evaluate_suite(lm, suite, spec["limit"], sampling)
         after = engine.spec_decode_counters()
         suite_s = time.monotonic() - t1
         store.put(suite["key"], {
             "suite": suite["name"], "effective": effective, "tasks": tasks_to_json(tasks),
             "spec_decode": {k: after[k] - before.get(k, 0.0) for k in after},
             "timings": {"engine_start": start_s, f"suite:{suite['name']}": suite_s},
+            "generations": {"reused": lm.reused - reused, "generated": lm.generated - generated},
         })
-        print(f"evalgate: suite {suite['name']} done in {suite_s:.1f} s", flush=True)
+        print(f"evalgate: suite {suite['name']} done in {suite_s:.1f} s ({lm.generated - generated} generated, "
+              f"{lm.reused - reused} reused from the journal)", flush=True)
     return 0
 
 
-def _evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None, seed: int) -> dict[str, TaskResult]:
+def _evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None, sampling: Any) -> dict[str, TaskResult]:
     """Run one suite's tasks through lm-eval and convert its logged samples to ``TaskResult``s."""
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
@@ -202,26 +215,31 @@ def _evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None, seed: int
     manager = TaskManager(include_path=suite["dir"], include_defaults=False)
     out = simple_evaluate(
         model=lm, tasks=list(suite["tasks"]), task_manager=manager, limit=limit,
-        log_samples=True, bootstrap_iters=0, confirm_run_unsafe_code=True, random_seed=seed,
-        numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
+        log_samples=True, bootstrap_iters=0, confirm_run_unsafe_code=True, random_seed=sampling.seed,
+        numpy_random_seed=sampling.seed, torch_random_seed=sampling.seed, fewshot_random_seed=sampling.seed,
     )
     if not out or "samples" not in out:
         raise StoreError(f"lm-eval returned no logged samples for suite {suite['name']}")
     results: dict[str, TaskResult] = {}
     for task in suite["tasks"]:
         metric = suite["metrics"][task]
-        items = [_item(task, s, metric) for s in out["samples"].get(task, [])]
+        items = [_item(task, s, metric, lm.records, sampling) for s in out["samples"].get(task, [])]
         results[task] = TaskResult(task=task, suite=suite["name"], metric=metric,
                                    items=tuple(sorted(items, key=lambda i: i.item_id)))
     return results
 
 
-def _item(task: str, sample: dict[str, Any], metric: str) -> ItemResult:
+def _item(task: str, sample: dict[str, Any], metric: str, records: dict[str, Any], sampling: Any) -> ItemResult:
+    from evalgate.engine import request_key, request_params
+
     metrics = {k: float(sample[k]) for k in sample.get("metrics", []) if isinstance(sample.get(k), (int, float))}
+    context, gen_kwargs = sample["arguments"][0]
+    gen = records.get(request_key(context, *request_params(gen_kwargs, sampling)), {})
     return ItemResult(
         task=task, item_id=int(sample["doc_id"]), item_hash=str(sample["doc_hash"]),
         prompt=str(sample["arguments"][0][0]), target=str(sample["target"]),
         output=str(sample["resps"][0][0]), score=float(metrics[metric]), metrics=metrics,
+        n_tokens=gen.get("n_tokens"), finish_reason=gen.get("finish_reason"),
     )
 
 

@@ -110,6 +110,52 @@ class ResultStore:
         return path
 
 
+class GenerationJournal:
+    """Append-only log of finished generations of one config, so a killed run resumes without recomputing.
+
+    One JSON line per generation: ``{"k": request key, "g": {text, n_tokens, finish_reason}, "c": checksum}``,
+    flushed and fsynced after each batch. A line cut short by a kill, or whose checksum does not match, is
+    skipped (that generation is simply redone).
+
+    Args:
+        path: the journal file (``<store>/journal/<config key>.jsonl``).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        """Every intact record by request key (later lines win)."""
+        out: dict[str, dict[str, Any]] = {}
+        if not self.path.exists():
+            return out
+        with FileLock(str(self.path) + ".lock"), self.path.open(encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                try:
+                    rec = json.loads(line)
+                    if rec["c"] == _checksum([rec["k"], rec["g"]]):
+                        out[rec["k"]] = rec["g"]
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    continue
+        return out
+
+    def append(self, records: dict[str, dict[str, Any]]) -> None:
+        """Append ``{request key: generation}`` records durably (one write, flush, fsync)."""
+        if not records:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lines = "".join(canonical_json({"k": k, "g": g, "c": _checksum([k, g])}) + "\n" for k, g in records.items())
+        with FileLock(str(self.path) + ".lock"), self.path.open("a+b") as fh:
+            # A kill can leave a half-written last line; start on a fresh line so only that record is lost.
+            if fh.tell() > 0:
+                fh.seek(-1, os.SEEK_END)
+                if fh.read(1) != b"\n":
+                    lines = "\n" + lines
+            fh.write(lines.encode("utf-8"))
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
 def _checksum(payload: Any) -> str:
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
 

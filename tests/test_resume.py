@@ -1,0 +1,62 @@
+"""Kill a real run mid-suite, run the same command again: it finishes without recomputing or losing items."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm", reason="needs vLLM (pip install 'evalgate[cpu]')")
+
+from evalgate.engine import CHUNK  # noqa: E402
+from evalgate.model import evalgate_home  # noqa: E402
+
+pytestmark = pytest.mark.engine
+ROOT = Path(__file__).resolve().parent.parent
+ITEMS = 2 * CHUNK + 8  # three engine calls; the kill lands after the first
+
+
+def _journal_lines(journal_dir: Path, before: set[Path]) -> int:
+    files = [p for p in journal_dir.glob("*.jsonl") if p not in before]
+    return sum(len(p.read_text(encoding="utf-8", errors="replace").splitlines()) for p in files)
+
+
+def test_killed_run_resumes_from_the_journal(tmp_path: Path) -> None:
+    # A fresh sampling seed gives configs that nothing in the store has seen (greedy: outputs unchanged).
+    seed = random.SystemRandom().randrange(1, 2**31)
+    (tmp_path / "base.yaml").write_text(f"extends: {ROOT / 'configs' / 'baseline.yaml'}\nsampling: {{seed: {seed}}}\n")
+    (tmp_path / "cand.yaml").write_text("extends: base\nengine_args: {dtype: bfloat16}\n")
+    journal_dir = evalgate_home() / "store" / "journal"
+    journal_dir.mkdir(parents=True, exist_ok=True)
+    before = set(journal_dir.glob("*.jsonl"))
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "evalgate", "run", "--config", str(tmp_path / "cand.yaml"), "--suites", "docparse",
+           "--limit", str(ITEMS), "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 900
+    while _journal_lines(journal_dir, before) < CHUNK:
+        assert proc.poll() is None, "the run ended before it could be killed"
+        assert time.monotonic() < deadline, "no generation was journaled in 15 minutes"
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)  # the CLI and its engine worker, mid-suite
+    proc.wait()
+    done_before_kill = _journal_lines(journal_dir, before)
+    assert CHUNK <= done_before_kill < ITEMS
+    assert not (out / "baseline.json").exists()
+
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    assert again.returncode in (0, 1, 5), again.stderr[-2000:]
+    manifest = json.loads((out / "manifest.json").read_text())
+    gens = manifest["baseline"]["generations"]
+    assert gens["reused"] == done_before_kill  # nothing finished was recomputed
+    assert gens["reused"] + gens["generated"] == ITEMS  # and nothing was lost
+    items = json.loads((out / "baseline.json").read_text())["tasks"]["docparse_fields"]["items"]
+    assert [i["item_id"] for i in items] == list(range(ITEMS))
+    assert all(i["finish_reason"] in ("stop", "length") and i["n_tokens"] > 0 for i in items)
