@@ -1,0 +1,66 @@
+"""Evidence: output health, divergence and spec-decode health, against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from evalgate.evidence import (contradictions, divergence, first_divergence, is_degenerate, output_health,
+                               spec_decode_health)
+from evalgate.results import ItemResult
+
+
+def item(i: int, output: str, *, finish: str = "stop", metrics: dict[str, float] | None = None) -> ItemResult:
+    return ItemResult(task="t", item_id=i, item_hash=f"h{i}", prompt="p", target="x", output=output, score=1.0,
+                      metrics=metrics or {}, n_tokens=len(output.split()), finish_reason=finish)
+
+
+def test_degenerate_detects_repeated_units_only() -> None:
+    assert is_degenerate("answer: " + "0 " * 12)
+    assert is_degenerate("<pad>" * 12)
+    assert not is_degenerate("0 " * 11)
+    assert not is_degenerate('{"total": "1,000.00", "date": "2023-01-01"}')
+
+
+def test_output_health_shares() -> None:
+    items = [item(0, "ok", metrics={"parsed": 1.0}), item(1, "  ", metrics={"parsed": 0.0}),
+             item(2, "x" * 40, finish="length", metrics={"parsed": 0.0}), item(3, "fine", metrics={"parsed": 1.0})]
+    h = output_health(items)
+    assert (h.n, h.truncated, h.empty, h.unparseable, h.degenerate) == (4, 0.25, 0.25, 0.5, 0.25)
+    assert math.isnan(output_health([item(0, "a")]).unparseable)
+    with pytest.raises(ValueError):
+        output_health([])
+
+
+def test_first_divergence_and_curve() -> None:
+    assert first_divergence("abc", "abc") is None
+    assert first_divergence("abcd", "abxd") == 2
+    assert first_divergence("ab", "abc") == 2
+    pairs = [(item(0, "same"), item(0, "same")), (item(1, "abcdefghij"), item(1, "abcdefghiX")),
+             (item(2, "xyz"), item(2, "Xyz"))]
+    d = divergence(pairs, offsets=(0, 5, 9, 10))
+    assert d.identical_share == pytest.approx(1 / 3)
+    assert d.first_divergence == (9, 0)
+    # still identical beyond offset o: item 0 always; item 1 while o < 9; item 2 never (diverges at 0)
+    assert d.curve == pytest.approx((2 / 3, 2 / 3, 1 / 3, 1 / 3))
+
+
+def test_spec_decode_health_formulas() -> None:
+    assert spec_decode_health({}) is None
+    s = spec_decode_health({"spec_decode_num_drafts": 10.0, "spec_decode_num_draft_tokens": 30.0,
+                            "spec_decode_num_accepted_tokens": 12.0})
+    assert s is not None
+    assert s.acceptance_rate == pytest.approx(0.4)
+    assert s.mean_acceptance_length == pytest.approx(2.2)
+
+
+def test_contradiction_all_accepted_but_outputs_diverge() -> None:
+    base = [item(0, "the answer is 4"), item(1, "fine")]
+    cand = [item(0, "0 " * 20, finish="length"), item(1, "fine")]
+    s = spec_decode_health({"spec_decode_num_drafts": 5.0, "spec_decode_num_draft_tokens": 15.0,
+                            "spec_decode_num_accepted_tokens": 15.0})
+    flags = contradictions(s, divergence(list(zip(base, cand))), output_health(cand), output_health(base))
+    assert len(flags) == 3
+    assert flags[0].startswith("spec-decode counters report 100% of drafts accepted, yet 50% of greedy outputs differ")
+    assert contradictions(None, divergence(list(zip(base, base))), output_health(base), output_health(base)) == []
