@@ -34,6 +34,7 @@ CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
 _TOP_KEYS = ("extends", "baseline", "description", "expect", "model", "engine_args", "env", "sampling")
 _SAMPLING_KEYS = {"temperature": float, "top_p": float, "max_tokens": int, "seed": int}
 _EXPECT = ("lossy", "lossless")
+_MAX_NODES = 100_000  # YAML values in one config file, aliases expanded (a config has a few dozen)
 # Set by evalgate itself (the model comes from the top-level ``model`` key).
 _RESERVED_ENGINE_ARGS = ("model", "tokenizer")
 
@@ -186,7 +187,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror}", path=path) from exc
     try:
-        data = yaml.safe_load(text)
+        data = _load_strict(text, path)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark else ""
@@ -205,6 +206,46 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         if key in data and data[key] is not None and not isinstance(data[key], dict):
             raise ConfigError(f"must be a mapping, got {type(data[key]).__name__}", path=path, field=key)
     return data
+
+
+def _load_strict(text: str, path: Path) -> Any:
+    """``yaml.safe_load`` that rejects a key given twice in one mapping (PyYAML keeps the last one silently,
+    so ``engine_args`` written twice would drop the first block without a word)."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_duplicate_keys(node, "", path)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _check_duplicate_keys(root: yaml.Node, where: str, path: Path) -> None:
+    """Walk the node tree as it will be constructed (aliases expanded): a key given twice in one mapping, and
+    alias bombs (anchors that expand to more than ``_MAX_NODES`` values) are ConfigErrors."""
+    stack: list[tuple[yaml.Node, str]] = [(root, where)]
+    visited = 0
+    while stack:
+        node, where = stack.pop()
+        visited += 1
+        if visited > _MAX_NODES:
+            raise ConfigError(f"too large: more than {_MAX_NODES} values once YAML aliases are expanded", path=path,
+                              field=where or None)
+        if isinstance(node, yaml.SequenceNode):
+            stack += [(child, f"{where}[{i}]") for i, child in enumerate(node.value)]
+        elif isinstance(node, yaml.MappingNode):
+            seen: set[str] = set()
+            for key_node, value_node in node.value:
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+                dotted = f"{where}.{key}" if where else str(key)
+                if key is not None and key in seen:
+                    raise ConfigError(f"duplicate key '{key}' (line {key_node.start_mark.line + 1}); give each key "
+                                      "once", path=path, field=dotted)
+                if key is not None:
+                    seen.add(key)
+                stack.append((value_node, dotted))
 
 
 def _merge(layers: list[dict[str, Any]]) -> dict[str, Any]:
