@@ -148,3 +148,13 @@ def test_unknown_engine_arg_suggests_the_closest_vllm_name(tmp_path: Path) -> No
 def test_shipped_configs_use_real_engine_arg_names() -> None:
     for name in list_configs(CONFIGS_DIR):
         load_config(name, CONFIGS_DIR)  # raises on any name vLLM's EngineArgs lacks
+
+
+def test_engine_arg_names_read_from_source_match_the_imported_dataclass() -> None:
+    import dataclasses
+
+    from evalgate.config import _engine_arg_names_from_source, engine_arg_names
+
+    real = {f.name for f in dataclasses.fields(vllm.EngineArgs)}
+    assert _engine_arg_names_from_source() == real
+    assert engine_arg_names() == real
