@@ -84,10 +84,21 @@ def content_hash(folder: Path) -> str:
 
 def _read_task(path: Path) -> tuple[str, str]:
     """(task name, primary metric) of one task YAML; ConfigError naming the file and field."""
+    data = path.read_bytes()
     try:
-        cfg = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # noqa: S506 (SafeLoader)
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot parse YAML: {' '.join(str(e).split())}", path=path) from e
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ConfigError(f"not valid UTF-8: byte 0x{data[e.start]:02x} at line {line}", path=path) from None
+    try:
+        cfg = yaml.load(text, Loader=_Loader)  # noqa: S506 (SafeLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = " ".join(str(getattr(e, "problem", None) or e).split())
+        raise ConfigError(f"cannot parse YAML{where}: {problem}", path=path) from None
+    if cfg is None:
+        raise ConfigError("is empty: a suite YAML defines one lm-eval task (task, metric_list, ...)", path=path)
     if not isinstance(cfg, dict):
         raise ConfigError(f"expected a mapping, got {type(cfg).__name__}", path=path)
     task = cfg.get("task")
@@ -107,7 +118,8 @@ def _read_task(path: Path) -> tuple[str, str]:
 def _check_dir(suites_dir: Path | str | None) -> Path:
     root = Path(suites_dir).expanduser().resolve() if suites_dir is not None else default_suites_dir()
     if not root.is_dir():
-        raise ConfigError("suites directory does not exist", path=root)
+        what = "is not a directory" if root.exists() else "does not exist"
+        raise ConfigError(f"suites directory {what}", path=root)
     return root
 
 
@@ -130,6 +142,8 @@ def load_suite(name: str, suites_dir: Path | str | None = None) -> Suite:
     if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith((".", "_")):
         raise ConfigError(f"invalid suite name {name!r}", path=root)
     path = root / name
+    if path.exists() and not path.is_dir():
+        raise ConfigError("is a file, not a folder: a suite is a folder of task YAML files", path=path)
     if not path.is_dir():
         known = _suite_names(root)
         close = difflib.get_close_matches(name, known, n=1)
