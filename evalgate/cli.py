@@ -13,7 +13,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from evalgate.errors import ConfigError, EvalgateError, ExitCode
 
@@ -34,15 +34,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from evalgate.suites import default_suites_dir, list_suites, load_suite
     from evalgate.thresholds import load_thresholds
 
-    if args.limit is not None and args.limit < 1:
-        raise ConfigError(f"must be >= 1, got {args.limit}", field="--limit")
+    _check_run_args(args)
     t0 = time.monotonic()
     configs_dir = Path(args.configs_dir)
     cand = config_mod.load_config(args.config, configs_dir)
-    if not cand.baseline:
-        raise ConfigError("this config has no baseline to compare against (set 'extends' or 'baseline')",
-                          path=cand.path, field="baseline")
-    base = config_mod.load_config(_near(cand.baseline, cand.path, configs_dir), configs_dir)
+    base = config_mod.load_baseline(cand, configs_dir)
     thresholds = load_thresholds(Path(args.thresholds))
     suites_dir = Path(args.suites_dir) if args.suites_dir else default_suites_dir()
     suites = [load_suite(n, suites_dir) for n in args.suites] if args.suites else list_suites(suites_dir)
@@ -89,6 +85,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     return int(_VERDICT_EXIT[doc["verdict"]])
 
 
+def _check_run_args(args: argparse.Namespace) -> None:
+    """Command-line values of ``run`` that argparse's types let through (before anything is loaded)."""
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError(f"must be >= 1, got {args.limit}", field="--limit")
+    if not (0 < args.timeout < float("inf")):  # also rejects nan
+        raise ConfigError(f"must be a number of seconds > 0, got {args.timeout}", field="--timeout")
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ConfigError("exists and is not a directory (the run directory)", path=args.out, field="--out")
+
+
 def _near(ref: str, config_path: Path, configs_dir: Path) -> str:
     """Resolve a baseline name next to the config file first, then in configs/ (like ``extends``)."""
     for cand in (config_path.parent / ref, config_path.parent / f"{ref}.yaml"):
@@ -123,10 +129,21 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+class _UsageError(Exception):
+    """A command-line error found by argparse (exit 2, one line)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but an error is one line on stderr from ``main`` (not the usage block plus ``SystemExit``)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(f"{message} (see '{self.prog} --help')")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from evalgate.config import CONFIGS_DIR
 
-    p = argparse.ArgumentParser(prog="evalgate", description="Accuracy-regression gate for vLLM engine changes.")
+    p = _Parser(prog="evalgate", description="Accuracy-regression gate for vLLM engine changes.")
     p.add_argument("--debug", action="store_true", help="show tracebacks and engine logs")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -154,9 +171,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point. Returns the exit code (``SystemExit`` from argparse usage errors is exit 2)."""
+    """Entry point. Returns the exit code (a command-line error is exit 2, one line on stderr)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except _UsageError as exc:
+        print(f"evalgate: error: {exc}", file=sys.stderr)
+        return int(ExitCode.USAGE)
     # Our progress lines at INFO; other libraries' chatter (vLLM, Triton probes) only at WARNING and up.
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="evalgate: %(message)s",
                         stream=sys.stderr)
