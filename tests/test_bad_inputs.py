@@ -1,0 +1,436 @@
+"""The bad-input corpus (``tests/bad_inputs/``) through the real command line.
+
+Every malformed config, thresholds file, suite, command line and stored result must give exactly
+one line on stderr naming the file and the field (where there is one), exit 2 (usage/config) or 3
+(a corrupt stored result), no traceback, and — for ``run`` — fail before any engine or model work
+starts: ``evalgate.runner``'s entry points are replaced by tripwires, and the run directory must
+not get a ``logs/`` folder.
+
+Layout of the corpus::
+
+    good/         valid configs (baseline, cand), thresholds and two suites: the defaults of every case
+    configs/      malformed candidate configs (and the parents some of them extend)
+    thresholds/   malformed thresholds files
+    suites/<case>/  malformed suites directories
+    results/      corrupt store entries and run files (evalgate.store)
+    stored_runs/<case>/  corrupt run directories for ``evalgate report`` and ``evalgate compare`` (exit 3)
+
+A case replaces one default of ``evalgate run`` (or runs ``evalgate list``). ``test_every_corpus_file_is_used``
+keeps the corpus and the table in step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+import evalgate.runner
+from evalgate import cli
+from evalgate.errors import ExitCode, StoreError
+from evalgate.store import ResultStore, read_json, tasks_from_json
+
+B = Path(__file__).resolve().parent / "bad_inputs"
+G = B / "good"
+REPO = Path(__file__).resolve().parent.parent
+STORE_KEY = "a" * 64  # the key the entries under results/ were written for
+
+
+@dataclass(frozen=True)
+class Case:
+    """One bad input.
+
+    Attributes:
+        id: test id.
+        opts: options replacing the defaults of ``evalgate run``: a value starting with ``@`` is a
+            path under tests/bad_inputs/, a list is several values, None drops the option.
+        file: the corpus file (relative to tests/bad_inputs/) the message must name, if any.
+        field: the field (or option) the message must name, if any.
+        fragment: more text the message must contain.
+        command: ``run``, ``list``, ``report`` or ``compare`` (the last two take ``opts["RUN"]``, a run directory).
+        uses: further corpus files the case reads (parents of a config, a suite's files).
+        extra: more arguments, appended.
+        code: the exit code: 2 (usage/config), 3 for a corrupt stored result.
+    """
+
+    id: str
+    opts: dict[str, object]
+    file: str | None
+    field: str | None
+    fragment: str | None = None
+    command: str = "run"
+    uses: tuple[str, ...] = ()
+    extra: tuple[str, ...] = field(default=())
+    code: int = ExitCode.USAGE
+
+
+def _cfg(name: str, fld: str | None, fragment: str | None = None, *, file: str | None = "", uses=()) -> Case:
+    return Case(f"config-{name}", {"--config": f"@configs/{name}.yaml"},
+                f"configs/{name}.yaml" if file == "" else file, fld, fragment, uses=uses)
+
+
+def _thr(name: str, fld: str | None, fragment: str | None = None) -> Case:
+    return Case(f"thresholds-{name}", {"--thresholds": f"@thresholds/{name}.yaml"}, f"thresholds/{name}.yaml", fld,
+                fragment)
+
+
+def _suite(case: str, file: str | None, fld: str | None, fragment: str | None = None, suites=None) -> Case:
+    opts: dict[str, object] = {"--suites-dir": f"@suites/{case}"}
+    if suites:
+        opts["--suites"] = suites
+    return Case(f"suites-{case}", opts, file and f"suites/{case}/{file}", fld, fragment, uses=(f"suites/{case}",))
+
+
+PARENT = ("configs/ok-parent.yaml",)
+CASES: list[Case] = [
+    # ------------------------------------------------------------------ configs: YAML itself
+    _cfg("syntax-unclosed-flow", None, "YAML syntax error: line 3"),
+    _cfg("syntax-bad-indent", None, "YAML syntax error"),
+    _cfg("syntax-tab-indent", None, "YAML syntax error"),
+    _cfg("syntax-unclosed-quote", None, "YAML syntax error"),
+    _cfg("syntax-multi-document", None, "YAML"),
+    _cfg("duplicate-key", "engine_args", "duplicate key"),
+    _cfg("duplicate-nested-key", "engine_args", "duplicate key 'dtype'"),
+    _cfg("unhashable-key", None, "YAML"),
+    _cfg("python-tag", None, "YAML"),
+    _cfg("nul-bytes", None, "YAML"),
+    _cfg("non-utf8", None, "not UTF-8"),
+    _cfg("utf16", None, "not UTF-8"),
+    _cfg("binary-junk", None, None),
+    _cfg("empty", None, "empty"),
+    _cfg("comments-only", None, "empty"),
+    _cfg("top-list", None, "mapping"),
+    _cfg("top-scalar", None, "mapping"),
+    # ------------------------------------------------------------------ configs: keys and types
+    _cfg("unknown-top-key", "engine_arg", "did you mean 'engine_args'", uses=PARENT),
+    _cfg("unknown-top-key-extend", "extend", "did you mean 'extends'"),
+    _cfg("null-key", "None", "unknown key", uses=PARENT),
+    _cfg("alias-bomb", "a", "unknown key", uses=PARENT),
+    _cfg("alias-bomb-deep", "engine_args.speculative_config", "aliases are expanded", uses=PARENT),
+    _cfg("engine-args-list", "engine_args", "mapping", uses=PARENT),
+    _cfg("engine-args-string", "engine_args", "mapping", uses=PARENT),
+    _cfg("env-string", "env", "mapping", uses=PARENT),
+    _cfg("env-key-equals", "env.A=B", "environment variable", uses=PARENT),
+    _cfg("env-value-mapping", "env.X", "string or number", uses=PARENT),
+    _cfg("sampling-list", "sampling", "mapping", uses=PARENT),
+    _cfg("sampling-unknown-key", "sampling.temprature", "did you mean 'temperature'", uses=PARENT),
+    _cfg("sampling-temperature-string", "sampling.temperature", "number", uses=PARENT),
+    _cfg("sampling-temperature-negative", "sampling.temperature", ">= 0", uses=PARENT),
+    _cfg("sampling-temperature-nan", "sampling.temperature", "number", uses=PARENT),
+    _cfg("sampling-max-tokens-zero", "sampling.max_tokens", ">= 1", uses=PARENT),
+    _cfg("sampling-max-tokens-float", "sampling.max_tokens", "integer", uses=PARENT),
+    _cfg("sampling-max-tokens-inf", "sampling.max_tokens", "integer", uses=PARENT),
+    _cfg("sampling-top-p-above-one", "sampling.top_p", "(0, 1]", uses=PARENT),
+    _cfg("sampling-top-p-zero", "sampling.top_p", "(0, 1]", uses=PARENT),
+    _cfg("sampling-seed-bool", "sampling.seed", "integer", uses=PARENT),
+    _cfg("model-missing", "model", "required"),
+    _cfg("model-int", "model", "required", uses=PARENT),
+    _cfg("model-empty", "model", "required", uses=PARENT),
+    _cfg("model-list", "model", "required", uses=PARENT),
+    _cfg("expect-invalid", "expect", "lossless", uses=PARENT),
+    _cfg("description-list", "description", "string", uses=PARENT),
+    _cfg("engine-arg-not-identifier", "engine_args.max model len", "identifier", uses=PARENT),
+    _cfg("engine-arg-int-key", "engine_args.1", "identifier", uses=PARENT),
+    # ------------------------------------------------------------------ configs: extends and baseline
+    _cfg("extends-int", "extends", "config name"),
+    _cfg("extends-empty", "extends", "config name"),
+    _cfg("extends-list", "extends", "config name"),
+    _cfg("extends-missing", "extends", "'no-such-parent' not found"),
+    _cfg("extends-dir", "extends", "directory", uses=("configs/parent-dir.yaml",)),
+    _cfg("extends-bad-parent", None, "YAML syntax error", file="configs/bad-parent-syntax.yaml"),
+    _cfg("cycle-self", "extends", "cycle"),
+    Case("config-cycle2", {"--config": "@configs/cycle2/a.yaml"}, "configs/cycle2/a.yaml", "extends", "cycle",
+         uses=("configs/cycle2",)),
+    Case("config-cycle3", {"--config": "@configs/cycle3/x.yaml"}, "configs/cycle3/x.yaml", "extends",
+         "x.yaml -> y.yaml -> z.yaml -> x.yaml", uses=("configs/cycle3",)),
+    _cfg("baseline-int", "baseline", "config name", uses=PARENT),
+    _cfg("baseline-missing", "baseline", "'no-such-baseline' not found", uses=PARENT),
+    _cfg("baseline-invalid", "sampling.max_tokens", ">= 1", file="configs/bad-base.yaml", uses=PARENT),
+    _cfg("no-baseline", "baseline", "no baseline"),
+    Case("config-dir", {"--config": "@configs/dir.yaml"}, "configs/dir.yaml", None, "directory"),
+    Case("config-plain-dir", {"--config": "@configs/plain-dir"}, "configs/plain-dir", None, "directory"),
+    Case("config-unknown-name", {"--config": "cnad"}, None, "--config", "did you mean 'cand'"),
+    Case("config-missing-path", {"--config": "@configs/no-such-file.yaml"}, None, "--config", "not found"),
+    # ------------------------------------------------------------------ configs: vLLM engine-arg names
+    _cfg("engine-arg-reserved-model", "engine_args.model", "top-level 'model'", uses=PARENT),
+    _cfg("engine-arg-unknown", "engine_args.mamba_ssm_cache_dtyp", "did you mean 'mamba_ssm_cache_dtype'",
+         uses=PARENT),
+    _cfg("engine-arg-unknown-nonsense", "engine_args.zzz_not_an_engine_arg", "unknown vLLM engine arg", uses=PARENT),
+    _cfg("engine-arg-unknown-in-parent", "engine_args.enforce_eagr", "did you mean 'enforce_eager'",
+         file="configs/bad-engine-parent.yaml"),
+    # ------------------------------------------------------------------ thresholds
+    _thr("syntax", None, "invalid YAML at line 3"),
+    _thr("duplicate-key", None, "duplicate key 'alpha'"),
+    _thr("empty", None, "empty"),
+    _thr("top-list", None, "mapping"),
+    _thr("margin-negative", "default.margin", ">= 0"),
+    _thr("margin-string", "default.margin", "'two'"),
+    _thr("margin-inf", "default.margin", "finite"),
+    _thr("margin-nan", "default.margin", "finite"),
+    _thr("margin-over-100", "default.margin", "<= 100"),
+    _thr("margin-bool", "default.margin", "boolean"),
+    _thr("margin-null", "default.margin", "null"),
+    _thr("margin-percent-string", "default.margin", "'2%'"),
+    _thr("suite-margin-negative", "suites.s1.margin", ">= 0"),
+    _thr("task-margin-string", "tasks.s1_task.margin", "'lots'"),
+    _thr("alpha-zero", "alpha", "0 < alpha < 0.5"),
+    _thr("alpha-half", "alpha", "0 < alpha < 0.5"),
+    _thr("alpha-above-one", "alpha", "0 < alpha < 0.5"),
+    _thr("alpha-negative", "alpha", "0 < alpha < 0.5"),
+    _thr("alpha-string", "alpha", "'five percent'"),
+    _thr("suite-alpha-out-of-range", "suites.s1.alpha", "0 < alpha < 0.5"),
+    _thr("alpha-missing", "alpha", "required"),
+    _thr("default-missing", "default", "required"),
+    _thr("default-not-mapping", "default", "mapping"),
+    _thr("default-margin-missing", "default.margin", "required"),
+    _thr("unknown-top-key", "alpah", "did you mean 'alpha'"),
+    _thr("unknown-level-key", "suites.s1.margn", "did you mean 'margin'"),
+    _thr("unknown-suite", "suites.nosuch", "unknown suite"),
+    _thr("unknown-task", "tasks.nosuch_task", "unknown task"),
+    _thr("suites-not-mapping", "suites", "mapping"),
+    _thr("suite-entry-empty", "suites.s1", "empty"),
+    _thr("bootstrap-too-few", "bootstrap_resamples", ">= 1000"),
+    _thr("bootstrap-string", "bootstrap_resamples", "integer"),
+    _thr("seed-negative", "seed", ">= 0"),
+    _thr("non-utf8", None, "UTF-8"),
+    Case("thresholds-dir", {"--thresholds": "@thresholds/dir.yaml"}, "thresholds/dir.yaml", None, "directory"),
+    Case("thresholds-missing", {"--thresholds": "@thresholds/no-such-file.yaml"}, "thresholds/no-such-file.yaml",
+         None, "not found"),
+    # ------------------------------------------------------------------ suites
+    _suite("no-task", "s1/t.yaml", "task", "task"),
+    _suite("no-metric-list", "s1/t.yaml", "metric_list", "metric_list"),
+    _suite("empty-metric-list", "s1/t.yaml", "metric_list", "metric_list"),
+    _suite("metric-not-mapping", "s1/t.yaml", "metric_list[0].metric", "metric"),
+    _suite("metric-empty-name", "s1/t.yaml", "metric_list[0].metric", "metric"),
+    _suite("task-int", "s1/t.yaml", "task", "task"),
+    _suite("syntax-error", "s1/t.yaml", None, "YAML"),
+    _suite("non-utf8", "s1/t.yaml", None, "UTF-8"),
+    _suite("top-list", "s1/t.yaml", None, "mapping"),
+    _suite("empty-yaml", "s1/t.yaml", None, "empty"),
+    _suite("duplicate-task", "s1/b.yaml", "task", "defined twice"),
+    _suite("duplicate-task-across-suites", None, "task", "'shared_task' is defined by suites 's1' and 's2'"),
+    _suite("empty-suite", "empty", None, "no task YAML", suites=["empty"]),
+    _suite("suite-is-file", "s2", None, "not a folder", suites=["s2"]),
+    _suite("yaml-is-dir", "s1", None, "no task YAML", suites=["s1"]),
+    _suite("no-suites", None, None, "no suites"),
+    Case("suites-dir-is-a-file", {"--suites-dir": "@suites/file-not-dir"}, "suites/file-not-dir", None,
+         "not a directory"),
+    Case("suites-dir-missing", {"--suites-dir": "@suites/no-such-dir"}, "suites/no-such-dir", None, "does not exist"),
+    Case("suites-unknown-name", {"--suites": ["s1", "docparse"]}, None, None, "no suite named 'docparse'"),
+    Case("suites-close-name", {"--suites": ["s11"]}, None, None, "did you mean"),
+    Case("suites-path-name", {"--suites": ["../good"]}, None, None, "invalid suite name"),
+    Case("suites-empty-name", {"--suites": [""]}, None, None, "invalid suite name"),
+    # ------------------------------------------------------------------ command line
+    Case("limit-zero", {"--limit": "0"}, None, "--limit", ">= 1"),
+    Case("limit-negative", {"--limit": "-3"}, None, "--limit", ">= 1"),
+    Case("limit-not-int", {"--limit": "abc"}, None, "--limit", "invalid int value"),
+    Case("limit-float", {"--limit": "1.5"}, None, "--limit", "invalid int value"),
+    Case("timeout-zero", {"--timeout": "0"}, None, "--timeout", "> 0"),
+    Case("timeout-negative", {"--timeout": "-5"}, None, "--timeout", "> 0"),
+    Case("timeout-nan", {"--timeout": "nan"}, None, "--timeout", "> 0"),
+    Case("timeout-inf", {"--timeout": "inf"}, None, "--timeout", "> 0"),
+    Case("out-is-a-file", {"--out": "@good/configs/baseline.yaml"}, "good/configs/baseline.yaml", "--out", "not a directory"),
+    Case("unknown-option", {}, None, "--limt", "unrecognized arguments", extra=("--limt", "2")),
+    Case("config-option-missing", {"--config": None}, None, "--config", "required"),
+    Case("suites-option-without-value", {"--suites": []}, None, "--suites", "expected at least one"),
+    Case("no-command", {}, None, "command", "required", command=""),
+    Case("unknown-command", {}, None, "command", "invalid choice", command="rn"),
+    Case("model-without-subcommand", {}, None, "model_command", "required", command="model"),
+    # ------------------------------------------------------------------ evalgate list
+    Case("list-config-cycle", {"--configs-dir": "@configs/cycle2"}, "configs/cycle2/", "extends", "cycle",
+         command="list"),
+    Case("list-suites-dir-is-a-file", {"--suites-dir": "@suites/file-not-dir"}, "suites/file-not-dir", None,
+         "not a directory", command="list"),
+]
+
+
+def _stored(command: str, run: str, file: str | None, fragment: str | None) -> Case:
+    return Case(f"{command}-{run}", {"RUN": f"@stored_runs/{run}"}, file and f"stored_runs/{run}/{file}", None,
+                fragment, command=command, code=ExitCode.RUNTIME, uses=(f"stored_runs/{run}",))
+
+
+# A corrupt stored run given to ``evalgate report`` / ``evalgate compare``: exit 3.
+STORED_CASES: list[Case] = [
+    _stored("report", "verdict-truncated", "verdict.json", "truncated"),
+    _stored("report", "verdict-empty", "verdict.json", "truncated"),
+    _stored("report", "verdict-non-utf8", "verdict.json", None),
+    _stored("report", "verdict-not-a-verdict", "verdict.json", "not an evalgate verdict"),
+    _stored("report", "verdict-top-list", "verdict.json", "not an evalgate verdict"),
+    _stored("report", "verdict-missing", "verdict.json", "not found"),
+    _stored("report", "verdict-is-dir", "verdict.json", None),
+    _stored("report", "run-is-a-file", None, None),
+    _stored("compare", "candidate-truncated", "candidate.json", "truncated"),
+    _stored("compare", "candidate-missing-tasks", "candidate.json", "tasks"),
+    _stored("compare", "candidate-items-malformed", "candidate.json", "malformed"),
+    _stored("compare", "manifest-truncated", "manifest.json", "truncated"),
+    _stored("compare", "run-is-a-file", None, "not found"),
+]
+CASES += STORED_CASES
+
+# Run also as a real ``python -m evalgate`` process (stderr must hold the one line and nothing else).
+SUBPROCESS_CASES = ("config-syntax-unclosed-flow", "config-engine-arg-unknown", "thresholds-alpha-zero",
+                    "suites-no-metric-list", "limit-not-int", "no-command", "config-non-utf8", "out-is-a-file")
+
+RESULT_FILES = sorted(p.name for p in (B / "results").iterdir())
+# Run files (baseline.json / candidate.json): valid JSON, malformed task records.
+RUN_FILES = ("malformed-tasks.json", "items-not-list.json", "items-wrong-keys.json")
+# Not JSON at all.
+UNREADABLE_FILES = ("empty.json", "non-utf8.json", "not-json.json", "nul-bytes.json", "truncated.json")
+
+
+def _path(v: object) -> str:
+    return str(B / v[1:]) if isinstance(v, str) and v.startswith("@") else str(v)
+
+
+def _has_command(name: str) -> bool:
+    sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return name in sub.choices
+
+
+def _argv(case: Case, out: Path) -> list[str]:
+    if case.command in ("report", "compare"):
+        run = _path(case.opts["RUN"])
+        runs = [run] if case.command == "report" else [run, run, "--thresholds", str(G / "thresholds.yaml")]
+        return [case.command, *runs, "--out", str(out)]
+    if case.command != "run":
+        opts = {k: v for k, v in case.opts.items()} if case.command == "list" else {}
+        argv = [case.command] if case.command else []
+        if case.command == "list":
+            opts = {"--configs-dir": str(G / "configs"), "--suites-dir": str(G / "suites"), **opts}
+    else:
+        argv = ["run"]
+        opts = {"--config": str(G / "configs" / "cand.yaml"), "--thresholds": str(G / "thresholds.yaml"),
+                "--suites-dir": str(G / "suites"), "--configs-dir": str(G / "configs"), "--out": str(out), "--limit": "2",
+                **case.opts}
+    for key, value in opts.items():
+        if value is None:
+            continue
+        values = value if isinstance(value, list) else [value]
+        argv += [key, *(_path(v) for v in values)]
+    return argv + list(case.extra)
+
+
+class _Reached(BaseException):
+    """Raised by the tripwires; a BaseException so the CLI's error boundary cannot swallow it."""
+
+
+@pytest.fixture
+def tripwires(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
+    """Make any engine or model work raise ``_Reached``; an empty EVALGATE_HOME."""
+    calls: list[str] = []
+
+    def trip(name: str):
+        def f(*a, **k):
+            calls.append(name)
+            raise _Reached(name)
+        return f
+
+    for name in ("_run_worker", "evaluate_config", "resolve_model"):
+        if hasattr(evalgate.runner, name):
+            monkeypatch.setattr(evalgate.runner, name, trip(name))
+    monkeypatch.setattr("evalgate.model.prepare_embedded_model", trip("prepare_embedded_model"))
+    monkeypatch.setenv("EVALGATE_HOME", str(tmp_path / "home"))
+    return calls
+
+
+def _check_message(case: Case, err: str) -> str:
+    assert "Traceback" not in err, err
+    lines = err.splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{err}"
+    line = lines[0]
+    assert line.startswith("evalgate: error: "), line
+    if case.file:
+        assert f"bad_inputs/{case.file}" in line, f"message does not name {case.file}: {line}"
+    if case.field:
+        assert case.field in line, f"message does not name the field {case.field}: {line}"
+    if case.fragment:  # in the message itself, not in a path (the paths hold the case names)
+        assert case.fragment in re.sub(re.escape(str(B)) + r"[^:\s']*", "<path>", line), line
+    return line
+
+
+def test_the_good_inputs_reach_the_engine(tripwires: list[str], tmp_path: Path, capsys) -> None:
+    """The defaults of every case are valid: unchanged, the run gets as far as the engine."""
+    with pytest.raises(_Reached):
+        cli.main(_argv(Case("good", {}, None, None), tmp_path / "run"))
+    assert tripwires and capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_is_one_clean_line_and_exit_2_or_3(case: Case, tripwires: list[str], tmp_path: Path, capsys) -> None:
+    if case.command in ("report", "compare") and not _has_command(case.command):
+        pytest.skip(f"no 'evalgate {case.command}' command in this tree")
+    out = tmp_path / "run"
+    try:
+        code = cli.main(_argv(case, out))
+    except _Reached:
+        pytest.fail(f"{case.id}: got past validation into {tripwires}")
+    except SystemExit as exc:  # argparse
+        pytest.fail(f"{case.id}: SystemExit({exc.code}) escaped main()")
+    captured = capsys.readouterr()
+    _check_message(case, captured.err)
+    assert code == case.code
+    assert not tripwires
+    assert not (out / "logs").exists()
+
+
+@pytest.mark.parametrize("case_id", SUBPROCESS_CASES)
+def test_bad_input_in_a_real_process(case_id: str, tmp_path: Path) -> None:
+    case = next(c for c in CASES if c.id == case_id)
+    out = tmp_path / "run"
+    env = {**os.environ, "EVALGATE_HOME": str(tmp_path / "home"), "PYTHONWARNINGS": "default"}
+    proc = subprocess.run([sys.executable, "-m", "evalgate", *_argv(case, out)], capture_output=True, text=True,
+                          env=env, cwd=REPO, timeout=300)
+    _check_message(case, proc.stderr)
+    assert proc.returncode == ExitCode.USAGE
+    assert proc.stdout == ""
+    assert not (out / "logs").exists()
+    assert not (tmp_path / "home").exists()
+
+
+# ------------------------------------------------------------------------------------ stored results
+
+
+@pytest.mark.parametrize("name", RESULT_FILES)
+def test_corrupt_store_entry_is_quarantined_never_used(name: str, tmp_path: Path, caplog) -> None:
+    store = ResultStore(tmp_path / "store")
+    store.root.mkdir()
+    shutil.copyfile(B / "results" / name, store.path(STORE_KEY))
+    assert store.get(STORE_KEY) is None
+    assert not store.path(STORE_KEY).exists()
+    assert (store.root / f"{STORE_KEY}.corrupt").read_bytes() == (B / "results" / name).read_bytes()
+    assert "corrupt" in caplog.text
+    assert store.get(STORE_KEY) is None  # still a miss: recomputed, never used
+
+
+@pytest.mark.parametrize("name", UNREADABLE_FILES + RUN_FILES)
+def test_corrupt_result_file_is_a_one_line_store_error(name: str) -> None:
+    path = B / "results" / name
+    with pytest.raises(StoreError) as ei:
+        tasks_from_json(read_json(path, "results file")["tasks"], path)
+    msg = str(ei.value)
+    assert "\n" not in msg and f"bad_inputs/results/{name}" in msg
+    assert ei.value.exit_code == ExitCode.RUNTIME == 3
+
+
+def test_corpus_is_large_enough_and_every_file_is_used() -> None:
+    files = {p.relative_to(B).as_posix() for p in B.rglob("*") if p.is_file() and p.name != ".gitkeep"}
+    files |= {p.relative_to(B).as_posix() + "/" for p in B.rglob("*") if p.is_dir() and not any(p.iterdir())}
+    bad = {f for f in files if not f.startswith("good/")}
+    referenced: set[str] = set()
+    for c in CASES:
+        refs = [c.file or ""] + list(c.uses) + [v[1:] for vs in c.opts.values()
+                                                 for v in (vs if isinstance(vs, list) else [vs])
+                                                 if isinstance(v, str) and v.startswith("@")]
+        referenced |= {r for r in refs if r}
+    unused = sorted(f for f in bad if not f.startswith("results/")
+                    and not any(f == r or f.startswith(r.rstrip("/") + "/") for r in referenced))
+    assert not unused, f"corpus files no case uses: {unused}"
+    assert len(bad) >= 50
+    assert len(CASES) + len(RESULT_FILES) >= 100
