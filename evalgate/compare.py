@@ -2,7 +2,10 @@
 
 Items are paired by lm-eval's ``doc_hash`` (``ItemResult.item_hash``), never by position, and the two
 sides must cover exactly the same items: a mismatch means the runs are not comparable and is an error,
-not something to average over.
+not something to average over. Items that share a source document (``ItemResult.cluster``, from the
+suite's ``doc_group``) are analysed as clusters; records stored before clusters existed (``None``)
+count as one item per cluster. The interval is chosen per metric kind (``stats.paired_comparison``
+with ``interval="auto"``).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from evalgate.errors import StoreError
+from evalgate.gate import OutputAgreement
 from evalgate.results import ItemResult, TaskResult
 from evalgate.stats import PairedComparison, flipped_items, paired_comparison
 from evalgate.thresholds import Thresholds
@@ -28,6 +32,7 @@ class TaskComparison:
         regressed: indices into ``pairs`` where the candidate scored lower.
         improved: indices into ``pairs`` where the candidate scored higher.
         identical_outputs: number of pairs whose raw outputs are byte-identical.
+        differing_outputs: indices into ``pairs`` whose raw outputs differ.
     """
 
     suite: str
@@ -38,6 +43,12 @@ class TaskComparison:
     regressed: tuple[int, ...]
     improved: tuple[int, ...]
     identical_outputs: int
+    differing_outputs: tuple[int, ...] = ()
+
+    def agreement(self) -> OutputAgreement:
+        """The output agreement the gate's lossless check reads (differing items by ``item_id``)."""
+        return OutputAgreement(self.identical_outputs, len(self.pairs),
+                               tuple(self.pairs[i][0].item_id for i in self.differing_outputs))
 
 
 def pair_items(base: TaskResult, cand: TaskResult) -> list[tuple[ItemResult, ItemResult]]:
@@ -57,12 +68,13 @@ def pair_items(base: TaskResult, cand: TaskResult) -> list[tuple[ItemResult, Ite
 
 
 def compare_tasks(baseline: dict[str, TaskResult], candidate: dict[str, TaskResult],
-                  thresholds: Thresholds) -> list[TaskComparison]:
+                  thresholds: Thresholds, *, config: str | None = None) -> list[TaskComparison]:
     """Paired comparison of every task present on both sides, at each task's alpha.
 
     Args:
         baseline, candidate: per-task results by task name; both must hold the same tasks.
         thresholds: gives alpha, resample count and the bootstrap seed.
+        config: the candidate config's name (its ``configs.<name>`` alpha applies).
     Raises:
         StoreError: the sides hold different tasks or items, or a task has no items.
     """
@@ -74,15 +86,17 @@ def compare_tasks(baseline: dict[str, TaskResult], candidate: dict[str, TaskResu
         pairs = pair_items(b, c)
         if not pairs:
             raise StoreError(f"task {name}: no items were evaluated")
-        thr = thresholds.for_task(b.suite, name)
+        thr = thresholds.for_task(b.suite, name, config)
         xb = np.array([p[0].score for p in pairs], dtype=float)
         xc = np.array([p[1].score for p in pairs], dtype=float)
         # One generator per task, seeded from the thresholds' seed and the task name: adding a task
         # does not change another task's interval.
         rng = np.random.default_rng([thresholds.seed, *name.encode()])
-        cmp = paired_comparison(xb, xc, alpha=thr.alpha, rng=rng, n_resamples=thresholds.bootstrap_resamples)
+        clusters = [getattr(p[0], "cluster", None) for p in pairs]
+        cmp = paired_comparison(xb, xc, alpha=thr.alpha, rng=rng, n_resamples=thresholds.bootstrap_resamples,
+                                clusters=clusters, interval="auto")
         reg, imp = flipped_items(xb, xc)
-        same = sum(1 for pb, pc in pairs if pb.output == pc.output)
+        differ = tuple(i for i, (pb, pc) in enumerate(pairs) if pb.output != pc.output)
         out.append(TaskComparison(b.suite, name, b.metric, tuple(pairs), cmp, tuple(int(i) for i in reg),
-                                  tuple(int(i) for i in imp), same))
+                                  tuple(int(i) for i in imp), len(pairs) - len(differ), differ))
     return out

@@ -10,13 +10,15 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
-    """Process exit codes. CI tells a regression (1) from a broken run (2, 3) and a no-op (4)."""
+    """Process exit codes. CI tells a regression (1) from a broken run (2, 3), a no-op (4) and a run
+    too small to decide (5; only with ``on_inconclusive: warn``, else it is reported as 1)."""
 
     PASS = 0
     BLOCK = 1
     USAGE = 2  # bad command line, config, thresholds or suite
     RUNTIME = 3  # engine failed, store corrupt, internal error
     NO_OP = 4  # the candidate's effective engine config equals the baseline's
+    INCONCLUSIVE = 5  # too few items to decide (MDE > margin), or undecided; thresholds say "warn"
     INTERRUPTED = 130
 
 

@@ -1,12 +1,40 @@
-"""The decision rule: per-task non-inferiority against a margin, then one overall verdict.
+"""The decision rule: per-task non-inferiority with power and a Holm-corrected loss test, then one
+overall verdict.
 
-Pure: no I/O, no logging. A task BLOCKs when the one-sided (1 - alpha) lower confidence bound
-of (candidate - baseline), in points, is below ``-margin`` (a non-inferiority test with the
-confidence-interval formulation; see e.g. S. Wellek, *Testing Statistical Hypotheses of
-Equivalence and Noninferiority*, 2nd ed., CRC Press, 2010, ch. 2). A bound exactly at
-``-margin`` passes. The run is BLOCK if any task blocks, PASS otherwise, and NO-OP when the
-candidate's effective engine configuration equals the baseline's (there is no speed-up to
-gate). No tasks is an error, never a pass.
+Pure: no I/O, no logging. For each task, with margin m (points), its one-sided level alpha and the
+configured power:
+
+* ``LB`` / ``UB``: the ends of the task's two-sided (1 - 2 alpha) interval of delta = candidate -
+  baseline (``PairedComparison.ci_low``/``ci_high``), so ``LB`` is a one-sided (1 - alpha) lower
+  confidence bound (non-inferiority in the confidence-interval form; S. Wellek, *Testing
+  Statistical Hypotheses of Equivalence and Noninferiority*, 2nd ed., CRC, 2010, ch. 2);
+* ``MDE = (z_{1-alpha} + z_power) * SE`` (``evalgate.power``): the run is *powered* when
+  ``MDE <= m``, i.e. a truly equal candidate passes with probability >= power;
+* the *loss test*: H0 "delta >= 0" against "the candidate is worse", one-sided p-value
+  ``PairedComparison.p_loss`` (McNemar exact for 0/1 scores, else bootstrap and t), rejected at
+  the task's level after Holm's step-down correction across all tasks of the run.
+
+Task verdicts, in this order:
+
+1. BLOCK if the config is declared ``expect: lossless`` and fewer than ``min_identical_share`` of
+   the items have byte-identical greedy outputs (the differing items are listed).
+2. BLOCK if ``LB`` is NaN (fail closed).
+3. PASS if ``LB >= -m`` and the run is powered (non-inferiority shown by a run able to show it).
+4. BLOCK if ``LB < -m`` and the loss test rejects: a loss is shown and is not shown to stay
+   within the margin.
+5. INCONCLUSIVE otherwise: under-powered (``MDE > m``; never a silent pass), or ``LB < -m`` while
+   no loss is shown (the interval straddles both 0 and -m).
+
+Why Holm on the loss test and not on LB: a PASS needs *every* task to pass, an intersection-union
+test whose false-PASS rate is at most alpha without any correction (R. L. Berger, "Multiparameter
+hypothesis testing and acceptance sampling", Technometrics 24(4), 1982, 295-300). A BLOCK needs
+only *one* task, so the false-BLOCK rate grows with the number of tasks unless corrected: Holm
+keeps the chance that a candidate that truly loses nothing is BLOCKED on any task at most alpha,
+however many tasks run. The intervals, LB and MDE stay at the task's own alpha.
+
+Overall: NO-OP if the effective engine configs are equal (tasks still decided) > BLOCK if any
+task blocks > INCONCLUSIVE if any task is inconclusive (reported as BLOCK when thresholds say
+``on_inconclusive: block``) > PASS. No tasks is an error, never a pass.
 """
 
 from __future__ import annotations
@@ -17,25 +45,62 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from evalgate.power import holm_levels, items_needed, mde
 from evalgate.stats import PairedComparison
-from evalgate.thresholds import Thresholds, TaskThreshold
+from evalgate.thresholds import TaskThreshold, Thresholds
 
-__all__ = ["MISSING", "Decision", "TaskDecision", "Verdict", "decide", "effective_diff"]
+__all__ = ["MISSING", "Decision", "OutputAgreement", "TaskDecision", "Verdict", "decide", "effective_diff"]
 
 _MINUS = "\u2212"
+_LIST_DIFFERING = 10
+
+RULE_NON_INFERIOR = "non-inferiority: LB >= -margin and MDE <= margin"
+RULE_LOSS = "loss shown: LB < -margin and loss test significant (Holm)"
+RULE_UNDERPOWERED = "power: MDE > margin"
+RULE_UNDECIDED = "undecided: LB < -margin, loss test not significant (Holm)"
+RULE_LOSSLESS = "lossless: identical greedy outputs < min_identical_share"
+RULE_UNDEFINED = "undefined lower bound (fail closed)"
 
 
 class Verdict(str, Enum):
-    """Overall or per-task outcome. Per task only PASS and BLOCK occur."""
+    """Overall or per-task outcome. Per task only PASS, BLOCK and INCONCLUSIVE occur."""
 
     PASS = "PASS"
     BLOCK = "BLOCK"
     NO_OP = "NO-OP"
+    INCONCLUSIVE = "INCONCLUSIVE"
+
+
+@dataclass(frozen=True)
+class OutputAgreement:
+    """How many items of a task have byte-identical greedy outputs on both sides.
+
+    Attributes:
+        identical: items with identical outputs.
+        n: items compared.
+        differing: ``item_id`` of every item whose outputs differ, ascending.
+    """
+
+    identical: int
+    n: int
+    differing: tuple[int, ...] = ()
+
+    @property
+    def share(self) -> float:
+        return self.identical / self.n if self.n else math.nan
 
 
 @dataclass(frozen=True)
 class TaskDecision:
-    """The verdict for one task, with the evidence and the sentence that explains it."""
+    """The verdict for one task, with the evidence and the sentence that explains it.
+
+    Attributes beyond the obvious: ``mde`` (points, at the threshold's alpha and ``power``),
+    ``rule`` (which rule produced the verdict, one of the ``RULE_*`` strings), ``loss_alpha``
+    (the Holm-adjusted level of the loss test), ``loss_shown`` (the loss test rejected),
+    ``items_needed`` (items for MDE <= margin at this run's discordance, None if unknown) and
+    ``lossless`` (the output agreement when the config is declared lossless, else None) with
+    ``required_share``.
+    """
 
     suite: str
     task: str
@@ -43,6 +108,14 @@ class TaskDecision:
     threshold: TaskThreshold
     verdict: Verdict
     reason: str
+    mde: float = math.nan
+    power: float = math.nan
+    rule: str = ""
+    loss_alpha: float = math.nan
+    loss_shown: bool = False
+    items_needed: int | None = None
+    lossless: OutputAgreement | None = None
+    required_share: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -94,31 +167,62 @@ def _decimals(a: float, b: float) -> int:
     return 15
 
 
-def _task_decision(
-    suite: str, task: str, cmp: PairedComparison, thr: TaskThreshold
-) -> TaskDecision:
+def _p(x: float) -> str:
+    return "NaN" if math.isnan(x) else f"{x:.2g}" if x >= 0.001 else f"{x:.1e}"
+
+
+def _task_decision(suite: str, task: str, cmp: PairedComparison, thr: TaskThreshold, *, power: float,
+                   loss_alpha: float, loss_shown: bool, agreement: OutputAgreement | None,
+                   required_share: float) -> TaskDecision:
     if math.isfinite(cmp.alpha) and not math.isclose(cmp.alpha, thr.alpha, rel_tol=1e-9):
         raise ValueError(
             f"{suite}/{task}: comparison was computed at alpha={cmp.alpha:g} but the threshold "
             f"({thr.source}) requires alpha={thr.alpha:g}"
         )
     alpha = cmp.alpha if math.isfinite(cmp.alpha) else thr.alpha
+    m = thr.margin
+    task_mde = mde(cmp.se_power, alpha, power)
+    needed = items_needed(cmp.se_power, cmp.n, m, alpha, power) if cmp.n >= 1 else None
     level = f"{100.0 * (1.0 - 2.0 * alpha):.4g}%"
     interval = f"[{_num(cmp.ci_low)}, {_num(cmp.ci_high)}]"
-    evidence = f"(\u0394 {_num(cmp.delta)}, {level} CI {interval}, n={cmp.n})"
-    bound = -thr.margin
-    d = _decimals(cmp.lower_bound, bound)
-    lb, mg = _num(cmp.lower_bound, d), _num(bound, d)
-    if math.isnan(cmp.lower_bound):
-        verdict = Verdict.BLOCK
+    evidence = (f"(\u0394 {_num(cmp.delta)}, {level} CI {interval}, n={cmp.n}, "
+                f"{cmp.n_regressed + cmp.n_improved} changed, MDE {_num(task_mde, signed=False)})")
+    d = _decimals(cmp.lower_bound, -m)
+    lb, mg = _num(cmp.lower_bound, d), _num(-m, d)
+    relation = "\u2264" if loss_shown else ">"
+    loss = (f"one-sided loss p={_p(cmp.p_loss)} {relation} {loss_alpha:.3g} after Holm"
+            + (f", {cmp.loss_test}" if cmp.loss_test else ""))
+    powered = math.isfinite(task_mde) and task_mde <= m
+    if agreement is not None and not agreement.share >= required_share:
+        shown = ", ".join(str(i) for i in agreement.differing[:_LIST_DIFFERING])
+        more = len(agreement.differing) - _LIST_DIFFERING
+        shown += f" and {more} more" if more > 0 else ""
+        verdict, rule = Verdict.BLOCK, RULE_LOSSLESS
+        reason = (f"declared lossless, but greedy outputs differ on {agreement.n - agreement.identical} of "
+                  f"{agreement.n} items ({100 * agreement.share:.1f}% identical < "
+                  f"{100 * required_share:.1f}% required); differing items: {shown or 'none listed'} {evidence}")
+    elif math.isnan(cmp.lower_bound):
+        verdict, rule = Verdict.BLOCK, RULE_UNDEFINED
         reason = f"lower bound is undefined (NaN), so non-inferiority is not shown {evidence}"
-    elif cmp.lower_bound < bound:
-        verdict = Verdict.BLOCK
-        reason = f"lower bound {lb} pts < {_MINUS}margin {mg} pts {evidence}"
+    elif cmp.lower_bound >= -m and powered:
+        verdict, rule = Verdict.PASS, RULE_NON_INFERIOR
+        reason = (f"lower bound {lb} pts \u2265 {_MINUS}margin {mg} pts and MDE "
+                  f"{_num(task_mde, signed=False)} \u2264 margin {_num(m, signed=False)} pts {evidence}")
+    elif cmp.lower_bound < -m and loss_shown:
+        verdict, rule = Verdict.BLOCK, RULE_LOSS
+        reason = f"lower bound {lb} pts < {_MINUS}margin {mg} pts and the loss is significant ({loss}) {evidence}"
+    elif not powered:
+        verdict, rule = Verdict.INCONCLUSIVE, RULE_UNDERPOWERED
+        need = f"; about {needed} items would do at this run's discordance" if needed else ""
+        reason = (f"under-powered: MDE {_num(task_mde, signed=False)} pts > margin {_num(m, signed=False)} pts "
+                  f"at n={cmp.n}{need} (lower bound {lb} pts) {evidence}")
     else:
-        verdict = Verdict.PASS
-        reason = f"lower bound {lb} pts \u2265 {_MINUS}margin {mg} pts {evidence}"
-    return TaskDecision(suite, task, cmp, thr, verdict, reason)
+        verdict, rule = Verdict.INCONCLUSIVE, RULE_UNDECIDED
+        reason = (f"undecided: lower bound {lb} pts < {_MINUS}margin {mg} pts but no loss is shown ({loss}) "
+                  f"{evidence}")
+    return TaskDecision(suite, task, cmp, thr, verdict, reason, mde=task_mde, power=power, rule=rule,
+                        loss_alpha=loss_alpha, loss_shown=loss_shown, items_needed=needed,
+                        lossless=agreement, required_share=required_share if agreement is not None else math.nan)
 
 
 def decide(
@@ -127,32 +231,46 @@ def decide(
     *,
     baseline_effective: Mapping,
     candidate_effective: Mapping,
+    config: str | None = None,
+    expect: str = "lossy",
+    outputs: Mapping[str, OutputAgreement] | None = None,
 ) -> Decision:
-    """Apply the gate to every task and combine the verdicts.
+    """Apply the gate to every task and combine the verdicts (rules: module docstring).
 
     Args:
         task_results: ``(suite, task, comparison)`` per task; differences in points.
-        thresholds: margins (points) and alpha per task, via ``Thresholds.for_task``.
+        thresholds: margins (points), alpha, power and ``on_inconclusive``.
         baseline_effective, candidate_effective: the engine configuration as vLLM resolved it
             for each arm (nested mappings allowed).
-
-    Rule: task BLOCK iff ``comparison.lower_bound < -margin`` (or the bound is NaN); overall
-    BLOCK iff any task blocks, else PASS; overall NO_OP (tasks still decided and returned)
-    iff ``baseline_effective == candidate_effective``.
+        config: the candidate config's name, for ``configs.<name>`` thresholds.
+        expect: the candidate's declared ``expect``; ``"lossless"`` turns on the output check.
+        outputs: per task name, the output agreement (needed when ``expect == "lossless"``).
 
     Raises:
-        ValueError: no tasks (no evidence is never a pass), a duplicated (suite, task), or a
-            comparison whose alpha differs from its threshold's alpha.
+        ValueError: no tasks (no evidence is never a pass), a duplicated (suite, task), a
+            comparison whose alpha differs from its threshold's alpha, or a lossless config
+            without output agreement for a task.
     """
     if not task_results:
         raise ValueError("no task results to gate: no evidence is never a pass")
     seen: set[tuple[str, str]] = set()
-    decisions: list[TaskDecision] = []
-    for suite, task, cmp in task_results:
+    for suite, task, _ in task_results:
         if (suite, task) in seen:
             raise ValueError(f"task {suite}/{task} appears more than once")
         seen.add((suite, task))
-        decisions.append(_task_decision(suite, task, cmp, thresholds.for_task(suite, task)))
+    thrs = [thresholds.for_task(suite, task, config) for suite, task, _ in task_results]
+    holm = holm_levels([cmp.p_loss for _, _, cmp in task_results], [t.alpha for t in thrs])
+    lossless = expect == "lossless"
+    decisions: list[TaskDecision] = []
+    for (suite, task, cmp), thr, level, rejected in zip(task_results, thrs, holm.levels, holm.rejected):
+        agreement = None
+        if lossless:
+            if outputs is None or task not in outputs:
+                raise ValueError(f"{suite}/{task}: config is declared lossless but no output agreement was given")
+            agreement = outputs[task]
+        decisions.append(_task_decision(suite, task, cmp, thr, power=thresholds.power, loss_alpha=level,
+                                        loss_shown=rejected, agreement=agreement,
+                                        required_share=thresholds.identical_share_for(config)))
     tasks = tuple(decisions)
 
     if dict(baseline_effective) == dict(candidate_effective):
@@ -162,11 +280,17 @@ def decide(
         )
         return Decision(Verdict.NO_OP, (reason,), tasks)
     blocked = [t for t in tasks if t.verdict is Verdict.BLOCK]
-    verdict = Verdict.BLOCK if blocked else Verdict.PASS
-    reasons = tuple(
-        f"{t.suite}/{t.task}: {t.verdict.value}: {t.reason}" for t in (blocked or tasks)
-    )
-    return Decision(verdict, reasons, tasks)
+    unsure = [t for t in tasks if t.verdict is Verdict.INCONCLUSIVE]
+    if blocked:
+        return Decision(Verdict.BLOCK, tuple(f"{t.suite}/{t.task}: BLOCK: {t.reason}" for t in blocked), tasks)
+    if unsure:
+        if thresholds.on_inconclusive == "block":
+            return Decision(Verdict.BLOCK, tuple(
+                f"{t.suite}/{t.task}: INCONCLUSIVE, counted as BLOCK (on_inconclusive: block): {t.reason}"
+                for t in unsure), tasks)
+        return Decision(Verdict.INCONCLUSIVE, tuple(f"{t.suite}/{t.task}: INCONCLUSIVE: {t.reason}"
+                                                    for t in unsure), tasks)
+    return Decision(Verdict.PASS, tuple(f"{t.suite}/{t.task}: PASS: {t.reason}" for t in tasks), tasks)
 
 
 def _flatten(mapping: Mapping, prefix: str, out: dict[str, Any]) -> None:

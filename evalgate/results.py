@@ -26,6 +26,9 @@ class ItemResult:
         n_tokens: tokens the engine generated for this item (None when unknown).
         finish_reason: vLLM's reason the generation ended: "stop" (a stop string or EOS) or "length"
             (hit ``max_tokens``: the output is truncated); None when unknown.
+        cluster: the item's source document (the suite's ``doc_group``); items with the same
+            cluster are resampled together. None = its own cluster (and in records stored before
+            this field existed).
     """
 
     task: str
@@ -38,6 +41,7 @@ class ItemResult:
     metrics: dict[str, float] = field(default_factory=dict)
     n_tokens: int | None = None
     finish_reason: str | None = None
+    cluster: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -239,8 +239,15 @@ def _item(task: str, sample: dict[str, Any], metric: str, records: dict[str, Any
         task=task, item_id=int(sample["doc_id"]), item_hash=str(sample["doc_hash"]),
         prompt=str(sample["arguments"][0][0]), target=str(sample["target"]),
         output=str(sample["resps"][0][0]), score=float(metrics[metric]), metrics=metrics,
-        n_tokens=gen.get("n_tokens"), finish_reason=gen.get("finish_reason"),
+        n_tokens=gen.get("n_tokens"), finish_reason=gen.get("finish_reason"), cluster=_cluster(sample),
     )
+
+
+def _cluster(sample: dict[str, Any]) -> str | None:
+    """The item's source document: the suite's ``doc_group`` in lm-eval's logged ``doc`` (None if absent)."""
+    doc = sample.get("doc")
+    group = doc.get("doc_group") if isinstance(doc, dict) else None
+    return None if group is None else str(group)
 
 
 if __name__ == "__main__":

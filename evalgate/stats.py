@@ -5,27 +5,61 @@ Pure functions: no I/O, no logging, no global random state (the caller passes a
 interval in the output is in *points* (100 x fraction, 0-100 scale). Undefined quantities are
 ``NaN``, never strings.
 
+What is computed for ``d = candidate - baseline`` (shape ``(n,)``):
+
+* the paired bootstrap percentile interval; with ``clusters`` (items that share a source, e.g. four
+  questions on one income statement) whole clusters are resampled (cluster bootstrap);
+* the paired t interval on the (clustered) standard error, as a cross-check;
+* for 0/1 scores without clusters, Newcombe's square-and-add interval for the paired difference of
+  proportions and McNemar's exact test;
+* a one-sided p-value for "the candidate is worse" (H0: delta >= 0), which the gate uses, with Holm's
+  correction across tasks, to decide whether a loss is *shown*;
+* the standard error that the power calculation (``evalgate.power``) uses, floored so that a tiny
+  run with no observed change is never mistaken for a precise one.
+
+``interval="bootstrap"`` (the default) reports the bootstrap interval as ``ci_low``/``ci_high``;
+``interval="auto"`` (what ``compare`` uses) reports the interval suited to the metric kind: Newcombe
+for unclustered 0/1 scores, otherwise the wider of the bootstrap and t intervals.
+
 Sources:
     * Paired bootstrap, percentile interval: B. Efron and R. J. Tibshirani, *An Introduction to
       the Bootstrap*, Chapman & Hall, 1993, ch. 6 (standard errors) and ch. 13 (percentile
-      interval).
+      interval); resampling clusters: A. C. Davison and D. V. Hinkley, *Bootstrap Methods and their
+      Application*, CUP, 1997, sec. 3.8.
+    * Clustered standard errors for evals: E. Miller, "Adding Error Bars to Evals", arXiv:2411.00640,
+      2024 (see ``evalgate.intervals``).
     * McNemar's test: Q. McNemar, "Note on the sampling error of the difference between
       correlated proportions or percentages", Psychometrika 12(2), 1947, 153-157.
-    * Exact (conditional) McNemar = two-sided binomial test on the discordant pairs:
+    * Exact (conditional) McNemar = binomial test on the discordant pairs:
       M. W. Fagerland, S. Lydersen and P. Laake, "The McNemar test for binary matched-pairs data:
       mid-p and asymptotic are better than exact conditional", BMC Med. Res. Methodol. 13:91, 2013.
+    * Newcombe's interval: see ``evalgate.intervals.newcombe_paired_interval``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import binom
+from scipy.stats import binom, norm
+from scipy.stats import t as student_t
+
+from evalgate.intervals import (
+    NEWCOMBE_METHOD,
+    cluster_codes,
+    clustered_se,
+    newcombe_paired_interval,
+    paired_t_interval,
+)
 
 __all__ = [
     "BOOTSTRAP_METHOD",
+    "CLUSTER_BOOTSTRAP_METHOD",
+    "LOSS_TEST_BOOTSTRAP_T",
+    "LOSS_TEST_MCNEMAR",
+    "NEWCOMBE_METHOD",
     "PairedComparison",
     "flipped_items",
     "mcnemar_exact",
@@ -33,6 +67,9 @@ __all__ = [
 ]
 
 BOOTSTRAP_METHOD = "paired bootstrap (percentile)"
+CLUSTER_BOOTSTRAP_METHOD = "cluster bootstrap (percentile)"
+LOSS_TEST_MCNEMAR = "McNemar exact, one-sided"
+LOSS_TEST_BOOTSTRAP_T = "bootstrap and t, one-sided (larger p)"
 
 # Upper bound on the number of elements of one (resamples x items) index block, so that memory
 # stays around 64 MiB (int64 indices + gathered float64 values) whatever n is.
@@ -47,19 +84,31 @@ class PairedComparison:
         n: number of paired items.
         baseline_mean, candidate_mean: mean score of each arm, points (0-100).
         delta: ``candidate_mean - baseline_mean``, points.
-        ci_low, ci_high: two-sided (1 - 2*alpha) paired bootstrap percentile interval of
-            ``delta``, points; ``ci_low`` is therefore a one-sided (1 - alpha) lower bound.
+        ci_low, ci_high: two-sided (1 - 2*alpha) interval of ``delta``, points; ``ci_low`` is
+            therefore a one-sided (1 - alpha) lower bound. Which interval: ``method``.
         lower_bound: equal to ``ci_low``; what the gate compares with ``-margin``.
-        method: how the interval was computed (``BOOTSTRAP_METHOD``).
+        method: how ``ci_low``/``ci_high`` were computed.
         binary: True when every score of both arms is 0 or 1.
         n_improved: items with candidate > baseline.
         n_regressed: items with candidate < baseline.
         mcnemar_p: exact two-sided McNemar p-value (``mcnemar_exact(n_regressed, n_improved)``)
-            when ``binary``, NaN otherwise.
-        stderr: paired standard error of ``delta``, ``100 * sd(d, ddof=1) / sqrt(n)`` with
-            ``d = candidate - baseline``; NaN when n == 1.
-        alpha: the one-sided level the interval was computed at (NaN if unknown). The gate
+            when ``binary``, NaN otherwise (it treats items as independent, clusters or not).
+        stderr: standard error of ``delta``, points: ``100 * sd(d, ddof=1) / sqrt(n)`` without
+            clusters, the clustered (CR1) SE with them; NaN with fewer than 2 clusters.
+        alpha: the one-sided level the intervals were computed at (NaN if unknown). The gate
             refuses a comparison whose alpha differs from the threshold's.
+        n_clusters: number of clusters G (n when every item is its own cluster; 0 if unknown).
+        boot_low, boot_high: the (cluster) bootstrap percentile interval, points.
+        t_low, t_high: the paired t interval ``delta -/+ t_{1-alpha, G-1} * stderr``, points.
+        newcombe_low, newcombe_high: Newcombe's interval (0/1 scores, no clusters), else NaN.
+        p_loss: one-sided p-value of H0 "delta >= 0" (the candidate is not worse): McNemar exact
+            (``P[X >= n_regressed]``, ``X ~ Bin(n_regressed + n_improved, 1/2)``) for unclustered
+            0/1 scores, else the larger of the bootstrap p ``(1 + #{means >= 0}) / (B + 1)`` and
+            the t p-value on ``max(stderr, se_floor)``. NaN if unknown.
+        loss_test: which test gave ``p_loss``.
+        se_power: standard error (points) for power and MDE (``evalgate.power``): for unclustered
+            0/1 scores the null SE ``100 * sqrt(discordant / n) / sqrt(n)``, else ``stderr``;
+            never below the floor ``100 / n`` (one discordant item in n). NaN if unknown.
     """
 
     n: int
@@ -76,6 +125,16 @@ class PairedComparison:
     mcnemar_p: float
     stderr: float
     alpha: float = math.nan
+    n_clusters: int = 0
+    boot_low: float = math.nan
+    boot_high: float = math.nan
+    t_low: float = math.nan
+    t_high: float = math.nan
+    newcombe_low: float = math.nan
+    newcombe_high: float = math.nan
+    p_loss: float = math.nan
+    loss_test: str = ""
+    se_power: float = math.nan
 
 
 def _check_pair(baseline: object, candidate: object) -> tuple[np.ndarray, np.ndarray]:
@@ -133,50 +192,37 @@ def flipped_items(baseline: np.ndarray, candidate: np.ndarray) -> tuple[np.ndarr
     return np.flatnonzero(c < b).astype(np.int64), np.flatnonzero(c > b).astype(np.int64)
 
 
-def _bootstrap_means(d: np.ndarray, rng: np.random.Generator, n_resamples: int) -> np.ndarray:
-    """Means of ``n_resamples`` item-resamples of ``d`` (same indices for both arms), in blocks."""
-    n = d.size
-    rows = max(1, min(n_resamples, _MAX_BLOCK_ELEMENTS // n))
+def _bootstrap_means(
+    d: np.ndarray, rng: np.random.Generator, n_resamples: int, codes: np.ndarray | None = None
+) -> np.ndarray:
+    """Means of ``n_resamples`` resamples of ``d``, in blocks; shape ``(n_resamples,)``.
+
+    Without ``codes``: n item indices with replacement (the same indices for both arms, which
+    keeps the pairing). With ``codes`` (G clusters): G cluster indices with replacement, and the
+    resample mean is (sum of the drawn clusters' sums) / (sum of their sizes).
+    """
+    if codes is None:
+        n = d.size
+        rows = max(1, min(n_resamples, _MAX_BLOCK_ELEMENTS // n))
+        means = np.empty(n_resamples, dtype=np.float64)
+        for start in range(0, n_resamples, rows):
+            m = min(rows, n_resamples - start)
+            idx = rng.integers(0, n, size=(m, n))
+            means[start : start + m] = d[idx].mean(axis=1)
+        return means
+    g = int(codes.max()) + 1
+    sums = np.bincount(codes, weights=d, minlength=g)
+    sizes = np.bincount(codes, minlength=g).astype(np.float64)
+    rows = max(1, min(n_resamples, _MAX_BLOCK_ELEMENTS // g))
     means = np.empty(n_resamples, dtype=np.float64)
     for start in range(0, n_resamples, rows):
         m = min(rows, n_resamples - start)
-        idx = rng.integers(0, n, size=(m, n))
-        means[start : start + m] = d[idx].mean(axis=1)
+        idx = rng.integers(0, g, size=(m, g))
+        means[start : start + m] = sums[idx].sum(axis=1) / sizes[idx].sum(axis=1)
     return means
 
 
-def paired_comparison(
-    baseline: np.ndarray,
-    candidate: np.ndarray,
-    *,
-    alpha: float,
-    rng: np.random.Generator,
-    n_resamples: int = 10_000,
-) -> PairedComparison:
-    """Compare two arms scored on the same items; differences in points.
-
-    Args:
-        baseline, candidate: shape ``(n,)``, n >= 1, per-item scores in [0, 1]; element i of
-            both arrays is the same item.
-        alpha: one-sided level, 0 < alpha < 0.5. The interval is the two-sided (1 - 2*alpha)
-            one, so ``ci_low`` is the one-sided (1 - alpha) lower confidence bound of delta.
-        rng: the only source of randomness; same generator state -> same result.
-        n_resamples: bootstrap resamples B, >= 1.
-
-    Interval (Efron & Tibshirani 1993, ch. 13): with ``d_i = candidate_i - baseline_i``,
-    draw B resamples of n item indices with replacement (the same indices for both arms, which
-    keeps the pairing), take the mean of ``d`` over each, and report the empirical alpha and
-    1 - alpha quantiles (times 100). When all ``d_i`` are equal the interval is degenerate at
-    that value and no random numbers are drawn.
-
-    Standard error: ``100 * sd(d, ddof=1) / sqrt(n)`` (paired-difference SE; NaN for n == 1).
-    McNemar: see ``mcnemar_exact``; computed only when all scores are 0 or 1.
-
-    Raises:
-        ValueError: mismatched or non-1-D shapes, empty input, NaN, a score outside [0, 1],
-            alpha outside (0, 0.5), or n_resamples < 1.
-    """
-    b, c = _check_pair(baseline, candidate)
+def _check_args(alpha: object, n_resamples: object, interval: object) -> None:
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating)) or not (
         0.0 < float(alpha) < 0.5
     ):
@@ -187,23 +233,106 @@ def paired_comparison(
         or n_resamples < 1
     ):
         raise ValueError(f"n_resamples must be an int >= 1, got {n_resamples!r}")
+    if interval not in ("bootstrap", "auto"):
+        raise ValueError(f"interval must be 'bootstrap' or 'auto', got {interval!r}")
+
+
+def paired_comparison(
+    baseline: np.ndarray,
+    candidate: np.ndarray,
+    *,
+    alpha: float,
+    rng: np.random.Generator,
+    n_resamples: int = 10_000,
+    clusters: Sequence[Hashable | None] | None = None,
+    interval: str = "bootstrap",
+) -> PairedComparison:
+    """Compare two arms scored on the same items; differences in points.
+
+    Args:
+        baseline, candidate: shape ``(n,)``, n >= 1, per-item scores in [0, 1]; element i of
+            both arrays is the same item.
+        alpha: one-sided level, 0 < alpha < 0.5. Intervals are two-sided (1 - 2*alpha), so a
+            lower end is a one-sided (1 - alpha) lower confidence bound of delta.
+        rng: the only source of randomness; same generator state -> same result.
+        n_resamples: bootstrap resamples B, >= 1.
+        clusters: optional, length n: item i's cluster label (hashable; ``None`` = its own
+            cluster). Clusters are resampled whole and enter the standard error (Miller 2024).
+        interval: ``"bootstrap"`` (``ci_low``/``ci_high`` = the bootstrap interval) or
+            ``"auto"`` (Newcombe for unclustered 0/1 scores, else the wider of bootstrap and t).
+
+    Bootstrap (Efron & Tibshirani 1993, ch. 13): with ``d_i = candidate_i - baseline_i``, draw B
+    resamples (of items, or of clusters), take the mean of ``d`` over each, and report the
+    empirical alpha and 1 - alpha quantiles (times 100). When all ``d_i`` are equal the interval
+    is degenerate at that value and no random numbers are drawn. Without clusters the draws are
+    exactly those of an item bootstrap, so results do not change when clusters are all None.
+
+    Raises:
+        ValueError: mismatched or non-1-D shapes, empty input, NaN, a score outside [0, 1],
+            alpha outside (0, 0.5), n_resamples < 1, an unknown ``interval``, or a ``clusters``
+            of the wrong length.
+    """
+    b, c = _check_pair(baseline, candidate)
+    _check_args(alpha, n_resamples, interval)
     alpha = float(alpha)
     n = int(b.size)
     d = c - b
+    codes = cluster_codes(clusters, n)
+    g = int(codes.max()) + 1
+    clustered = g < n
 
+    means: np.ndarray | None = None
     if np.all(d == d[0]):
-        delta = ci_low = ci_high = 100.0 * float(d[0])
+        delta = boot_low = boot_high = 100.0 * float(d[0])
     else:
         delta = 100.0 * float(d.mean())
-        means = _bootstrap_means(d, rng, int(n_resamples))
+        means = _bootstrap_means(d, rng, int(n_resamples), codes if clustered else None)
         lo, hi = np.quantile(means, [alpha, 1.0 - alpha])
-        ci_low, ci_high = 100.0 * float(lo), 100.0 * float(hi)
+        boot_low, boot_high = 100.0 * float(lo), 100.0 * float(hi)
 
     binary = bool(np.isin(b, (0.0, 1.0)).all() and np.isin(c, (0.0, 1.0)).all())
     n_improved = int(np.count_nonzero(c > b))
     n_regressed = int(np.count_nonzero(c < b))
     mcnemar_p = mcnemar_exact(n_regressed, n_improved) if binary else math.nan
-    stderr = 100.0 * float(np.std(d, ddof=1)) / math.sqrt(n) if n > 1 else math.nan
+    if clustered:
+        stderr = 100.0 * clustered_se(d, codes)
+    else:
+        stderr = 100.0 * float(np.std(d, ddof=1)) / math.sqrt(n) if n > 1 else math.nan
+    t_low, t_high = paired_t_interval(delta, stderr, g - 1, alpha=alpha)
+    se_floor = 100.0 / n
+
+    newcombe_low = newcombe_high = math.nan
+    if binary and not clustered:
+        both = int(np.count_nonzero((b == 1.0) & (c == 1.0)))
+        lo, hi = newcombe_paired_interval(both, n_improved, n_regressed, n - both - n_improved - n_regressed,
+                                          alpha=alpha)
+        newcombe_low, newcombe_high = 100.0 * lo, 100.0 * hi
+        discordant = n_improved + n_regressed
+        p_loss = float(binom.sf(n_regressed - 1, discordant, 0.5)) if discordant else 1.0
+        loss_test = LOSS_TEST_MCNEMAR
+        se_power = max(100.0 * math.sqrt(discordant / n) / math.sqrt(n), se_floor)
+    else:
+        if means is not None:
+            p_boot = (1.0 + float(np.count_nonzero(means >= 0.0))) / (means.size + 1.0)
+        else:
+            p_boot = 0.0 if delta < 0 else 1.0
+        se_t = max(stderr, se_floor) if math.isfinite(stderr) else se_floor
+        z = delta / se_t
+        p_t = float(student_t.cdf(z, g - 1)) if g >= 2 else float(norm.cdf(z))
+        p_loss = max(p_boot, p_t)
+        loss_test = LOSS_TEST_BOOTSTRAP_T
+        se_power = se_t
+
+    boot_method = CLUSTER_BOOTSTRAP_METHOD if clustered else BOOTSTRAP_METHOD
+    if interval == "bootstrap":
+        ci_low, ci_high, method = boot_low, boot_high, boot_method
+    elif binary and not clustered:
+        ci_low, ci_high, method = newcombe_low, newcombe_high, NEWCOMBE_METHOD
+    else:
+        ci_low = boot_low if math.isnan(t_low) else min(boot_low, t_low)
+        ci_high = boot_high if math.isnan(t_high) else max(boot_high, t_high)
+        t_name = "clustered t" if clustered else "paired t"
+        method = f"{boot_method} and {t_name}, the wider of the two"
 
     return PairedComparison(
         n=n,
@@ -213,11 +342,21 @@ def paired_comparison(
         ci_low=ci_low,
         ci_high=ci_high,
         lower_bound=ci_low,
-        method=BOOTSTRAP_METHOD,
+        method=method,
         binary=binary,
         n_improved=n_improved,
         n_regressed=n_regressed,
         mcnemar_p=mcnemar_p,
         stderr=stderr,
         alpha=alpha,
+        n_clusters=g,
+        boot_low=boot_low,
+        boot_high=boot_high,
+        t_low=t_low,
+        t_high=t_high,
+        newcombe_low=newcombe_low,
+        newcombe_high=newcombe_high,
+        p_loss=p_loss,
+        loss_test=loss_test,
+        se_power=se_power,
     )

@@ -1,22 +1,35 @@
-"""Load and validate ``thresholds.yaml``: the non-inferiority margins and significance level.
+"""Load and validate ``thresholds.yaml``: margins, levels, power and how to treat each outcome.
 
-Example (margins are in points, i.e. percentage points of the primary metric)::
+Schema (margins are in points, i.e. percentage points of a task's primary metric)::
 
-    alpha: 0.05                  # one-sided level of the non-inferiority test, 0 < alpha < 0.5
+    alpha: 0.05                  # required. One-sided level, 0 < alpha < 0.5, of (a) the
+                                 # non-inferiority bound and (b) the loss test (Holm across tasks)
+    power: 0.8                   # optional, 0.5 <= power < 1 (default 0.8). MDE = (z_{1-alpha} +
+                                 # z_power) * SE; a task whose MDE exceeds its margin is INCONCLUSIVE
+    on_inconclusive: warn        # optional, "warn" (default; exit 5) or "block" (exit 1)
     bootstrap_resamples: 10000   # optional, int >= 1000
     seed: 0                      # optional, int >= 0, seeds the bootstrap
+    lossless:
+      min_identical_share: 0.95  # optional, 0..1 (default 0.95): for configs with expect: lossless,
+                                 # the share of items whose greedy outputs must be byte-identical
     default:
-      margin: 2.0                # non-inferiority margin in points, >= 0
+      margin: 2.0                # required. Non-inferiority margin in points, >= 0
+    configs:                     # optional, per candidate config (name as in configs/)
+      fp16-state: {margin: 3.0}  #   margin / alpha / min_identical_share for every task of it
     suites:
-      docparse: {margin: 3.0}
+      docparse: {margin: 3.0}    # margin / alpha
       coding: {margin: 5.0, alpha: 0.05}
     tasks:
       finance_tableqa: {margin: 2.0}
 
-Precedence for a task's margin and alpha: ``tasks.<task>`` > ``suites.<suite>`` > ``default``
-(margin) / top-level ``alpha``. Every problem raises ``ConfigError(message, path=file,
-field=dotted.field)`` with a one-line message; nothing is silently defaulted or ignored
-(unknown keys and duplicate keys are errors).
+Precedence for a task's margin and alpha, lowest to highest: ``default`` (and the top-level
+``alpha``) < ``configs.<candidate config>`` < ``suites.<suite>`` < ``tasks.<task>``. A config entry
+therefore replaces the default for all tasks of that config; a suite or task entry (which says how
+noisy or important that metric is) still wins over it. ``min_identical_share``:
+``configs.<config>`` > ``lossless``. Every problem raises ``ConfigError(message, path=file,
+field=dotted.field)`` with a one-line message; nothing is silently defaulted or ignored (unknown
+keys and duplicate keys are errors; ``check_names`` rejects names that match no suite, task or
+config).
 """
 
 from __future__ import annotations
@@ -37,12 +50,19 @@ __all__ = ["LevelOverride", "TaskThreshold", "Thresholds", "load_thresholds"]
 
 DEFAULT_BOOTSTRAP_RESAMPLES = 10_000
 DEFAULT_SEED = 0
+DEFAULT_POWER = 0.8
+DEFAULT_ON_INCONCLUSIVE = "warn"
+DEFAULT_MIN_IDENTICAL_SHARE = 0.95
+ON_INCONCLUSIVE = ("warn", "block")
 MIN_BOOTSTRAP_RESAMPLES = 1_000
 MAX_MARGIN = 100.0  # points: a margin above the whole scale gates nothing
 
-_TOP_KEYS = ("alpha", "bootstrap_resamples", "seed", "default", "suites", "tasks")
+_TOP_KEYS = ("alpha", "power", "on_inconclusive", "bootstrap_resamples", "seed", "lossless", "default",
+             "configs", "suites", "tasks")
 _DEFAULT_KEYS = ("margin",)
 _LEVEL_KEYS = ("margin", "alpha")
+_CONFIG_KEYS = ("margin", "alpha", "min_identical_share")
+_LOSSLESS_KEYS = ("min_identical_share",)
 _ABSENT = object()
 
 
@@ -54,8 +74,8 @@ class TaskThreshold:
         margin: non-inferiority margin in points (>= 0); the task blocks when the lower
             confidence bound of (candidate - baseline) is below ``-margin``.
         alpha: one-sided significance level, 0 < alpha < 0.5.
-        source: the level that set the margin: ``"tasks.<task>"``, ``"suites.<suite>"`` or
-            ``"default"``.
+        source: the level that set the margin: ``"tasks.<task>"``, ``"suites.<suite>"``,
+            ``"configs.<config>"`` or ``"default"``.
     """
 
     margin: float
@@ -65,15 +85,24 @@ class TaskThreshold:
 
 @dataclass(frozen=True)
 class LevelOverride:
-    """A ``suites.<name>`` or ``tasks.<name>`` entry; ``None`` means "inherit"."""
+    """A ``configs.<name>``, ``suites.<name>`` or ``tasks.<name>`` entry; ``None`` means "inherit".
+
+    ``min_identical_share`` is only allowed under ``configs``.
+    """
 
     margin: float | None = None
     alpha: float | None = None
+    min_identical_share: float | None = None
 
 
 @dataclass(frozen=True)
 class Thresholds:
-    """A validated thresholds file. Build it with ``load_thresholds``."""
+    """A validated thresholds file. Build it with ``load_thresholds``.
+
+    Attributes beyond the file's keys: ``power`` (target power of every task, 0.5..1),
+    ``on_inconclusive`` (``"warn"`` or ``"block"``), ``min_identical_share`` (the ``lossless``
+    default, 0..1), ``configs`` (per-config overrides).
+    """
 
     alpha: float
     default_margin: float
@@ -82,12 +111,19 @@ class Thresholds:
     bootstrap_resamples: int = DEFAULT_BOOTSTRAP_RESAMPLES
     seed: int = DEFAULT_SEED
     path: Path | None = None
+    power: float = DEFAULT_POWER
+    on_inconclusive: str = DEFAULT_ON_INCONCLUSIVE
+    min_identical_share: float = DEFAULT_MIN_IDENTICAL_SHARE
+    configs: Mapping[str, LevelOverride] = field(default_factory=lambda: MappingProxyType({}))
 
-    def for_task(self, suite: str, task: str) -> TaskThreshold:
-        """Margin (points) and alpha for ``task`` of ``suite``: task > suite > default."""
+    def for_task(self, suite: str, task: str, config: str | None = None) -> TaskThreshold:
+        """Margin (points) and alpha for ``task`` of ``suite`` when gating candidate ``config``.
+
+        Precedence: ``tasks.<task>`` > ``suites.<suite>`` > ``configs.<config>`` > default.
+        """
         margin, alpha, source = self.default_margin, self.alpha, "default"
-        for level, key in (("suites", suite), ("tasks", task)):
-            override = getattr(self, level).get(key)
+        for level, key in (("configs", config), ("suites", suite), ("tasks", task)):
+            override = getattr(self, level).get(key) if key is not None else None
             if override is None:
                 continue
             if override.margin is not None:
@@ -96,12 +132,24 @@ class Thresholds:
                 alpha = override.alpha
         return TaskThreshold(margin=margin, alpha=alpha, source=source)
 
-    def check_names(self, suites: Iterable[str], tasks: Iterable[str]) -> None:
-        """Raise ConfigError if ``suites.<x>`` or ``tasks.<x>`` names no known suite/task.
+    def identical_share_for(self, config: str | None) -> float:
+        """Required share (0..1) of byte-identical outputs for a lossless ``config``."""
+        override = self.configs.get(config) if config is not None else None
+        if override is not None and override.min_identical_share is not None:
+            return override.min_identical_share
+        return self.min_identical_share
 
-        A misspelt task name would otherwise silently fall back to the default margin.
+    def check_names(self, suites: Iterable[str], tasks: Iterable[str],
+                    configs: Iterable[str] | None = None) -> None:
+        """Raise ConfigError if ``suites.<x>``, ``tasks.<x>`` or (when ``configs`` is given)
+        ``configs.<x>`` names no known suite/task/config.
+
+        A misspelt name would otherwise silently fall back to the default margin.
         """
-        for level, known in (("suites", list(suites)), ("tasks", list(tasks))):
+        levels = [("suites", list(suites)), ("tasks", list(tasks))]
+        if configs is not None:
+            levels.append(("configs", list(configs)))
+        for level, known in levels:
             for name in getattr(self, level):
                 if name not in known:
                     raise ConfigError(
@@ -227,6 +275,28 @@ class _Validator:
             raise self.fail(message, dotted)
         return float(value)
 
+    def share(self, value: Any, dotted: str) -> float:
+        if not self._is_number(value) or not (0.0 <= value <= 1.0):
+            raise self.fail(f"must be a number with 0 <= share <= 1, got {_show(value)}", dotted)
+        return float(value)
+
+    def power(self, value: Any, dotted: str) -> float:
+        if not self._is_number(value) or not (0.5 <= value < 1.0):
+            raise self.fail(f"power must be a number with 0.5 <= power < 1, got {_show(value)}", dotted)
+        return float(value)
+
+    def choice(self, value: Any, dotted: str, choices: tuple[str, ...]) -> str:
+        if value not in choices:
+            raise self.fail(f"must be one of {', '.join(choices)}, got {_show(value)}", dotted)
+        return str(value)
+
+    def lossless(self, value: Any) -> float:
+        if value is None:
+            return DEFAULT_MIN_IDENTICAL_SHARE
+        entry = self.mapping(value, "lossless", _LOSSLESS_KEYS)
+        return self.share(entry.get("min_identical_share", DEFAULT_MIN_IDENTICAL_SHARE),
+                          "lossless.min_identical_share")
+
     def integer(self, value: Any, dotted: str, minimum: int) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise self.fail(f"{dotted} must be an integer >= {minimum}, got {_show(value)}", dotted)
@@ -235,17 +305,20 @@ class _Validator:
     def levels(self, value: Any, level: str) -> Mapping[str, LevelOverride]:
         if value is None:
             return MappingProxyType({})
+        keys = _CONFIG_KEYS if level == "configs" else _LEVEL_KEYS
         out: dict[str, LevelOverride] = {}
         for name, entry in self.mapping(value, level, None).items():
             dotted = f"{level}.{name}"
-            entry = self.mapping(entry, dotted, _LEVEL_KEYS)
+            entry = self.mapping(entry, dotted, keys)
             if not entry:
-                raise self.fail("empty entry: set margin and/or alpha", dotted)
+                raise self.fail(f"empty entry: set {' and/or '.join(keys)}", dotted)
             margin = entry.get("margin", _ABSENT)
             alpha = entry.get("alpha", _ABSENT)
+            share = entry.get("min_identical_share", _ABSENT)
             out[name] = LevelOverride(
                 margin=None if margin is _ABSENT else self.margin(margin, f"{dotted}.margin"),
                 alpha=None if alpha is _ABSENT else self.alpha(alpha, f"{dotted}.alpha"),
+                min_identical_share=None if share is _ABSENT else self.share(share, f"{dotted}.min_identical_share"),
             )
         return MappingProxyType(out)
 
@@ -265,7 +338,9 @@ def load_thresholds(path: Path) -> Thresholds:
             and column), duplicate key, empty file, non-mapping top level, unknown key (with
             the closest valid key suggested), missing ``alpha`` or ``default.margin``, wrong
             types (a boolean is not a number), margin negative/NaN/inf/> 100, alpha outside
-            (0, 0.5), ``bootstrap_resamples`` not an int >= 1000, ``seed`` not an int >= 0.
+            (0, 0.5), ``bootstrap_resamples`` not an int >= 1000, ``seed`` not an int >= 0,
+            ``power`` outside [0.5, 1), ``on_inconclusive`` not warn/block, a
+            ``min_identical_share`` outside [0, 1].
     """
     path = Path(path)
     v = _Validator(path)
@@ -289,4 +364,9 @@ def load_thresholds(path: Path) -> Thresholds:
         ),
         seed=v.integer(doc.get("seed", DEFAULT_SEED), "seed", 0),
         path=path,
+        power=v.power(doc.get("power", DEFAULT_POWER), "power"),
+        on_inconclusive=v.choice(doc.get("on_inconclusive", DEFAULT_ON_INCONCLUSIVE), "on_inconclusive",
+                                 ON_INCONCLUSIVE),
+        min_identical_share=v.lossless(doc.get("lossless")),
+        configs=v.levels(doc.get("configs"), "configs"),
     )

@@ -1,4 +1,4 @@
-"""Tests of evalgate.gate: the non-inferiority rule, NO-OP, fail-closed cases, config diff."""
+"""Tests of evalgate.gate: the non-inferiority rule with power and Holm, NO-OP, fail-closed cases, config diff."""
 
 from __future__ import annotations
 
@@ -19,14 +19,22 @@ CAND_CFG = {"model": "m", "dtype": "bfloat16", "compilation_config": {"level": 3
 
 
 def cmp(
-    lower: float, *, delta: float = -1.2, high: float = 1.6, n: int = 40, alpha: float = 0.05
+    lower: float, *, delta: float = -1.2, high: float = 1.6, n: int = 40, alpha: float = 0.05,
+    p_loss: float = 1.0, se_power: float = 1.0,
 ) -> PairedComparison:
-    """A hand-made comparison; only the fields the gate reads matter."""
+    """A hand-made comparison; only the fields the gate reads matter.
+
+    ``se_power=1.0`` gives MDE = (1.645 + 0.842) * 1.0 = 2.486 points at alpha 0.05, power 0.8.
+    """
     return PairedComparison(
         n=n, baseline_mean=80.0, candidate_mean=80.0 + delta, delta=delta,
         ci_low=lower, ci_high=high, lower_bound=lower, method=BOOTSTRAP_METHOD, binary=True,
-        n_improved=3, n_regressed=4, mcnemar_p=1.0, stderr=1.0, alpha=alpha,
+        n_improved=3, n_regressed=4, mcnemar_p=1.0, stderr=1.0, alpha=alpha, p_loss=p_loss,
+        loss_test="McNemar exact, one-sided", se_power=se_power,
     )
+
+
+MDE = "2.5"  # printed MDE of cmp(): 2.486 points
 
 
 @pytest.fixture
@@ -48,7 +56,7 @@ def _one(comparison: PairedComparison, thr: Thresholds) -> Decision:
 
 
 def test_verdict_values() -> None:
-    assert [v.value for v in Verdict] == ["PASS", "BLOCK", "NO-OP"]
+    assert [v.value for v in Verdict] == ["PASS", "BLOCK", "NO-OP", "INCONCLUSIVE"]
     assert Verdict.NO_OP == "NO-OP"
 
 
@@ -57,29 +65,35 @@ def test_lower_bound_exactly_minus_margin_passes(thresholds: Thresholds) -> None
     assert d.verdict is Verdict.PASS
     assert d.tasks[0].verdict is Verdict.PASS
     assert d.tasks[0].reason == (
-        f"lower bound {M}3.0 pts \u2265 {M}margin {M}3.0 pts "
-        f"(\u0394 {M}1.2, 90% CI [{M}3.0, +1.6], n=40)"
+        f"lower bound {M}3.0 pts \u2265 {M}margin {M}3.0 pts and MDE {MDE} \u2264 margin 3.0 pts "
+        f"(\u0394 {M}1.2, 90% CI [{M}3.0, +1.6], n=40, 7 changed, MDE {MDE})"
     )
+    assert d.tasks[0].mde == pytest.approx(1.6448536 + 0.8416212, abs=1e-6)  # z_0.95 + z_0.8
 
 
 def test_lower_bound_just_below_minus_margin_blocks(thresholds: Thresholds) -> None:
     just_below = float(np.nextafter(-3.0, -np.inf))
-    d = _one(cmp(just_below), thresholds)
+    d = _one(cmp(just_below, high=-0.5, p_loss=0.01), thresholds)
     assert d.verdict is Verdict.BLOCK
     assert d.tasks[0].verdict is Verdict.BLOCK
+    # The same bound without a significant loss: the interval straddles 0 and -margin.
+    d = _one(cmp(just_below, p_loss=0.2), thresholds)
+    assert d.tasks[0].verdict is Verdict.INCONCLUSIVE
+    assert d.tasks[0].reason.startswith("undecided: lower bound")
 
 
 def test_block_reason_shows_enough_decimals(thresholds: Thresholds) -> None:
-    d = _one(cmp(-3.004), thresholds)
+    d = _one(cmp(-3.004, p_loss=0.001), thresholds)
     assert d.tasks[0].reason.startswith(f"lower bound {M}3.004 pts < {M}margin {M}3.000 pts")
 
 
 def test_block_reason_example(thresholds: Thresholds) -> None:
-    d = _one(cmp(-4.1), thresholds)
+    d = _one(cmp(-4.1, high=-0.1, p_loss=0.012), thresholds)
     assert d.verdict is Verdict.BLOCK
     reason = (
-        f"lower bound {M}4.1 pts < {M}margin {M}3.0 pts "
-        f"(\u0394 {M}1.2, 90% CI [{M}4.1, +1.6], n=40)"
+        f"lower bound {M}4.1 pts < {M}margin {M}3.0 pts and the loss is significant "
+        "(one-sided loss p=0.012 \u2264 0.05 after Holm, McNemar exact, one-sided) "
+        f"(\u0394 {M}1.2, 90% CI [{M}4.1, {M}0.1], n=40, 7 changed, MDE {MDE})"
     )
     assert d.tasks[0].reason == reason
     assert d.reasons == (f"docparse/fields: BLOCK: {reason}",)
@@ -90,7 +104,7 @@ def test_thresholds_precedence_is_used(thresholds: Thresholds) -> None:
     results = [
         ("coding", "humaneval", cmp(-4.0)),
         ("docparse", "fields", cmp(-2.0)),
-        ("docparse", "strict_task", cmp(-0.1)),
+        ("docparse", "strict_task", cmp(-0.1, p_loss=0.001)),
     ]
     d = _decide(results, thresholds)
     assert [(t.task, t.verdict, t.threshold.margin) for t in d.tasks] == [
@@ -108,8 +122,8 @@ def test_all_pass_lists_every_task(thresholds: Thresholds) -> None:
     assert d.verdict is Verdict.PASS
     assert len(d.reasons) == 2
     assert d.reasons[1] == (
-        f"b/t2: PASS: lower bound +0.5 pts \u2265 {M}margin {M}3.0 pts "
-        "(\u0394 +1.0, 90% CI [+0.5, +2.0], n=40)"
+        f"b/t2: PASS: lower bound +0.5 pts \u2265 {M}margin {M}3.0 pts and MDE {MDE} \u2264 margin 3.0 pts "
+        f"(\u0394 +1.0, 90% CI [+0.5, +2.0], n=40, 7 changed, MDE {MDE})"
     )
 
 
@@ -121,7 +135,7 @@ def test_ci_level_follows_alpha() -> None:
 
 def test_no_op_when_effective_configs_equal(thresholds: Thresholds) -> None:
     same = {"model": "m", "compilation_config": {"level": 0}}
-    results = [("docparse", "fields", cmp(-10.0)), ("coding", "humaneval", cmp(-1.0))]
+    results = [("docparse", "fields", cmp(-10.0, p_loss=0.0)), ("coding", "humaneval", cmp(-1.0))]
     same_reordered = {"compilation_config": {"level": 0}, "model": "m"}
     d = decide(results, thresholds, baseline_effective=same, candidate_effective=same_reordered)
     assert d.verdict is Verdict.NO_OP

@@ -1,0 +1,158 @@
+"""Power, minimum detectable effect, sample-size planning and Holm's correction (pure functions).
+
+Units: standard errors, effects and margins are in *points* (percentage points, 0-100 scale).
+
+Minimum detectable effect (MDE). For a one-sided test at level alpha on a paired mean difference
+with standard error SE, the smallest true difference detected with probability ``power`` is::
+
+    MDE = (z_{1-alpha} + z_{power}) * SE
+
+(e.g. J. Cohen, *Statistical Power Analysis for the Behavioral Sciences*, 2nd ed., 1988, ch. 2;
+the same closed form as TensorRT-LLM's accuracy suite, whose SE is the unpaired
+``sqrt(2 sigma^2 / n)``). For the non-inferiority gate it has a second reading: a candidate that is
+truly equal to the baseline passes (lower bound >= -margin) with probability >= ``power`` exactly
+when ``MDE <= margin``. A run with ``MDE > margin`` cannot reliably pass an equal candidate: the gate
+calls it INCONCLUSIVE instead of deciding on noise.
+
+For paired 0/1 scores without clusters SE is the null standard error ``100 * sqrt(p_disc / n)``
+with ``p_disc`` the share of discordant items (Connor 1987, "Sample size for testing differences
+in proportions for the paired-sample design", Biometrics 43:207-211); for graded or clustered
+scores it is the (clustered) standard error of the mean difference. Either way it is floored at
+``100 / n`` (one discordant item in n), so three items with no change give an MDE of about 140
+points, never "high power". ``stats.PairedComparison.se_power`` holds this SE.
+
+Items needed for a margin m: with per-item variance ``v = n * SE^2`` (points^2, design effect of
+clusters included), ``n_needed = ceil(v * (z_{1-alpha} + z_{power})^2 / m^2)``. With a 3 % flip
+rate (v = 10^4 * 0.03 = 300) and m = 1 point that is 1,855 items, against about 23,200 for an
+unpaired comparison of two independent runs at 75 % accuracy (v = 2 * 10^4 * 0.75 * 0.25 = 3,750).
+
+Holm. ``holm_levels`` is Holm's step-down procedure (S. Holm, "A simple sequentially rejective
+multiple test procedure", Scand. J. Statist. 6(2), 1979, 65-70), in its weighted form when the
+tasks' alphas differ. It controls the family-wise error rate over the tasks of one run: the chance
+that *any* task's null is wrongly rejected is at most the (mean) alpha, however many tasks run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from scipy.stats import norm
+
+__all__ = ["HolmResult", "items_needed", "mde", "holm_levels", "se_floor", "z_sum"]
+
+
+def _check_level(name: str, value: float, lo: float, hi: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (lo < value < hi):
+        raise ValueError(f"{name} must be a number in ({lo:g}, {hi:g}), got {value!r}")
+    return float(value)
+
+
+def z_sum(alpha: float, power: float) -> float:
+    """``z_{1-alpha} + z_{power}`` (standard normal quantiles). 0 < alpha < 0.5, 0 < power < 1."""
+    alpha = _check_level("alpha", alpha, 0.0, 0.5)
+    power = _check_level("power", power, 0.0, 1.0)
+    return float(norm.ppf(1.0 - alpha) + norm.ppf(power))
+
+
+def se_floor(n: int) -> float:
+    """The smallest standard error (points) evalgate assumes for n items: ``100 / n``.
+
+    That is the null SE of one discordant 0/1 item in n (``100 * sqrt((1/n)/n)``). Raises
+    ValueError for n < 1.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an int >= 1, got {n!r}")
+    return 100.0 / n
+
+
+def mde(se: float, alpha: float, power: float) -> float:
+    """Minimum detectable effect in points: ``(z_{1-alpha} + z_{power}) * se``.
+
+    ``se`` in points (>= 0); NaN in gives NaN out (unknown power). Raises ValueError for a
+    negative ``se`` or levels out of range.
+    """
+    k = z_sum(alpha, power)
+    if math.isnan(se):
+        return math.nan
+    if se < 0:
+        raise ValueError(f"se must be >= 0, got {se!r}")
+    return k * se
+
+
+def items_needed(se: float, n: int, margin: float, alpha: float, power: float) -> int | None:
+    """Items for which ``MDE <= margin``, extrapolating a run of ``n`` items with standard error
+    ``se`` (points): ``ceil(n * se^2 * (z_{1-alpha} + z_{power})^2 / margin^2)``.
+
+    Returns None when it cannot be computed (``se`` NaN, or a margin of 0: no finite run can
+    show non-inferiority within a zero margin). Raises ValueError for n < 1, se < 0, margin < 0
+    or levels out of range.
+    """
+    k = z_sum(alpha, power)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an int >= 1, got {n!r}")
+    if margin < 0:
+        raise ValueError(f"margin must be >= 0, got {margin!r}")
+    if math.isnan(se) or margin == 0:
+        return None
+    if se < 0:
+        raise ValueError(f"se must be >= 0, got {se!r}")
+    return max(1, math.ceil(n * se * se * k * k / (margin * margin) - 1e-9))
+
+
+@dataclass(frozen=True)
+class HolmResult:
+    """Outcome of ``holm_levels``, one entry per hypothesis, in input order.
+
+    Attributes:
+        levels: the adjusted one-sided level of each test (<= its own alpha). A rejected
+            hypothesis has ``p <= level``; a retained one ``p > level``.
+        rejected: whether each null hypothesis is rejected.
+        family_alpha: the family-wise error rate controlled (the mean of the alphas).
+    """
+
+    levels: tuple[float, ...]
+    rejected: tuple[bool, ...]
+    family_alpha: float
+
+
+def holm_levels(p_values: Sequence[float], alphas: Sequence[float]) -> HolmResult:
+    """Holm's step-down procedure; weighted (Holm 1979, sec. 3) when the alphas differ.
+
+    Args:
+        p_values: one p-value per hypothesis (NaN counts as 1: no evidence).
+        alphas: each hypothesis' own level, 0 < alpha < 0.5 (same length).
+
+    With ``L = mean(alphas)`` and R the hypotheses not yet rejected, every ``j`` in R with
+    ``p_j <= min(alpha_j, alpha_j * L / sum_{i in R} alpha_i)`` is rejected and R shrinks; this
+    repeats until nothing more is rejected. With equal alphas the thresholds are
+    ``alpha/k, alpha/(k-1), ..., alpha`` in order of the p-values: classic Holm, equivalent to the
+    closed testing of Bonferroni tests, with family-wise error <= alpha. The reported level of a
+    hypothesis is its threshold at the end (the rejected ones are rejected at it too, since
+    thresholds only grow as R shrinks).
+
+    Raises:
+        ValueError: different lengths, no hypotheses, or an alpha out of range.
+    """
+    if len(p_values) != len(alphas):
+        raise ValueError(f"{len(p_values)} p-values but {len(alphas)} alphas")
+    if not alphas:
+        raise ValueError("no hypotheses")
+    a = [_check_level("alpha", x, 0.0, 0.5) for x in alphas]
+    p = [1.0 if p_ is None or math.isnan(p_) else float(p_) for p_ in p_values]
+    family = a[0] if len(set(a)) == 1 else sum(a) / len(a)
+    w = [x / family for x in a]  # all exactly 1.0 when the alphas agree
+    remaining = set(range(len(a)))
+
+    def threshold(j: int) -> float:
+        return min(a[j], family * w[j] / sum(w[i] for i in remaining))
+
+    while remaining:
+        newly = {j for j in remaining if p[j] <= threshold(j)}
+        if not newly:
+            break
+        remaining -= newly
+    levels = tuple(threshold(j) if remaining else a[j] for j in range(len(a)))
+    return HolmResult(levels=levels, rejected=tuple(j not in remaining for j in range(len(a))),
+                      family_alpha=family)
