@@ -22,13 +22,41 @@ THRESHOLDS_FILE = Path(__file__).resolve().parent.parent / "thresholds.yaml"
 _VERDICT_EXIT = {"PASS": ExitCode.PASS, "BLOCK": ExitCode.BLOCK, "NO-OP": ExitCode.NO_OP}
 
 
+def _error_outputs(cmd):  # type: ignore[no-untyped-def]
+    """Decorate a command so that a failure still leaves ``verdict.junit.xml`` and ``summary.md`` (an error)
+    in its run directory (``args.run_dir`` once known, else ``--out``), for CI to publish."""
+    import functools
+
+    @functools.wraps(cmd)
+    def wrapper(args: argparse.Namespace) -> int:
+        try:
+            return cmd(args)
+        except Exception as exc:
+            out = getattr(args, "run_dir", None) or getattr(args, "out", None)
+            if out:
+                from evalgate.outputs import write_error_outputs
+
+                msg = str(exc) if isinstance(exc, EvalgateError) else f"internal error: {type(exc).__name__}: {exc}"
+                code = int(getattr(exc, "exit_code", ExitCode.RUNTIME))
+                try:
+                    write_error_outputs(Path(out), msg, code, getattr(args, "config", None) or args.command)
+                except OSError:
+                    pass
+            raise
+
+    return wrapper
+
+
+@_error_outputs
 def cmd_run(args: argparse.Namespace) -> int:
     """Gate a candidate config against its baseline; write the run directory; exit with the verdict."""
     from evalgate import config as config_mod
     from evalgate.compare import compare_tasks
     from evalgate.gate import decide
     from evalgate.model import evalgate_home
-    from evalgate.report import gate_document, render_html, render_terminal
+    from evalgate.outputs import write_outputs
+    from evalgate.progress import engine_progress
+    from evalgate.report import gate_document, render_terminal
     from evalgate.runner import evaluate_config, versions
     from evalgate.store import ResultStore, tasks_to_json, write_json_atomic
     from evalgate.suites import default_suites_dir, list_suites, load_suite
@@ -48,6 +76,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     thresholds.check_names([s.name for s in all_suites], [t for s in all_suites for t in s.tasks])
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(args.out) if args.out else Path("runs") / f"{cand.name.replace('/', '_')}-{stamp}"
+    args.run_dir = out
     store = ResultStore(evalgate_home() / "store")
     timings = {"load": time.monotonic() - t0}
 
@@ -56,8 +85,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         log.info("%s '%s': %s (engine log: %s)", role, cfg.name, ", ".join(s.name for s in suites),
                  out / "logs" / f"{role}.log")
         t1 = time.monotonic()
-        runs[role] = evaluate_config(cfg, suites, limit=args.limit, store=store,
-                                     log_path=out / "logs" / f"{role}.log", timeout_s=args.timeout)
+        with engine_progress(out / "logs" / f"{role}.log", f"{role} {cfg.name}", [s.name for s in suites]):
+            runs[role] = evaluate_config(cfg, suites, limit=args.limit, store=store,
+                                         log_path=out / "logs" / f"{role}.log", timeout_s=args.timeout)
         timings[f"{role}:total"] = time.monotonic() - t1
         timings.update({f"{role}:{k}": v for k, v in runs[role].timings.items()})
         write_json_atomic(out / f"{role}.json", {"config": cfg.name, "effective": runs[role].effective,
@@ -79,10 +109,52 @@ def cmd_run(args: argparse.Namespace) -> int:
     doc = gate_document(decision, comparisons, manifest)
     write_json_atomic(out / "manifest.json", manifest)
     write_json_atomic(out / "verdict.json", doc)
-    (out / "report.html").write_text(render_html(doc), encoding="utf-8")
+    paths = write_outputs(doc, out)
     print(render_terminal(doc))
-    print(f"report: {out / 'report.html'}")
+    print(f"report: {paths['html']}")
     return int(_VERDICT_EXIT[doc["verdict"]])
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Re-render report.html, verdict.junit.xml and summary.md from a stored run's verdict.json (exit 0)."""
+    from evalgate.report import render_terminal
+    from evalgate.runs import rerender
+
+    doc, paths = rerender(Path(args.run_dir), Path(args.out) if args.out else None)
+    print(render_terminal(doc))
+    print(f"report: {paths['html']}")
+    return int(ExitCode.PASS)
+
+
+@_error_outputs
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Gate RUN_B's candidate against RUN_A's candidate (stored runs); exit with the verdict."""
+    from evalgate.report import render_terminal
+    from evalgate.runs import compare_runs
+
+    a, b = Path(args.run_a), Path(args.run_b)
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    args.run_dir = Path(args.out) if args.out else Path("runs") / f"compare-{a.name}-vs-{b.name}-{stamp}"
+    doc = compare_runs(a, b, Path(args.thresholds), args.run_dir)
+    print(render_terminal(doc))
+    print(f"report: {args.run_dir / 'report.html'}")
+    return int(_VERDICT_EXIT[doc["verdict"]])
+
+
+def cmd_changed_configs(args: argparse.Namespace) -> int:
+    """Print the configs a change needs gated (one per line; reasons on stderr)."""
+    import json
+
+    from evalgate.ci import changed_configs
+    from evalgate.suites import default_suites_dir
+
+    found = changed_configs(args.base, args.head, configs_dir=Path(args.configs_dir),
+                            suites_dir=Path(args.suites_dir) if args.suites_dir else default_suites_dir(),
+                            thresholds_file=Path(args.thresholds))
+    for name, reason in found.items():
+        log.info("%s: %s", name, reason)
+    print(json.dumps(list(found)) if args.json else "\n".join(found))
+    return int(ExitCode.PASS)
 
 
 def _check_run_args(args: argparse.Namespace) -> None:
@@ -164,7 +236,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("list", help="list configs and suites")
     ls.set_defaults(func=cmd_list)
-    for sp in (r, ls):
+
+    rp = sub.add_parser("report", help="re-render report.html, verdict.junit.xml and summary.md of a stored run")
+    rp.add_argument("run_dir", metavar="RUN_DIR", help="a run directory holding verdict.json")
+    rp.add_argument("--out", default=None, help="write there instead of RUN_DIR")
+    rp.set_defaults(func=cmd_report)
+
+    cp = sub.add_parser("compare", help="gate two stored runs: RUN_B's candidate against RUN_A's candidate")
+    cp.add_argument("run_a", metavar="RUN_A", help="run whose candidate results are the baseline side")
+    cp.add_argument("run_b", metavar="RUN_B", help="run whose candidate results are the candidate side")
+    cp.add_argument("--out", default=None, help="run directory (default: runs/compare-<A>-vs-<B>-<UTC time>)")
+    cp.add_argument("--thresholds", default=str(THRESHOLDS_FILE), help="thresholds file")
+    cp.set_defaults(func=cmd_compare)
+
+    cc = sub.add_parser("changed-configs", help="list the configs a git change needs gated (for CI)")
+    cc.add_argument("--base", required=True, help="git ref to compare against, e.g. origin/main")
+    cc.add_argument("--head", default="HEAD", help="git ref of the change (default HEAD)")
+    cc.add_argument("--thresholds", default=str(THRESHOLDS_FILE), help="thresholds file")
+    cc.add_argument("--json", action="store_true", help="print a JSON list instead of one name per line")
+    cc.set_defaults(func=cmd_changed_configs)
+    for sp in (r, ls, cc):
         sp.add_argument("--configs-dir", default=str(CONFIGS_DIR), help=argparse.SUPPRESS)
         sp.add_argument("--suites-dir", default=None, help=argparse.SUPPRESS)
     return p

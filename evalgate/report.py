@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from evalgate.compare import TaskComparison
 from evalgate.gate import MISSING, Decision, effective_diff
+from evalgate.plot import delta_plot
 
 DOCUMENT_VERSION = 1
 
@@ -29,14 +31,18 @@ def gate_document(decision: Decision, comparisons: list[TaskComparison], manifes
         manifest: run metadata: ``baseline``/``candidate`` (name, requested, effective), suites, versions, timings.
     Returns:
         ``{"version", "verdict", "reasons", "tasks": [...], "config_diff", "effective_diff", "manifest"}``;
-        each task holds its statistics (points), threshold, verdict, and its flipped items (regressions
-        first) with prompt, target, both outputs and both scores.
+        each task holds its statistics (points), threshold, verdict, its flipped items (regressions
+        first) with prompt, target, both outputs and both scores, and (``changed_outputs``) the items
+        whose output changed but whose score did not.
     """
     by_task = {c.task: c for c in comparisons}
     tasks = []
     for td in decision.tasks:
         c, cmp = by_task[td.task], td.comparison
         flips = [_flip(c, i, "regressed") for i in c.regressed] + [_flip(c, i, "improved") for i in c.improved]
+        flipped = set(c.regressed) | set(c.improved)
+        changed = [_flip(c, i, "changed") for i, (b, k) in enumerate(c.pairs)
+                   if b.output != k.output and i not in flipped]
         tasks.append({
             "suite": td.suite, "task": td.task, "metric": c.metric, "verdict": td.verdict.value, "reason": td.reason,
             "n": cmp.n, "baseline": cmp.baseline_mean, "candidate": cmp.candidate_mean, "delta": cmp.delta,
@@ -44,7 +50,7 @@ def gate_document(decision: Decision, comparisons: list[TaskComparison], manifes
             "lower_bound": cmp.lower_bound, "margin": td.threshold.margin, "margin_source": td.threshold.source,
             "alpha": td.threshold.alpha, "method": cmp.method, "binary": cmp.binary, "mcnemar_p": _num(cmp.mcnemar_p),
             "stderr": _num(cmp.stderr), "n_regressed": cmp.n_regressed, "n_improved": cmp.n_improved,
-            "identical_outputs": c.identical_outputs, "flipped": flips,
+            "identical_outputs": c.identical_outputs, "flipped": flips, "changed_outputs": changed,
         })
     base, cand = manifest["baseline"], manifest["candidate"]
     return {
@@ -77,16 +83,24 @@ def _num(x: float) -> float | None:
     return None if x is None or math.isnan(x) else x
 
 
+_TOKEN = re.compile(r"\w+|\s+|[^\w\s]")
+
+
 def _highlight(a: str, b: str) -> tuple[list[tuple[str, bool]], list[tuple[str, bool]]]:
-    """Split two outputs into (text, differs) spans by a character-level diff (difflib)."""
-    sm = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
+    """Split two outputs into (text, differs) spans by a diff over words, spaces and punctuation (difflib).
+
+    Token-level rather than character-level, so a changed number or word is marked whole instead of as
+    scattered characters that happen to match.
+    """
+    ta, tb = _TOKEN.findall(a), _TOKEN.findall(b)
+    sm = difflib.SequenceMatcher(a=ta, b=tb, autojunk=False)
     left: list[tuple[str, bool]] = []
     right: list[tuple[str, bool]] = []
     for op, i1, i2, j1, j2 in sm.get_opcodes():
-        if a[i1:i2]:
-            left.append((a[i1:i2], op != "equal"))
-        if b[j1:j2]:
-            right.append((b[j1:j2], op != "equal"))
+        if i2 > i1:
+            left.append(("".join(ta[i1:i2]), op != "equal"))
+        if j2 > j1:
+            right.append(("".join(tb[j1:j2]), op != "equal"))
     return left, right
 
 
@@ -96,7 +110,19 @@ def _env() -> Environment:
     env.filters["pts"] = lambda x, signed=True: "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) \
         else (f"{x:+.1f}" if signed else f"{x:.1f}").replace("-", "\u2212")
     env.globals["highlight"] = _highlight
+    env.globals["delta_plot"] = delta_plot
+    env.globals["review_items"] = review_items
     return env
+
+
+def review_items(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every changed item across tasks in review order: regressions (largest drop first), then improvements,
+    then outputs that changed without a score change. Each item gains ``suite`` and ``task``."""
+    rank = {"regressed": 0, "improved": 1, "changed": 2}
+    items = [{**f, "suite": t["suite"], "task": t["task"]} for t in doc["tasks"]
+             for f in [*t.get("flipped", []), *t.get("changed_outputs", [])]]
+    return sorted(items, key=lambda f: (rank.get(f["kind"], 3), -abs(f["candidate_score"] - f["baseline_score"]),
+                                        f["task"], f["item_id"]))
 
 
 def render_html(doc: dict[str, Any]) -> str:

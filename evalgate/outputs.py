@@ -1,0 +1,183 @@
+"""Machine-readable outputs of a gate run, all rendered from the verdict document (``verdict.json``).
+
+``write_outputs`` writes, next to ``verdict.json``:
+
+* ``report.html``        the self-contained diff report (``report.render_html``);
+* ``verdict.junit.xml``  JUnit XML: one ``<testsuite>`` per suite, one ``<testcase>`` per task; a BLOCKed task
+  is a ``<failure>`` whose message carries Δ, its interval, the lower bound and the margin; under a NO-OP
+  verdict every task is ``<skipped>`` (nothing was gated);
+* ``summary.md``         a Markdown summary for CI step summaries and PR comments.
+
+``write_error_outputs`` writes a JUnit file with one ``<error>`` and a Markdown summary when a run fails
+before it has a verdict, so CI always has something to show. Model output never enters the JUnit file or
+the Markdown (only item ids do); the HTML report escapes it.
+"""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+HTML_NAME = "report.html"
+JUNIT_NAME = "verdict.junit.xml"
+MARKDOWN_NAME = "summary.md"
+_MINUS = "\u2212"
+_ICON = {"PASS": "\u2705", "BLOCK": "\u274c", "NO-OP": "\u26aa"}
+_MAX_ITEM_IDS = 20
+
+
+def pts(x: float | None, *, signed: bool = True) -> str:
+    """Points with one decimal and a real minus sign; ``n/a`` for a missing or NaN value."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    text = f"{x:+.1f}" if signed else f"{x:.1f}"
+    if text in ("+0.0", "-0.0"):
+        text = "0.0"
+    return text.replace("-", _MINUS)
+
+
+def task_evidence(t: dict[str, Any]) -> str:
+    """One line of evidence for a task: Δ, its interval, the lower bound against the margin, and flips."""
+    level = f"{100 * t.get('ci_level', 0.9):.0f}%"
+    lb = t.get("lower_bound", t.get("ci_low"))
+    rel = "<" if t.get("verdict") == "BLOCK" else "\u2265"
+    return (f"\u0394 {pts(t['delta'])} pts, {level} CI [{pts(t['ci_low'])}, {pts(t['ci_high'])}], "
+            f"lower bound {pts(lb)} {rel} {_MINUS}margin {_MINUS}{pts(t['margin'], signed=False)} pts "
+            f"(n={t['n']}; {t.get('n_regressed', 0)} regressed, {t.get('n_improved', 0)} improved)")
+
+
+def render_junit(doc: dict[str, Any]) -> str:
+    """JUnit XML for ``doc``: a ``<testsuite>`` per suite, a ``<testcase>`` per task (``xml.etree``)."""
+    m = doc.get("manifest", {})
+    cand, base = m.get("candidate", {}).get("name", "candidate"), m.get("baseline", {}).get("name", "baseline")
+    timings = m.get("timings", {})
+    verdict = doc["verdict"]
+    root = ET.Element("testsuites", name=f"evalgate {cand} vs {base}")
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    by_suite: dict[str, list[dict[str, Any]]] = {}
+    for t in doc["tasks"]:
+        by_suite.setdefault(t["suite"], []).append(t)
+    for suite, tasks in by_suite.items():
+        secs = sum(float(timings.get(f"{role}:suite:{suite}", 0.0)) for role in ("baseline", "candidate"))
+        ts = ET.SubElement(root, "testsuite", name=f"evalgate.{suite}", time=f"{secs:.3f}")
+        props = ET.SubElement(ts, "properties")
+        for k, v in (("verdict", verdict), ("baseline", base), ("candidate", cand), ("model", m.get("model"))):
+            ET.SubElement(props, "property", name=k, value=str(v))
+        counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+        for t in tasks:
+            case = ET.SubElement(ts, "testcase", classname=f"evalgate.{cand}.{suite}", name=t["task"], time="0")
+            evidence = task_evidence(t)
+            counts["tests"] += 1
+            if verdict == "NO-OP":
+                ET.SubElement(case, "skipped", message=f"NO-OP: {'; '.join(doc['reasons'])}")
+                counts["skipped"] += 1
+            elif t["verdict"] == "BLOCK":
+                fail = ET.SubElement(case, "failure", type="BLOCK", message=f"BLOCK: {evidence}")
+                fail.text = _failure_text(t)
+                counts["failures"] += 1
+            elif t["verdict"] != "PASS":
+                ET.SubElement(case, "skipped", message=f"{t['verdict']}: {evidence}")
+                counts["skipped"] += 1
+            ET.SubElement(case, "system-out").text = f"{t['verdict']}: {t.get('reason', evidence)}"
+        for k, v in counts.items():
+            ts.set(k, str(v))
+            totals[k] += v
+    for k, v in totals.items():
+        root.set(k, str(v))
+    return _xml(root)
+
+
+def _failure_text(t: dict[str, Any]) -> str:
+    lines = [t.get("reason", ""), f"metric: {t.get('metric')}, baseline {pts(t['baseline'], signed=False)}, "
+             f"candidate {pts(t['candidate'], signed=False)}, margin {pts(t['margin'], signed=False)} pts "
+             f"({t.get('margin_source', '')})"]
+    reg = [f["item_id"] for f in t.get("flipped", []) if f["kind"] == "regressed"]
+    if reg:
+        more = f" (+{len(reg) - _MAX_ITEM_IDS} more)" if len(reg) > _MAX_ITEM_IDS else ""
+        lines.append("regressed items: " + ", ".join(map(str, reg[:_MAX_ITEM_IDS])) + more)
+    return "\n".join(lines)
+
+
+def render_error_junit(message: str, exit_code: int, name: str = "run") -> str:
+    """JUnit XML for a run that failed before a verdict: one test case with an ``<error>``."""
+    root = ET.Element("testsuites", name=f"evalgate {name}", tests="1", failures="0", errors="1", skipped="0")
+    ts = ET.SubElement(root, "testsuite", name="evalgate", tests="1", failures="0", errors="1", skipped="0",
+                       time="0")
+    case = ET.SubElement(ts, "testcase", classname=f"evalgate.{name}", name="run", time="0")
+    ET.SubElement(case, "error", type=f"exit {exit_code}", message=message).text = message
+    return _xml(root)
+
+
+def _xml(root: ET.Element) -> str:
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _md(text: Any) -> str:
+    """Escape text for a Markdown table cell (HTML-significant characters, pipes, backticks, newlines)."""
+    s = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return s.replace("|", "\\|").replace("`", "\\`").replace("\n", " ")
+
+
+def render_markdown(doc: dict[str, Any], report_link: str = HTML_NAME) -> str:
+    """A Markdown summary of ``doc``: verdict and why, per-task table, effective config diff, regressed items."""
+    m = doc.get("manifest", {})
+    cand, base = m.get("candidate", {}).get("name", "candidate"), m.get("baseline", {}).get("name", "baseline")
+    v = doc["verdict"]
+    limit = m.get("limit")
+    out = [f"## {_ICON.get(v, chr(0x26a0))} evalgate {v}: {_md(cand)} vs {_md(base)}", "",
+           f"Model {_md(m.get('model', '?'))}, {limit if limit else 'all'} items per task. "
+           f"Full diff report: `{_md(report_link)}` (in the job's artifacts).", ""]
+    out += [f"- {_md(r)}" for r in doc.get("reasons", [])]
+    out += ["", "| suite / task | n | baseline | candidate | \u0394 (pts) | CI | margin | regressed / improved "
+            "| verdict |", "|---|--:|--:|--:|--:|--:|--:|--:|---|"]
+    for t in doc["tasks"]:
+        ci = f"{100 * t.get('ci_level', 0.9):.0f}% [{pts(t['ci_low'])}, {pts(t['ci_high'])}]"
+        out.append(f"| {_md(t['suite'])} / {_md(t['task'])} | {t['n']} | {pts(t['baseline'], signed=False)} | "
+                   f"{pts(t['candidate'], signed=False)} | {pts(t['delta'])} | {ci} | "
+                   f"{pts(t['margin'], signed=False)} | {t.get('n_regressed', 0)} / {t.get('n_improved', 0)} | "
+                   f"**{_md(t['verdict'])}** |")
+    diff = doc.get("effective_diff") or []
+    out += ["", "**Effective engine config** (as the engine applied it), baseline \u2192 candidate:"]
+    out += [f"- {_md(r['key'])}: {_md(r['baseline'])} \u2192 {_md(r['candidate'])}" for r in diff] or \
+        ["- no difference: the engine applied the same configuration to both sides"]
+    regressed = [(t["task"], f["item_id"]) for t in doc["tasks"] for f in t.get("flipped", [])
+                 if f["kind"] == "regressed"]
+    if regressed:
+        shown = ", ".join(f"{_md(task)} #{i}" for task, i in regressed[:_MAX_ITEM_IDS])
+        more = f" and {len(regressed) - _MAX_ITEM_IDS} more" if len(regressed) > _MAX_ITEM_IDS else ""
+        out += ["", f"**Regressed items** ({len(regressed)}): {shown}{more}."]
+    return "\n".join(out) + "\n"
+
+
+def render_error_markdown(message: str, exit_code: int, name: str = "run") -> str:
+    """A Markdown summary for a run that failed before a verdict (an error is never a pass)."""
+    return (f"## \U0001f4a5 evalgate ERROR: {_md(name)} (exit {exit_code})\n\n"
+            f"{_md(message)}\n\nNo verdict: the check fails.\n")
+
+
+def write_outputs(doc: dict[str, Any], out_dir: Path) -> dict[str, Path]:
+    """Write ``report.html``, ``verdict.junit.xml`` and ``summary.md`` for ``doc`` into ``out_dir``.
+
+    Returns:
+        ``{"html": path, "junit": path, "markdown": path}``.
+    """
+    from evalgate.report import render_html
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"html": out_dir / HTML_NAME, "junit": out_dir / JUNIT_NAME, "markdown": out_dir / MARKDOWN_NAME}
+    paths["html"].write_text(render_html(doc), encoding="utf-8")
+    paths["junit"].write_text(render_junit(doc), encoding="utf-8")
+    paths["markdown"].write_text(render_markdown(doc), encoding="utf-8")
+    return paths
+
+
+def write_error_outputs(out_dir: Path, message: str, exit_code: int, name: str = "run") -> dict[str, Path]:
+    """Write an error JUnit file and Markdown summary into ``out_dir`` (for a run without a verdict)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"junit": out_dir / JUNIT_NAME, "markdown": out_dir / MARKDOWN_NAME}
+    paths["junit"].write_text(render_error_junit(message, exit_code, name), encoding="utf-8")
+    paths["markdown"].write_text(render_error_markdown(message, exit_code, name), encoding="utf-8")
+    return paths

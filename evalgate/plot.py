@@ -1,0 +1,102 @@
+"""An inline SVG forest plot of each task's Δ with its confidence interval against its margin.
+
+No scripts, no external resources: the SVG is embedded in ``report.html`` and reads offline. One row per
+task: the shaded red zone is Δ < −margin (where a lower bound BLOCKs), the bar is the two-sided interval,
+the tick at its left end is the one-sided lower bound the gate uses, the dot is Δ. Every string is XML-escaped.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+from xml.sax.saxutils import escape, quoteattr
+
+from markupsafe import Markup
+
+from evalgate.outputs import pts
+
+WIDTH, LABEL_W, RIGHT_W, ROW_H, TOP, BOTTOM = 1160, 250, 330, 30, 26, 30
+_COLOUR = {"PASS": "#1a7f37", "BLOCK": "#cf222e"}
+
+
+def _finite(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+def _extent(tasks: list[dict[str, Any]]) -> tuple[float, float]:
+    """The x range in points: every interval and every −margin fits, zero is inside, with 10 % air."""
+    values = [0.0]
+    for t in tasks:
+        values += [v for v in (_finite(t.get(k)) for k in ("ci_low", "ci_high", "delta")) if v is not None]
+        if (m := _finite(t.get("margin"))) is not None:
+            values += [-m, m / 2]
+    lo, hi = min(values), max(values)
+    pad = max(hi - lo, 1.0) * 0.1
+    return lo - pad, hi + pad
+
+
+def _ticks(lo: float, hi: float) -> tuple[list[float], int]:
+    """Round tick positions (1, 2 or 5 times a power of ten) across [lo, hi], about six, and their decimals."""
+    raw = (hi - lo) / 6
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(s * mag for s in (1, 2, 5, 10) if s * mag >= raw)
+    first = math.ceil(lo / step) * step
+    decimals = max(0, -math.floor(math.log10(step) + 1e-9))
+    return [round(first + i * step, 10) for i in range(int((hi - first) / step + 1e-9) + 1)], decimals
+
+
+def delta_plot(doc: dict[str, Any]) -> Markup:
+    """The SVG (as safe markup) for the document's tasks; an empty string when there are none."""
+    tasks = doc.get("tasks", [])
+    if not tasks:
+        return Markup("")
+    lo, hi = _extent(tasks)
+    x0, x1 = LABEL_W, WIDTH - RIGHT_W
+    height = TOP + ROW_H * len(tasks) + BOTTOM
+
+    def x(v: float) -> float:
+        return round(x0 + (min(max(v, lo), hi) - lo) / (hi - lo) * (x1 - x0), 1)
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="plot" role="img" width="{WIDTH}" height="{height}" '
+             f'viewBox="0 0 {WIDTH} {height}" font-family="system-ui, sans-serif" font-size="12">',
+             "<title>\u0394 (candidate \u2212 baseline, points) with confidence intervals against each task's "
+             "margin</title>",
+             f'<text x="{x0}" y="14" fill="#57606a">\u0394 candidate \u2212 baseline (points); red zone: below '
+             f"\u2212margin; bar: CI; tick: one-sided lower bound</text>"]
+    for i, t in enumerate(tasks):
+        y = TOP + i * ROW_H
+        mid = y + ROW_H / 2
+        margin = _finite(t.get("margin"))
+        if margin is not None:
+            parts.append(f'<rect x="{x0}" y="{y + 3}" width="{max(x(-margin) - x0, 0)}" height="{ROW_H - 6}" '
+                         f'fill="#ffebe9"><title>{escape(t["task"])}: \u2212margin = {pts(-margin)} pts</title></rect>')
+            parts.append(f'<line x1="{x(-margin)}" x2="{x(-margin)}" y1="{y + 3}" y2="{y + ROW_H - 3}" '
+                         f'stroke="#cf222e" stroke-dasharray="3 2"/>')
+        colour = _COLOUR.get(t.get("verdict"), "#6e7781")
+        lo_ci, hi_ci, d = _finite(t.get("ci_low")), _finite(t.get("ci_high")), _finite(t.get("delta"))
+        tip = escape(f"{t['suite']}/{t['task']}: {t.get('verdict')}: \u0394 {pts(d)} pts, CI [{pts(lo_ci)}, "
+                     f"{pts(hi_ci)}], margin {pts(margin, signed=False)} pts")
+        parts.append(f"<g><title>{tip}</title>")
+        if lo_ci is not None and hi_ci is not None:
+            parts.append(f'<line x1="{x(lo_ci)}" x2="{x(hi_ci)}" y1="{mid}" y2="{mid}" stroke="{colour}" '
+                         f'stroke-width="3"/>')
+            parts.append(f'<line x1="{x(lo_ci)}" x2="{x(lo_ci)}" y1="{mid - 7}" y2="{mid + 7}" stroke="{colour}" '
+                         f'stroke-width="2"/>')
+        if d is not None:
+            parts.append(f'<circle cx="{x(d)}" cy="{mid}" r="4.5" fill="{colour}"/>')
+        parts.append("</g>")
+        label = escape(f"{t['suite']} / {t['task']}")
+        parts.append(f'<text x="{x0 - 8}" y="{mid + 4}" text-anchor="end">{label}</text>')
+        right = escape(f"{t.get('verdict')}  \u0394 {pts(d)} [{pts(lo_ci)}, {pts(hi_ci)}]  margin "
+                       f"{pts(margin, signed=False)}")
+        parts.append(f'<text x="{x1 + 8}" y="{mid + 4}" fill={quoteattr(colour)}>{right}</text>')
+    axis_y = TOP + ROW_H * len(tasks)
+    parts.append(f'<line x1="{x0}" x2="{x1}" y1="{axis_y}" y2="{axis_y}" stroke="#8c959f"/>')
+    parts.append(f'<line x1="{x(0)}" x2="{x(0)}" y1="{TOP}" y2="{axis_y}" stroke="#57606a"/>')
+    ticks, decimals = _ticks(lo, hi)
+    for v in ticks:
+        label = "0" if v == 0 else f"{v:+.{decimals}f}".replace("-", "\u2212")
+        parts.append(f'<line x1="{x(v)}" x2="{x(v)}" y1="{axis_y}" y2="{axis_y + 4}" stroke="#8c959f"/>'
+                     f'<text x="{x(v)}" y="{axis_y + 16}" text-anchor="middle" fill="#57606a">{label}</text>')
+    parts.append("</svg>")
+    return Markup("".join(parts))

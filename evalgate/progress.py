@@ -1,0 +1,123 @@
+"""Progress bars (tqdm) for the slow steps, shown only when stderr is a terminal.
+
+The engine runs in a worker process whose output goes to its log file, so the parent follows that log:
+``engine_progress`` advances one step when the engine has started and one per finished suite (the worker's
+``evalgate: engine started`` / ``evalgate: suite NAME done`` lines), and shows the engine's request queue
+(vLLM's periodic ``Running: N reqs, Waiting: M reqs``) beside the bar, refreshed twice a second so the
+elapsed time moves during long generations. In CI (no TTY) nothing is drawn and no thread is started.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+from tqdm.auto import tqdm
+
+_STARTED = re.compile(r"^evalgate: engine started")
+_SUITE_DONE = re.compile(r"^evalgate: suite (\S+) done")
+_QUEUE = re.compile(r"Running: (\d+) reqs, Waiting: (\d+) reqs")
+POLL_S = 0.5
+
+
+def enabled(stream: IO[str] | None = None) -> bool:
+    """True when progress bars should be drawn: the stream (default stderr) is an interactive terminal."""
+    stream = stream if stream is not None else sys.stderr
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def bar(iterable: Any = None, **kwargs: Any) -> Any:
+    """A tqdm bar on stderr that is silent (disabled) when stderr is not a terminal."""
+    kwargs.setdefault("file", sys.stderr)
+    kwargs.setdefault("disable", not enabled(kwargs["file"]))
+    kwargs.setdefault("leave", True)
+    kwargs.setdefault("dynamic_ncols", True)
+    return tqdm(iterable, **kwargs)
+
+
+class LogFollower:
+    """Reads the complete lines appended to a log file since the last call (handles truncation)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        # Skip what a previous run left in the file; a new worker truncates it and we start over.
+        self.offset = path.stat().st_size if path.exists() else 0
+        self._partial = b""
+
+    def new_lines(self) -> list[str]:
+        """Lines (split on newlines and carriage returns) written since the previous call."""
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            return []
+        if size < self.offset:
+            self.offset, self._partial = 0, b""
+        if size == self.offset:
+            return []
+        with self.path.open("rb") as fh:
+            fh.seek(self.offset)
+            chunk = fh.read(size - self.offset)
+        self.offset += len(chunk)
+        data = self._partial + chunk
+        parts = re.split(rb"[\r\n]", data)
+        self._partial = parts.pop()
+        return [p.decode("utf-8", errors="replace") for p in parts if p.strip()]
+
+
+@contextmanager
+def engine_progress(log_path: Path, desc: str, suites: list[str]) -> Iterator[Any]:
+    """A bar for one side of a run: engine start plus one step per suite, driven by the worker's log.
+
+    Args:
+        log_path: the worker's log (``evaluate_config``'s ``log_path``).
+        desc: the bar's label, e.g. ``"candidate bf16"``.
+        suites: the suites being evaluated (the bar's total is ``1 + len(suites)``).
+    Yields:
+        The tqdm bar (disabled when stderr is not a terminal). On normal exit it is completed: suites served
+        from the store never start a worker.
+    """
+    pb = bar(total=1 + len(suites), desc=desc, unit="step",
+             bar_format="{desc}: {n_fmt}/{total_fmt} steps |{bar}| {elapsed} {postfix}")
+    if pb.disable:
+        try:
+            yield pb
+        finally:
+            pb.close()
+        return
+    follower = LogFollower(log_path)
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.wait(POLL_S):
+            for line in follower.new_lines():
+                if _STARTED.search(line):
+                    pb.update(1)
+                    pb.set_postfix_str("engine started", refresh=False)
+                elif m := _SUITE_DONE.search(line):
+                    pb.update(1)
+                    pb.set_postfix_str(f"{m.group(1)} done", refresh=False)
+                elif m := _QUEUE.search(line):
+                    pb.set_postfix_str(f"{m.group(1)} running, {m.group(2)} waiting", refresh=False)
+            pb.refresh()
+
+    thread = threading.Thread(target=poll, name="evalgate-progress", daemon=True)
+    thread.start()
+    ok = False
+    try:
+        yield pb
+        ok = True
+    finally:
+        stop.set()
+        thread.join()
+        if ok:
+            pb.update(pb.total - pb.n)
+            pb.set_postfix_str("done")
+        pb.close()

@@ -1,0 +1,118 @@
+"""Work on stored run directories: re-render a report, and gate any two runs against each other.
+
+A run directory holds ``manifest.json``, ``baseline.json``, ``candidate.json`` and ``verdict.json`` (see
+``evalgate.store``). ``rerender`` reads ``verdict.json`` alone. ``compare_runs`` pairs **run A's candidate**
+(the baseline side) with **run B's candidate** (the candidate side), item by item, and applies the same
+statistics and gate as ``evalgate run``; runs over different items or different suite contents are not
+comparable and fail closed (``StoreError``, exit 3).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from pathlib import Path
+from typing import Any
+
+from evalgate.errors import StoreError
+from evalgate.outputs import write_outputs
+from evalgate.store import read_json, tasks_from_json, write_json_atomic
+
+
+def rerender(run_dir: Path, out_dir: Path | None = None) -> tuple[dict[str, Any], dict[str, Path]]:
+    """Render ``report.html``, ``verdict.junit.xml`` and ``summary.md`` again from ``run_dir/verdict.json``.
+
+    Args:
+        run_dir: a run directory (from ``evalgate run`` or ``evalgate compare``).
+        out_dir: where to write (default: ``run_dir``).
+    Returns:
+        The verdict document and the written paths.
+    Raises:
+        StoreError: ``verdict.json`` is missing, unreadable or not a verdict document.
+    """
+    doc = read_json(run_dir / "verdict.json", "verdict")
+    if not isinstance(doc, dict) or not {"verdict", "tasks", "manifest"} <= doc.keys():
+        raise StoreError(f"{run_dir / 'verdict.json'}: not an evalgate verdict document")
+    return doc, write_outputs(doc, out_dir or run_dir)
+
+
+def _side(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(candidate.json, manifest.json) of a run directory."""
+    if not run_dir.is_dir():
+        raise StoreError(f"{run_dir}: run directory not found")
+    return read_json(run_dir / "candidate.json", "candidate results"), read_json(run_dir / "manifest.json", "manifest")
+
+
+def _suite_hashes(manifest: dict[str, Any]) -> dict[str, str]:
+    return {s["name"]: s["content_hash"] for s in manifest.get("suites", [])}
+
+
+def _merged(a: Any, b: Any) -> Any:
+    """``a`` when both sides agree, else ``"a → b"`` (for manifest fields such as versions and model)."""
+    return a if a == b else f"{a} \u2192 {b}"
+
+
+def compare_runs(run_a: Path, run_b: Path, thresholds_path: Path, out_dir: Path) -> dict[str, Any]:
+    """Gate run B's candidate against run A's candidate and write a run directory for the comparison.
+
+    Args:
+        run_a: run whose *candidate* results are the baseline side.
+        run_b: run whose *candidate* results are the candidate side.
+        thresholds_path: margins and alpha (the current ``thresholds.yaml`` by default in the CLI).
+        out_dir: receives ``baseline.json``, ``candidate.json``, ``manifest.json``, ``verdict.json`` and the
+            rendered outputs, so ``evalgate report`` works on it too.
+    Returns:
+        The verdict document.
+    Raises:
+        StoreError: a run is missing or malformed, or the runs are not comparable (different tasks, items
+            or suite contents).
+    """
+    from evalgate.compare import compare_tasks
+    from evalgate.gate import decide
+    from evalgate.report import gate_document
+    from evalgate.thresholds import load_thresholds
+
+    t0 = time.monotonic()
+    (res_a, man_a), (res_b, man_b) = _side(run_a), _side(run_b)
+    hashes_a, hashes_b = _suite_hashes(man_a), _suite_hashes(man_b)
+    for suite in sorted(hashes_a.keys() & hashes_b.keys()):
+        if hashes_a[suite] != hashes_b[suite]:
+            raise StoreError(f"runs are not comparable: suite '{suite}' differs between {run_a} and {run_b} "
+                             f"(content hash {hashes_a[suite][:12]} vs {hashes_b[suite][:12]})")
+    try:
+        tasks_a = tasks_from_json(res_a["tasks"], run_a / "candidate.json")
+        tasks_b = tasks_from_json(res_b["tasks"], run_b / "candidate.json")
+    except (KeyError, TypeError) as exc:
+        raise StoreError(f"malformed candidate.json ({exc!r})") from exc
+    thresholds = load_thresholds(thresholds_path)
+    try:
+        comparisons = compare_tasks(tasks_a, tasks_b, thresholds)
+    except StoreError as exc:
+        raise StoreError(f"runs are not comparable ({run_a} vs {run_b}): {exc}") from exc
+    eff_a, eff_b = res_a.get("effective", {}), res_b.get("effective", {})
+    decision = decide([(c.suite, c.task, c.comparison) for c in comparisons], thresholds,
+                      baseline_effective=eff_a, candidate_effective=eff_b)
+    cand_a, cand_b = man_a.get("candidate", {}), man_b.get("candidate", {})
+    vers_a, vers_b = man_a.get("versions", {}), man_b.get("versions", {})
+    manifest = {
+        "created": dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ"),
+        "model": _merged(man_a.get("model"), man_b.get("model")),
+        "limit": _merged(man_a.get("limit"), man_b.get("limit")),
+        "versions": {k: _merged(vers_a.get(k, "absent"), vers_b.get(k, "absent")) for k in sorted(vers_a | vers_b)},
+        "thresholds": str(thresholds.path),
+        "timings": {"compare": time.monotonic() - t0},
+        "suites": [s for s in man_a.get("suites", []) if s["name"] in hashes_b],
+        "compared_runs": {"baseline": str(run_a), "candidate": str(run_b),
+                          "rule": "baseline side = run A's candidate, candidate side = run B's candidate"},
+        "baseline": {"name": res_a.get("config", "A"), "requested": {}, **cand_a, "effective": eff_a,
+                     "run_dir": str(run_a)},
+        "candidate": {"name": res_b.get("config", "B"), "requested": {}, **cand_b, "effective": eff_b,
+                      "run_dir": str(run_b)},
+    }
+    doc = gate_document(decision, comparisons, manifest)
+    write_json_atomic(out_dir / "baseline.json", res_a)
+    write_json_atomic(out_dir / "candidate.json", res_b)
+    write_json_atomic(out_dir / "manifest.json", manifest)
+    write_json_atomic(out_dir / "verdict.json", doc)
+    write_outputs(doc, out_dir)
+    return doc

@@ -1,0 +1,73 @@
+"""Synthetic stored runs and verdict documents for the report, outputs and CLI tests (no engine)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from evalgate.compare import compare_tasks
+from evalgate.gate import decide
+from evalgate.report import gate_document
+from evalgate.results import ItemResult, TaskResult
+from evalgate.store import tasks_to_json, write_json_atomic
+from evalgate.thresholds import Thresholds
+
+EVIL_IMG = "<img src=x onerror=\"document.title='pwned'\">"
+EVIL_SCRIPT = "<script>document.title='pwned'</script>"
+SUITE_HASH = "ab" * 32
+
+
+def task(name: str, suite: str, outputs: list[str], scores: list[float]) -> TaskResult:
+    """A task whose item i has hash ``h<name><i>``, a fixed prompt and target, and the given output and score."""
+    items = tuple(ItemResult(task=name, item_id=i, item_hash=f"h{name}{i}", prompt=f"prompt {i} <b>bold?</b>",
+                             target="42", output=o, score=s, metrics={"m": s})
+                  for i, (o, s) in enumerate(zip(outputs, scores)))
+    return TaskResult(task=name, suite=suite, metric="m", items=items)
+
+
+def side(name: str, dtype: str) -> dict[str, Any]:
+    """A manifest entry for one side."""
+    return {"name": name, "path": f"{name}.yaml", "expect": "lossy",
+            "requested": {"engine_args": {"dtype": dtype}, "sampling": {"temperature": 0.0, "seed": 0}},
+            "effective": {"engine_args": {"dtype": dtype}}, "cached_suites": ["s"]}
+
+
+def manifest(base: dict[str, Any], cand: dict[str, Any], tasks: list[str]) -> dict[str, Any]:
+    return {"created": "20260101T000000Z", "model": "m", "limit": 4, "versions": {"vllm": "x"},
+            "thresholds": "thresholds.yaml", "timings": {"compare": 0.1, "candidate:suite:s": 2.5},
+            "suites": [{"name": "s", "tasks": tasks, "content_hash": SUITE_HASH}], "baseline": base, "candidate": cand}
+
+
+def document(base: dict[str, TaskResult], cand: dict[str, TaskResult], *, same_config: bool = False,
+             margin: float = 2.0) -> dict[str, Any]:
+    """The verdict document for two sides (bootstrap with 1000 resamples)."""
+    thr = Thresholds(alpha=0.05, default_margin=margin, bootstrap_resamples=1000)
+    comps = compare_tasks(base, cand, thr)
+    b, c = side("baseline", "float32"), side("cand", "float32" if same_config else "bfloat16")
+    decision = decide([(x.suite, x.task, x.comparison) for x in comps], thr,
+                      baseline_effective=b["effective"], candidate_effective=c["effective"])
+    return gate_document(decision, comps, manifest(b, c, sorted(base)))
+
+
+def blocking_document() -> dict[str, Any]:
+    """Task ``t`` (40 items) regresses on items 0-9 (item 0's output is a script) and improves on item 10: a
+    shown loss beyond the margin, BLOCK. Task ``u`` passes with one output changed at the same score."""
+    n, k = 40, 10
+    cand_t = [EVIL_IMG + EVIL_SCRIPT] + [f"bad {i}" for i in range(1, k)] + ["ok"] * (n - k)
+    base = {"t": task("t", "s", ["ok"] * n, [1.0] * k + [0.0] + [1.0] * (n - k - 1)),
+            "u": task("u", "s", ["same"] * n, [1.0] * n)}
+    cand = {"t": task("t", "s", cand_t, [0.0] * k + [1.0] * (n - k)),
+            "u": task("u", "s", ["same but different"] + ["same"] * (n - 1), [1.0] * n)}
+    doc = document(base, cand, margin=10.0)
+    assert [t["verdict"] for t in doc["tasks"]] == ["BLOCK", "PASS"], doc["reasons"]
+    return doc
+
+
+def write_run(run_dir: Path, name: str, dtype: str, tasks: dict[str, TaskResult]) -> Path:
+    """A stored run directory whose candidate side is ``tasks`` (the baseline side mirrors it)."""
+    entry = side(name, dtype)
+    data = {"config": name, "effective": entry["effective"], "spec_decode": {}, "tasks": tasks_to_json(tasks)}
+    write_json_atomic(run_dir / "candidate.json", data)
+    write_json_atomic(run_dir / "baseline.json", data)
+    write_json_atomic(run_dir / "manifest.json", manifest(side("baseline", "float32"), entry, sorted(tasks)))
+    return run_dir

@@ -1,0 +1,95 @@
+"""Machine outputs (JUnit XML, Markdown) and the report's plot, filters and item order, from verdict documents."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from runfixtures import EVIL_IMG, EVIL_SCRIPT, blocking_document, document, task
+
+from evalgate.outputs import (JUNIT_NAME, MARKDOWN_NAME, render_junit, render_markdown, write_error_outputs,
+                              write_outputs)
+from evalgate.plot import delta_plot
+from evalgate.report import render_html, review_items
+
+
+def test_junit_has_one_case_per_task_and_a_failure_with_delta_ci_and_margin() -> None:
+    doc = blocking_document()
+    root = ET.fromstring(render_junit(doc))
+    assert root.tag == "testsuites" and root.get("tests") == "2" and root.get("failures") == "1"
+    cases = {c.get("name"): c for c in root.iter("testcase")}
+    assert set(cases) == {"t", "u"}
+    assert all(c.get("classname") == "evalgate.cand.s" for c in cases.values())
+    fail = cases["t"].find("failure")
+    assert fail is not None and cases["u"].find("failure") is None
+    t = next(x for x in doc["tasks"] if x["task"] == "t")
+    msg = fail.get("message")
+    assert msg.startswith("BLOCK: \u0394 \u221222.5 pts, 90% CI [")
+    assert "\u2212margin \u221210.0 pts" in msg and f"n={t['n']}" in msg and "10 regressed, 1 improved" in msg
+    assert "regressed items: 0, 1, 2, 3, 4, 5, 6, 7, 8, 9\n" in fail.text + "\n"
+    # Model output never goes into JUnit.
+    assert "pwned" not in render_junit(doc)
+
+
+def test_junit_marks_every_task_skipped_under_no_op() -> None:
+    base = {"t": task("t", "s", ["a"] * 4, [1.0] * 4)}
+    doc = document(base, base, same_config=True)
+    assert doc["verdict"] == "NO-OP"
+    root = ET.fromstring(render_junit(doc))
+    assert root.get("skipped") == "1" and root.get("failures") == "0"
+    assert next(root.iter("skipped")).get("message").startswith("NO-OP: ")
+
+
+def test_markdown_summary_has_verdict_table_diff_and_regressed_ids_but_no_model_output() -> None:
+    doc = blocking_document()
+    md = render_markdown(doc)
+    assert md.startswith("## \u274c evalgate BLOCK: cand vs baseline\n")
+    assert "| s / t | 40 | 97.5 | 75.0 | \u221222.5 | 90% [" in md and "| **BLOCK** |" in md
+    assert "| s / u | 40 |" in md and "| **PASS** |" in md
+    assert "- engine_args.dtype: 'float32' \u2192 'bfloat16'" in md
+    assert "**Regressed items** (10): t #0, t #1, t #2, t #3," in md and "t #9." in md
+    assert "pwned" not in md and "<" not in md.replace("&lt;", "")
+
+
+def test_write_outputs_and_error_outputs(tmp_path: Path) -> None:
+    paths = write_outputs(blocking_document(), tmp_path / "run")
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == sorted([JUNIT_NAME, MARKDOWN_NAME, "report.html"])
+    assert paths["html"].read_text().startswith("<!DOCTYPE html>")
+    err = write_error_outputs(tmp_path / "err", "engine for x exited with code 1 <&>", 3, "x")
+    root = ET.fromstring(err["junit"].read_text())
+    assert root.get("errors") == "1" and next(root.iter("error")).get("message").endswith("<&>")
+    assert "ERROR: x (exit 3)" in err["markdown"].read_text()
+
+
+def test_review_order_is_regressions_then_improvements_then_changed_outputs() -> None:
+    items = review_items(blocking_document())
+    assert [(f["kind"], f["task"], f["item_id"]) for f in items] == [
+        *[("regressed", "t", i) for i in range(10)], ("improved", "t", 10), ("changed", "u", 0)]
+
+
+def test_plot_is_inline_svg_with_one_row_per_task_and_escaped_labels() -> None:
+    doc = blocking_document()
+    doc["tasks"][0]["task"] = "t<script>"
+    svg = str(delta_plot(doc))
+    assert svg.startswith("<svg") and svg.endswith("</svg>")
+    assert "<script" not in svg and "t&lt;script&gt;" in svg
+    assert svg.count("<circle") == 2 and svg.count('stroke-dasharray="3 2"') == 2  # a dot and a -margin per task
+    assert "http" not in svg.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert str(delta_plot({"tasks": []})) == ""
+
+
+def test_report_has_plot_filters_without_script_and_escapes_every_output() -> None:
+    html = render_html(blocking_document())
+    assert "<script" not in html and "<img" not in html and "onerror=\"" not in html
+    assert "&lt;script&gt;document.title=&#39;pwned&#39;&lt;/script&gt;" in html
+    assert "<svg" in html and 'Content-Security-Policy" content="default-src \'none\'' in html
+    # Filters are radio buttons styled by :checked; "flipped" is the default view.
+    for ident in ("show-regressed", "show-flipped", "show-changed"):
+        assert f'<input type="radio" name="item-filter" id="{ident}"' in html
+    assert re.search(r'id="show-flipped" checked>', html)
+    assert "#show-regressed:checked ~ .items .item:not(.regressed)" in html
+    assert html.index("Regressions only (10)") < html.index("All changed outputs (12)")
+    # Flipped items come before the config diff and the manifest.
+    assert html.index('class="item regressed"') < html.index("<h2>Engine config</h2>") < html.index("Run manifest")
+    assert EVIL_IMG not in html and EVIL_SCRIPT not in html

@@ -1,0 +1,93 @@
+"""`evalgate report` and `evalgate compare` on stored run directories (synthetic runs; no engine)."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from runfixtures import blocking_document, task, write_run
+
+from evalgate.cli import main
+from evalgate.store import write_json_atomic
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _runs(tmp_path: Path, b_scores: list[float], *, b_dtype: str = "float16") -> tuple[Path, Path]:
+    n = len(b_scores)
+    a = write_run(tmp_path / "a", "bf16", "bfloat16", {"finance_tableqa": task("finance_tableqa", "finance",
+                                                                                 ["1"] * n, [1.0] * n)})
+    b = write_run(tmp_path / "b", "fp16", b_dtype, {"finance_tableqa": task("finance_tableqa", "finance",
+                                                                             ["1" if s else "2" for s in b_scores],
+                                                                             b_scores)})
+    return a, b
+
+
+def test_compare_gates_run_b_candidate_against_run_a_candidate(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = _runs(tmp_path, [0.0] * 5 + [1.0] * 15)
+    out = tmp_path / "cmp"
+    code = main(["compare", str(a), str(b), "--out", str(out), "--thresholds", str(ROOT / "thresholds.yaml")])
+    doc = json.loads((out / "verdict.json").read_text())
+    assert (code, doc["verdict"]) == (1, "BLOCK")
+    t = doc["tasks"][0]
+    assert (t["n_regressed"], t["delta"], t["margin"]) == (5, -25.0, 3.0)  # finance's margin from thresholds.yaml
+    m = doc["manifest"]
+    assert (m["baseline"]["name"], m["candidate"]["name"]) == ("bf16", "fp16")
+    assert m["compared_runs"] == {"baseline": str(a), "candidate": str(b),
+                                  "rule": "baseline side = run A's candidate, candidate side = run B's candidate"}
+    assert doc["effective_diff"] == [{"key": "engine_args.dtype", "baseline": "'bfloat16'", "candidate": "'float16'"}]
+    assert {p.name for p in out.iterdir()} >= {"baseline.json", "candidate.json", "manifest.json", "verdict.json",
+                                               "report.html", "verdict.junit.xml", "summary.md"}
+    assert "VERDICT: BLOCK" in capsys.readouterr().out
+
+
+def test_compare_of_same_effective_config_is_no_op(tmp_path: Path) -> None:
+    a, b = _runs(tmp_path, [1.0] * 8, b_dtype="bfloat16")
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "cmp")]) == 4
+
+
+def test_compare_fails_closed_when_items_differ(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = write_run(tmp_path / "a", "x", "bfloat16", {"t": task("t", "s", ["1"] * 4, [1.0] * 4)})
+    b = write_run(tmp_path / "b", "y", "float16", {"t": task("t", "s", ["1"] * 5, [1.0] * 5)})
+    out = tmp_path / "cmp"
+    code = main(["compare", str(a), str(b), "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 3 and len(err) == 1
+    assert err[0].startswith("evalgate: error: runs are not comparable (") and "different items (4 vs 5" in err[0]
+    assert not (out / "verdict.json").exists()
+    assert "ERROR" in (out / "summary.md").read_text()  # CI still gets a summary and an error test case
+    assert ET.parse(out / "verdict.junit.xml").getroot().get("errors") == "1"
+
+
+def test_compare_fails_closed_when_suite_contents_differ(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = _runs(tmp_path, [1.0] * 4)
+    m = json.loads((b / "manifest.json").read_text())
+    m["suites"][0]["content_hash"] = "cd" * 32
+    write_json_atomic(b / "manifest.json", m)
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "cmp")]) == 3
+    assert "suite 's' differs between" in capsys.readouterr().err
+
+
+def test_compare_of_a_missing_run_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, _ = _runs(tmp_path, [1.0] * 4)
+    assert main(["compare", str(a), str(tmp_path / "nope"), "--out", str(tmp_path / "cmp")]) == 3
+    assert capsys.readouterr().err.strip() == f"evalgate: error: {tmp_path / 'nope'}: run directory not found"
+
+
+def test_report_rerenders_every_output_from_verdict_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    write_json_atomic(run / "verdict.json", blocking_document())
+    assert main(["report", str(run)]) == 0
+    assert {p.name for p in run.iterdir()} == {"verdict.json", "report.html", "verdict.junit.xml", "summary.md"}
+    assert 'class="verdict BLOCK">BLOCK<' in (run / "report.html").read_text()
+    assert "VERDICT: BLOCK" in capsys.readouterr().out
+    assert main(["report", str(run), "--out", str(tmp_path / "elsewhere")]) == 0
+    assert (tmp_path / "elsewhere" / "report.html").is_file()
+
+
+def test_report_without_verdict_is_a_runtime_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(tmp_path)]) == 3
+    assert "verdict not found" in capsys.readouterr().err
