@@ -1,0 +1,202 @@
+"""Training data for the embedded hybrid model, generated offline and deterministically.
+
+Three sources, mixed batch by batch:
+
+* **docparse / finance**: the suites' own generators (``suites/<suite>/utils.py``, imported by file path),
+  run with training seeds (``DOCPARSE_SEED_BASE + k``, ``FINANCE_SEED_BASE + k``) far from every seed the
+  suites evaluate on, and formatted with the suites' own ``doc_to_text`` (same instruction, same few-shot
+  examples) followed by the answer. Any generated document or statement whose content hash equals one of
+  an evaluation item's (test items and few-shot examples) is dropped, so no evaluation item is trained on.
+  The loss covers the answer only. Finance answers are the bare number (``" 1,234"``): the suite scores a
+  generation by its first number, so the worked computation the few-shot examples show would score wrong.
+* **code**: Python source from the local interpreter's standard library (``build_code_corpus``), as plain
+  language-model text (the coding suite's HumanEval problems are not used).
+
+Everything is a pure function of the batch index and the seeds: ``batch(k)`` is the same on every machine
+given the same code corpus (its SHA-256 is logged with the checkpoint).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import random
+import sys
+import sysconfig
+import types
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from evalgate.suites import SUITES_DIR
+
+DOCPARSE_SEED_BASE = 310_000_000
+FINANCE_SEED_BASE = 320_000_000
+CODE_SEED_BASE = 330_000_000
+DOCPARSE_BLOCK = 8  # documents per generator call (kinds rotate within a call)
+FINANCE_BLOCK = 4  # statements per generator call (4 questions each)
+
+# Standard-library modules/packages used as code text (sorted, tests and GUI toolkits excluded).
+_CODE_SKIP_DIRS = {"test", "tests", "idlelib", "tkinter", "turtledemo", "lib2to3", "site-packages",
+                   "ensurepip", "venv", "pydoc_data", "config-3.11-x86_64-linux-gnu", "__pycache__"}
+CODE_CORPUS_CHARS = 6_000_000
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One training sequence: ``prompt`` (no loss) then ``answer`` (loss); code has an empty prompt."""
+
+    source: str  # "docparse" | "finance" | "code"
+    prompt: str
+    answer: str
+
+
+def _yaml_kwargs(path: Path) -> dict[str, Any]:
+    import yaml
+
+    class _Loader(yaml.SafeLoader):
+        pass
+
+    _Loader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
+    return dict(yaml.load(path.read_text(), Loader=_Loader).get("dataset_kwargs") or {})
+
+
+@lru_cache(maxsize=None)
+def suite_module(suite: str, suites_dir: Path = SUITES_DIR) -> types.ModuleType:
+    """``suites/<suite>/utils.py`` imported by file path. Where ``datasets`` is not installed (a bare
+    training machine), a stub stands in for it: only the suites' ``load_data`` uses it."""
+    try:
+        import datasets  # noqa: F401
+    except ImportError:
+        stub = types.ModuleType("datasets")
+        stub.Dataset = None  # type: ignore[attr-defined]
+        sys.modules["datasets"] = stub
+    path = suites_dir / suite / "utils.py"
+    spec = importlib.util.spec_from_file_location(f"evalgate_hybrid_{suite}_utils", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def content_key(suite: str, item: dict) -> str:
+    """What makes an item an item: the docparse document, the finance statement (shared by 4 questions)."""
+    return _sha(item["document"] if suite == "docparse" else item["statement"])
+
+
+def eval_items(suite: str, suites_dir: Path = SUITES_DIR) -> list[dict]:
+    """Every item the suite evaluates on (its test items, from the task YAML's seed and size) plus its
+    few-shot examples."""
+    mod = suite_module(suite, suites_dir)
+    kw = _yaml_kwargs(next((suites_dir / suite).glob("*.yaml")))
+    if suite == "docparse":
+        test = mod.make_items(int(kw.get("seed", 20240611)), int(kw.get("n_test", 200)), "docparse")
+        return test + list(mod.FEWSHOT)
+    test = mod.make_items(int(kw.get("seed", 20240612)), int(kw.get("n_statements", 50)),
+                          int(kw.get("per_statement", 4)), "finance")
+    return test + list(mod._POOL)
+
+
+@lru_cache(maxsize=None)
+def eval_keys(suites_dir: Path = SUITES_DIR) -> frozenset[str]:
+    return frozenset(content_key(s, it) for s in ("docparse", "finance") for it in eval_items(s, suites_dir))
+
+
+def docparse_items(block: int) -> list[dict]:
+    """Training items of block ``block`` (held-out items dropped)."""
+    mod = suite_module("docparse")
+    items = mod.make_items(DOCPARSE_SEED_BASE + block, DOCPARSE_BLOCK, f"train-dp-{block}")
+    keys = eval_keys()
+    return [it for it in items if content_key("docparse", it) not in keys]
+
+
+def finance_items(block: int) -> list[dict]:
+    mod = suite_module("finance")
+    items = mod.make_items(FINANCE_SEED_BASE + block, FINANCE_BLOCK, 4, f"train-fin-{block}")
+    keys = eval_keys()
+    return [it for it in items if content_key("finance", it) not in keys]
+
+
+def docparse_sample(item: dict) -> Sample:
+    return Sample("docparse", suite_module("docparse").doc_to_text(item), " " + item["target"] + "\n\n")
+
+
+def finance_sample(item: dict) -> Sample:
+    gold = item["target"]
+    shown = f"{int(gold):,}" if gold.lstrip("-").isdigit() else gold
+    return Sample("finance", suite_module("finance").doc_to_text(item), f" {shown}\n\n")
+
+
+def stdlib_dir() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def build_code_corpus(root: Path | None = None, max_chars: int = CODE_CORPUS_CHARS) -> str:
+    """Python standard-library source (sorted relative paths, tests/GUI excluded), files joined with a
+    ``# file: <path>`` header, cut at ``max_chars``."""
+    root = root or stdlib_dir()
+    parts, total = [], 0
+    for path in sorted(root.rglob("*.py"), key=lambda p: p.relative_to(root).as_posix()):
+        rel = path.relative_to(root)
+        if any(part in _CODE_SKIP_DIRS for part in rel.parts[:-1]) or rel.name.startswith("test_"):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        if not text.isascii():
+            continue
+        chunk = f"# file: {rel.as_posix()}\n{text}\n"
+        parts.append(chunk)
+        total += len(chunk)
+        if total >= max_chars:
+            break
+    return "".join(parts)[:max_chars]
+
+
+def corpus_sha(corpus: str) -> str:
+    return _sha(corpus)
+
+
+def code_sample(corpus: str, rng: random.Random, n_chars: int) -> Sample:
+    """A window of ``n_chars`` characters starting at a line start chosen by ``rng``."""
+    start = rng.randrange(0, max(1, len(corpus) - n_chars))
+    nl = corpus.find("\n", start)
+    start = nl + 1 if 0 <= nl < len(corpus) - n_chars else start
+    return Sample("code", "", corpus[start:start + n_chars])
+
+
+@dataclass(frozen=True)
+class Mix:
+    """Samples per batch from each source."""
+
+    docparse: int = 26
+    finance: int = 28
+    code: int = 10
+    code_chars: int = 1000
+
+    @property
+    def size(self) -> int:
+        return self.docparse + self.finance + self.code
+
+
+def batch_samples(k: int, mix: Mix, corpus: str) -> list[Sample]:
+    """The samples of training batch ``k`` (a pure function of ``k``, ``mix`` and ``corpus``).
+
+    Batch ``k`` draws docparse blocks ``k * m ..``, finance blocks likewise, code windows from
+    ``random.Random(CODE_SEED_BASE + k)``, so batches never share a generated document."""
+    out: list[Sample] = []
+    dp_blocks = -(-mix.docparse // DOCPARSE_BLOCK)
+    items = [it for j in range(dp_blocks) for it in docparse_items(k * dp_blocks + j)]
+    out += [docparse_sample(it) for it in items[: mix.docparse]]
+    fin_blocks = -(-mix.finance // (FINANCE_BLOCK * 4))
+    items = [it for j in range(fin_blocks) for it in finance_items(k * fin_blocks + j)]
+    out += [finance_sample(it) for it in items[: mix.finance]]
+    rng = random.Random(CODE_SEED_BASE + k)
+    out += [code_sample(corpus, rng, mix.code_chars) for _ in range(mix.code)] if corpus else []
+    return out
