@@ -129,7 +129,8 @@ def _run_worker(spec: dict[str, Any], cfg: EngineConfig, log_path: Path, timeout
     env = {**os.environ, **cfg.env}
     with log_path.open("w", encoding="utf-8") as log:
         proc = subprocess.Popen([sys.executable, "-m", "evalgate.runner", str(spec_path)], stdout=log,
-                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                preexec_fn=_die_with_parent)
         try:
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -142,6 +143,21 @@ def _run_worker(spec: dict[str, Any], cfg: EngineConfig, log_path: Path, timeout
     if rc != 0:
         how = f"was killed by signal {-rc}" if rc < 0 else f"exited with code {rc}"
         raise EngineError(f"engine for {cfg.name} {how}; last log lines: {_tail(log_path)} (log: {log_path})")
+
+
+def _die_with_parent() -> None:
+    """In the worker, before exec: ask Linux to SIGKILL it when the gate process dies (no orphaned engines).
+
+    The worker runs in its own session (so a timeout can kill its whole process group), which also means
+    a kill of the gate's group would not reach it; PR_SET_PDEATHSIG closes that gap. No-op elsewhere.
+    """
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

@@ -45,8 +45,9 @@ def test_killed_run_resumes_from_the_journal(tmp_path: Path) -> None:
         assert proc.poll() is None, "the run ended before it could be killed"
         assert time.monotonic() < deadline, "no generation was journaled in 15 minutes"
         time.sleep(0.5)
-    os.killpg(proc.pid, signal.SIGKILL)  # the CLI and its engine worker, mid-suite
+    os.killpg(proc.pid, signal.SIGKILL)  # the CLI, mid-suite; its engine worker dies with it (PDEATHSIG)
     proc.wait()
+    time.sleep(2)
     done_before_kill = _journal_lines(journal_dir, before)
     assert CHUNK <= done_before_kill < ITEMS
     assert not (out / "baseline.json").exists()
