@@ -1,7 +1,8 @@
 """The ``evalgate`` command line: one thin function per command, each returning an exit code.
 
 Exit codes (``errors.ExitCode``): 0 PASS, 1 BLOCK, 2 usage/config error, 3 runtime error,
-4 NO-OP, 130 interrupted. Errors print one line on stderr; ``--debug`` shows the traceback.
+4 NO-OP, 5 INCONCLUSIVE (too few items to decide; only with ``on_inconclusive: warn``), 130 interrupted.
+Errors print one line on stderr; ``--debug`` shows the traceback.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from evalgate.errors import ConfigError, EvalgateError, ExitCode
 
 log = logging.getLogger("evalgate")
 THRESHOLDS_FILE = Path(__file__).resolve().parent.parent / "thresholds.yaml"
-_VERDICT_EXIT = {"PASS": ExitCode.PASS, "BLOCK": ExitCode.BLOCK, "NO-OP": ExitCode.NO_OP}
+_VERDICT_EXIT = {"PASS": ExitCode.PASS, "BLOCK": ExitCode.BLOCK, "NO-OP": ExitCode.NO_OP,
+                 "INCONCLUSIVE": ExitCode.INCONCLUSIVE}
 
 
 def _error_outputs(cmd):  # type: ignore[no-untyped-def]
@@ -73,7 +75,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not suites:
         raise ConfigError("no suites found", path=suites_dir)
     all_suites = list_suites(suites_dir)
-    thresholds.check_names([s.name for s in all_suites], [t for s in all_suites for t in s.tasks])
+    thresholds.check_names([s.name for s in all_suites], [t for s in all_suites for t in s.tasks],
+                           [*config_mod.list_configs(configs_dir), cand.name])
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(args.out) if args.out else Path("runs") / f"{cand.name.replace('/', '_')}-{stamp}"
     args.run_dir = out
@@ -94,9 +97,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                                                  "spec_decode": runs[role].spec_decode,
                                                  "tasks": tasks_to_json(runs[role].tasks)})
     t2 = time.monotonic()
-    comparisons = compare_tasks(runs["baseline"].tasks, runs["candidate"].tasks, thresholds)
+    comparisons = compare_tasks(runs["baseline"].tasks, runs["candidate"].tasks, thresholds, config=cand.name)
     decision = decide([(c.suite, c.task, c.comparison) for c in comparisons], thresholds,
-                      baseline_effective=runs["baseline"].effective, candidate_effective=runs["candidate"].effective)
+                      baseline_effective=runs["baseline"].effective, candidate_effective=runs["candidate"].effective,
+                      config=cand.name, expect=cand.expect, outputs={c.task: c.agreement() for c in comparisons})
     timings["compare"] = time.monotonic() - t2
     manifest = {
         "created": stamp, "model": cand.model, "limit": args.limit, "versions": versions(),
@@ -173,6 +177,43 @@ def _near(ref: str, config_path: Path, configs_dir: Path) -> str:
         if cand.is_file():
             return str(cand)
     return ref
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Items each task needs so that MDE <= --margin, from a pilot run's discordance (exit 0)."""
+    from evalgate.compare import plan_tasks
+    from evalgate.store import read_json, tasks_from_json
+    from evalgate.thresholds import load_thresholds
+
+    if not args.margin > 0 or args.margin > 100:
+        raise ConfigError(f"must be > 0 and <= 100 points, got {args.margin}", field="--margin")
+    thresholds = load_thresholds(Path(args.thresholds))
+    name = Path(args.config).stem if args.config.endswith((".yaml", ".yml")) else args.config
+    pilot = Path(args.from_dir) if args.from_dir else _latest_run(name)
+    sides = {role: read_json(pilot / f"{role}.json", f"{role} results") for role in ("baseline", "candidate")}
+    tasks = {role: tasks_from_json(d.get("tasks", {}) if isinstance(d, dict) else {}, pilot / f"{role}.json")
+             for role, d in sides.items()}
+    plans = plan_tasks(tasks["baseline"], tasks["candidate"], thresholds, margin=args.margin, config=name)
+    print(f"pilot: {pilot} (config {name}); margin {args.margin:g} pts, power {thresholds.power:g}")
+    print(f"{'suite/task':34} {'n':>5} {'changed':>7} {'SE':>6} {'MDE':>6} {'alpha':>6} {'items needed':>13}")
+    for t in plans:
+        need = "-" if t.items_needed is None else str(t.items_needed)
+        if t.clusters_needed is not None:
+            need += f" ({t.clusters_needed} docs)"
+        print(f"{t.suite + '/' + t.task:34} {t.n:>5} {t.changed:>7} {t.se:>6.2f} {t.mde:>6.2f} {t.alpha:>6.3g} {need:>13}")
+    if any(t.changed == 0 for t in plans):
+        print("note: a task with no changed item assumes one (the SE floor 100/n); a larger pilot sharpens the estimate")
+    return int(ExitCode.PASS)
+
+
+def _latest_run(config: str) -> Path:
+    """The newest ``runs/<config>-<UTC time>`` directory holding both sides' results."""
+    found = sorted(p for p in Path("runs").glob(f"{config.replace('/', '_')}-*")
+                   if (p / "baseline.json").is_file() and (p / "candidate.json").is_file())
+    if not found:
+        raise ConfigError(f"no pilot run of '{config}' under runs/; run 'evalgate run --config {config} --limit 40' "
+                          "or pass --from RUN_DIR", field="--from")
+    return found[-1]
 
 
 def cmd_model_prepare(args: argparse.Namespace) -> int:
@@ -255,6 +296,14 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_argument("--thresholds", default=str(THRESHOLDS_FILE), help="thresholds file")
     cc.add_argument("--json", action="store_true", help="print a JSON list instead of one name per line")
     cc.set_defaults(func=cmd_changed_configs)
+
+    pl = sub.add_parser("plan", help="items needed per task for a margin, from a pilot run's discordance")
+    pl.add_argument("--config", required=True, help="the candidate config the pilot ran")
+    pl.add_argument("--margin", type=float, required=True, help="non-inferiority margin, points")
+    pl.add_argument("--from", dest="from_dir", default=None,
+                    help="pilot run directory (default: the newest runs/<config>-*)")
+    pl.add_argument("--thresholds", default=str(THRESHOLDS_FILE), help="thresholds file (alpha, power)")
+    pl.set_defaults(func=cmd_plan)
     for sp in (r, ls, cc):
         sp.add_argument("--configs-dir", default=str(CONFIGS_DIR), help=argparse.SUPPRESS)
         sp.add_argument("--suites-dir", default=None, help=argparse.SUPPRESS)

@@ -10,6 +10,7 @@ with ``interval="auto"``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +18,8 @@ import numpy as np
 from evalgate.errors import StoreError
 from evalgate.gate import OutputAgreement
 from evalgate.results import ItemResult, TaskResult
-from evalgate.stats import PairedComparison, flipped_items, paired_comparison
+from evalgate.power import items_needed, mde
+from evalgate.stats import PairedComparison, flipped_items, paired_comparison, power_se
 from evalgate.thresholds import Thresholds
 
 
@@ -99,4 +101,61 @@ def compare_tasks(baseline: dict[str, TaskResult], candidate: dict[str, TaskResu
         differ = tuple(i for i, (pb, pc) in enumerate(pairs) if pb.output != pc.output)
         out.append(TaskComparison(b.suite, name, b.metric, tuple(pairs), cmp, tuple(int(i) for i in reg),
                                   tuple(int(i) for i in imp), len(pairs) - len(differ), differ))
+    return out
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """How many items one task needs for ``MDE <= margin``, extrapolated from a pilot run.
+
+    Attributes:
+        suite, task: identity.
+        n, n_clusters, changed: the pilot's items, clusters and items whose score changed.
+        alpha, power, margin: the levels and margin (points) planned for.
+        se: the pilot's standard error for power (points; ``stats.power_se``).
+        mde: the pilot's own MDE (points).
+        items_needed: items for ``MDE <= margin`` (None for margin 0).
+        clusters_needed: source documents needed when items come in clusters (else None).
+    """
+
+    suite: str
+    task: str
+    n: int
+    n_clusters: int
+    changed: int
+    alpha: float
+    power: float
+    margin: float
+    se: float
+    mde: float
+    items_needed: int | None
+    clusters_needed: int | None
+
+
+def plan_tasks(baseline: dict[str, TaskResult], candidate: dict[str, TaskResult], thresholds: Thresholds,
+               *, margin: float, config: str | None = None) -> list[TaskPlan]:
+    """Items each task needs to decide within ``margin`` points, from a pilot run's discordance.
+
+    Per task: ``v = n * SE^2`` (SE from ``stats.power_se``: the null SE of the discordant share for
+    unclustered 0/1 scores, else the clustered SE; floored at one changed item) and
+    ``items_needed = ceil(v * (z_{1-alpha} + z_power)^2 / margin^2)`` (``evalgate.power``), with the
+    task's alpha (``thresholds.for_task``) and ``thresholds.power``. Holm's correction is not
+    included: it only touches the loss test, not the MDE. Raises StoreError like ``compare_tasks``.
+    """
+    if set(baseline) != set(candidate):
+        raise StoreError(f"baseline and candidate hold different tasks: {sorted(baseline)} vs {sorted(candidate)}")
+    out = []
+    for name in sorted(baseline):
+        pairs = pair_items(baseline[name], candidate[name])
+        if not pairs:
+            raise StoreError(f"task {name}: no items were evaluated")
+        alpha = thresholds.for_task(baseline[name].suite, name, config).alpha
+        se, g, changed = power_se(np.array([p[0].score for p in pairs], dtype=float),
+                                  np.array([p[1].score for p in pairs], dtype=float),
+                                  [getattr(p[0], "cluster", None) for p in pairs])
+        n = len(pairs)
+        need = items_needed(se, n, margin, alpha, thresholds.power)
+        clusters = math.ceil(need * g / n) if need is not None and g < n else None
+        out.append(TaskPlan(baseline[name].suite, name, n, g, changed, alpha, thresholds.power, margin, se,
+                            mde(se, alpha, thresholds.power), need, clusters))
     return out

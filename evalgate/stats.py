@@ -64,6 +64,7 @@ __all__ = [
     "flipped_items",
     "mcnemar_exact",
     "paired_comparison",
+    "power_se",
 ]
 
 BOOTSTRAP_METHOD = "paired bootstrap (percentile)"
@@ -222,6 +223,36 @@ def _bootstrap_means(
     return means
 
 
+def _power_se(n: int, exact_binary: bool, discordant: int, stderr: float) -> float:
+    """SE (points) for power and MDE; see ``PairedComparison.se_power``."""
+    floor = 100.0 / n
+    if exact_binary:
+        return max(100.0 * math.sqrt(discordant / n) / math.sqrt(n), floor)
+    return max(stderr, floor) if math.isfinite(stderr) else floor
+
+
+def power_se(
+    baseline: np.ndarray, candidate: np.ndarray, clusters: Sequence[Hashable | None] | None = None
+) -> tuple[float, int, int]:
+    """``(se_power, n_clusters, changed)`` without resampling: the standard error (points) that
+    ``evalgate.power`` turns into an MDE or a sample size, the number of clusters G and the number
+    of items whose score changed. Same value as ``paired_comparison(...).se_power``; inputs and
+    errors as there."""
+    b, c = _check_pair(baseline, candidate)
+    n = int(b.size)
+    d = c - b
+    codes = cluster_codes(clusters, n)
+    g = int(codes.max()) + 1
+    clustered = g < n
+    binary = bool(np.isin(b, (0.0, 1.0)).all() and np.isin(c, (0.0, 1.0)).all())
+    changed = int(np.count_nonzero(d))
+    if clustered:
+        stderr = 100.0 * clustered_se(d, codes)
+    else:
+        stderr = 100.0 * float(np.std(d, ddof=1)) / math.sqrt(n) if n > 1 else math.nan
+    return _power_se(n, binary and not clustered, changed, stderr), g, changed
+
+
 def _check_args(alpha: object, n_resamples: object, interval: object) -> None:
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating)) or not (
         0.0 < float(alpha) < 0.5
@@ -310,7 +341,6 @@ def paired_comparison(
         discordant = n_improved + n_regressed
         p_loss = float(binom.sf(n_regressed - 1, discordant, 0.5)) if discordant else 1.0
         loss_test = LOSS_TEST_MCNEMAR
-        se_power = max(100.0 * math.sqrt(discordant / n) / math.sqrt(n), se_floor)
     else:
         if means is not None:
             p_boot = (1.0 + float(np.count_nonzero(means >= 0.0))) / (means.size + 1.0)
@@ -321,7 +351,7 @@ def paired_comparison(
         p_t = float(student_t.cdf(z, g - 1)) if g >= 2 else float(norm.cdf(z))
         p_loss = max(p_boot, p_t)
         loss_test = LOSS_TEST_BOOTSTRAP_T
-        se_power = se_t
+    se_power = _power_se(n, binary and not clustered, n_improved + n_regressed, stderr)
 
     boot_method = CLUSTER_BOOTSTRAP_METHOD if clustered else BOOTSTRAP_METHOD
     if interval == "bootstrap":

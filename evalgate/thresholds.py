@@ -6,7 +6,7 @@ Schema (margins are in points, i.e. percentage points of a task's primary metric
                                  # non-inferiority bound and (b) the loss test (Holm across tasks)
     power: 0.8                   # optional, 0.5 <= power < 1 (default 0.8). MDE = (z_{1-alpha} +
                                  # z_power) * SE; a task whose MDE exceeds its margin is INCONCLUSIVE
-    on_inconclusive: warn        # optional, "warn" (default; exit 5) or "block" (exit 1)
+    on_inconclusive: warn        # optional, "block" (default: exit 1) or "warn" (exit 5)
     bootstrap_resamples: 10000   # optional, int >= 1000
     seed: 0                      # optional, int >= 0, seeds the bootstrap
     lossless:
@@ -15,18 +15,25 @@ Schema (margins are in points, i.e. percentage points of a task's primary metric
     default:
       margin: 2.0                # required. Non-inferiority margin in points, >= 0
     configs:                     # optional, per candidate config (name as in configs/)
-      fp16-state: {margin: 3.0}  #   margin / alpha / min_identical_share for every task of it
+      fp16-state:
+        margin: 3.0              #   margin / alpha / min_identical_share for every task of it
+        suites: {coding: {margin: 6.0}}    # and this config's own suite / task entries
+        tasks: {finance_tableqa: {margin: 4.0}}
     suites:
       docparse: {margin: 3.0}    # margin / alpha
       coding: {margin: 5.0, alpha: 0.05}
     tasks:
       finance_tableqa: {margin: 2.0}
 
-Precedence for a task's margin and alpha, lowest to highest: ``default`` (and the top-level
-``alpha``) < ``configs.<candidate config>`` < ``suites.<suite>`` < ``tasks.<task>``. A config entry
-therefore replaces the default for all tasks of that config; a suite or task entry (which says how
-noisy or important that metric is) still wins over it. ``min_identical_share``:
-``configs.<config>`` > ``lossless``. Every problem raises ``ConfigError(message, path=file,
+Precedence for a task's margin and alpha, lowest to highest (the most specific entry wins):
+
+    default (and the top-level alpha)
+    < configs.<config>            (replaces the default for every task of that config)
+    < suites.<suite> < tasks.<task>
+    < configs.<config>.suites.<suite> < configs.<config>.tasks.<task>
+
+so a config's flat entry does not override a suite's or task's margin, but a config's own suite or
+task entry does. ``min_identical_share``: ``configs.<config>`` > ``lossless``. Every problem raises ``ConfigError(message, path=file,
 field=dotted.field)`` with a one-line message; nothing is silently defaulted or ignored (unknown
 keys and duplicate keys are errors; ``check_names`` rejects names that match no suite, task or
 config).
@@ -51,7 +58,7 @@ __all__ = ["LevelOverride", "TaskThreshold", "Thresholds", "load_thresholds"]
 DEFAULT_BOOTSTRAP_RESAMPLES = 10_000
 DEFAULT_SEED = 0
 DEFAULT_POWER = 0.8
-DEFAULT_ON_INCONCLUSIVE = "warn"
+DEFAULT_ON_INCONCLUSIVE = "block"
 DEFAULT_MIN_IDENTICAL_SHARE = 0.95
 ON_INCONCLUSIVE = ("warn", "block")
 MIN_BOOTSTRAP_RESAMPLES = 1_000
@@ -61,7 +68,7 @@ _TOP_KEYS = ("alpha", "power", "on_inconclusive", "bootstrap_resamples", "seed",
              "configs", "suites", "tasks")
 _DEFAULT_KEYS = ("margin",)
 _LEVEL_KEYS = ("margin", "alpha")
-_CONFIG_KEYS = ("margin", "alpha", "min_identical_share")
+_CONFIG_KEYS = ("margin", "alpha", "min_identical_share", "suites", "tasks")
 _LOSSLESS_KEYS = ("min_identical_share",)
 _ABSENT = object()
 
@@ -87,12 +94,15 @@ class TaskThreshold:
 class LevelOverride:
     """A ``configs.<name>``, ``suites.<name>`` or ``tasks.<name>`` entry; ``None`` means "inherit".
 
-    ``min_identical_share`` is only allowed under ``configs``.
+    ``min_identical_share``, ``suites`` and ``tasks`` (nested entries for that config) are only
+    allowed under ``configs``.
     """
 
     margin: float | None = None
     alpha: float | None = None
     min_identical_share: float | None = None
+    suites: Mapping[str, LevelOverride] = field(default_factory=lambda: MappingProxyType({}))
+    tasks: Mapping[str, LevelOverride] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)
@@ -119,15 +129,21 @@ class Thresholds:
     def for_task(self, suite: str, task: str, config: str | None = None) -> TaskThreshold:
         """Margin (points) and alpha for ``task`` of ``suite`` when gating candidate ``config``.
 
-        Precedence: ``tasks.<task>`` > ``suites.<suite>`` > ``configs.<config>`` > default.
+        Precedence (lowest first): default < ``configs.<config>`` < ``suites.<suite>`` <
+        ``tasks.<task>`` < ``configs.<config>.suites.<suite>`` < ``configs.<config>.tasks.<task>``.
         """
         margin, alpha, source = self.default_margin, self.alpha, "default"
-        for level, key in (("configs", config), ("suites", suite), ("tasks", task)):
-            override = getattr(self, level).get(key) if key is not None else None
+        cfg = self.configs.get(config) if config is not None else None
+        chain = [(f"configs.{config}", cfg), (f"suites.{suite}", self.suites.get(suite)),
+                 (f"tasks.{task}", self.tasks.get(task))]
+        if cfg is not None:
+            chain += [(f"configs.{config}.suites.{suite}", cfg.suites.get(suite)),
+                      (f"configs.{config}.tasks.{task}", cfg.tasks.get(task))]
+        for where, override in chain:
             if override is None:
                 continue
             if override.margin is not None:
-                margin, source = override.margin, f"{level}.{key}"
+                margin, source = override.margin, where
             if override.alpha is not None:
                 alpha = override.alpha
         return TaskThreshold(margin=margin, alpha=alpha, source=source)
@@ -146,16 +162,20 @@ class Thresholds:
 
         A misspelt name would otherwise silently fall back to the default margin.
         """
-        levels = [("suites", list(suites)), ("tasks", list(tasks))]
+        suites, tasks = list(suites), list(tasks)
+        levels = [("", "suites", self.suites, suites), ("", "tasks", self.tasks, tasks)]
         if configs is not None:
-            levels.append(("configs", list(configs)))
-        for level, known in levels:
-            for name in getattr(self, level):
+            levels.append(("", "configs", self.configs, list(configs)))
+        for cname, cfg in self.configs.items():
+            levels += [(f"configs.{cname}.", "suites", cfg.suites, suites),
+                       (f"configs.{cname}.", "tasks", cfg.tasks, tasks)]
+        for prefix, level, entries, known in levels:
+            for name in entries:
                 if name not in known:
                     raise ConfigError(
                         f"unknown {level[:-1]} {name!r}{_suggest(name, known, list_all=False)}",
                         path=self.path,
-                        field=f"{level}.{name}",
+                        field=f"{prefix}{level}.{name}",
                     )
 
 
@@ -303,9 +323,11 @@ class _Validator:
         return value
 
     def levels(self, value: Any, level: str) -> Mapping[str, LevelOverride]:
+        """Entries of ``suites``, ``tasks`` or ``configs`` (``level`` is the dotted path to it)."""
         if value is None:
             return MappingProxyType({})
-        keys = _CONFIG_KEYS if level == "configs" else _LEVEL_KEYS
+        is_config = level == "configs"
+        keys = _CONFIG_KEYS if is_config else _LEVEL_KEYS
         out: dict[str, LevelOverride] = {}
         for name, entry in self.mapping(value, level, None).items():
             dotted = f"{level}.{name}"
@@ -319,6 +341,8 @@ class _Validator:
                 margin=None if margin is _ABSENT else self.margin(margin, f"{dotted}.margin"),
                 alpha=None if alpha is _ABSENT else self.alpha(alpha, f"{dotted}.alpha"),
                 min_identical_share=None if share is _ABSENT else self.share(share, f"{dotted}.min_identical_share"),
+                suites=self.levels(entry.get("suites"), f"{dotted}.suites") if is_config else MappingProxyType({}),
+                tasks=self.levels(entry.get("tasks"), f"{dotted}.tasks") if is_config else MappingProxyType({}),
             )
         return MappingProxyType(out)
 
