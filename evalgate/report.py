@@ -16,7 +16,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from evalgate.compare import TaskComparison
-from evalgate.gate import MISSING, Decision, effective_diff
+from evalgate.gate import MISSING, Decision, TaskDecision, effective_diff
 from evalgate.plot import delta_plot
 
 DOCUMENT_VERSION = 1
@@ -51,6 +51,7 @@ def gate_document(decision: Decision, comparisons: list[TaskComparison], manifes
             "alpha": td.threshold.alpha, "method": cmp.method, "binary": cmp.binary, "mcnemar_p": _num(cmp.mcnemar_p),
             "stderr": _num(cmp.stderr), "n_regressed": cmp.n_regressed, "n_improved": cmp.n_improved,
             "identical_outputs": c.identical_outputs, "flipped": flips, "changed_outputs": changed,
+            **_decision_fields(td),
         })
     base, cand = manifest["baseline"], manifest["candidate"]
     return {
@@ -61,6 +62,23 @@ def gate_document(decision: Decision, comparisons: list[TaskComparison], manifes
         "config_diff": _diff_rows(base["requested"], cand["requested"]),
         "effective_diff": _diff_rows(base["effective"], cand["effective"]),
         "manifest": manifest,
+    }
+
+
+def _decision_fields(td: TaskDecision) -> dict[str, Any]:
+    """Power, the rule applied and the cross-check intervals of one task (points; None for NaN)."""
+    cmp, agree = td.comparison, td.lossless
+    return {
+        "mde": _num(td.mde), "power": _num(td.power), "rule": td.rule, "items_needed": td.items_needed,
+        "discordant": cmp.n_regressed + cmp.n_improved, "n_clusters": cmp.n_clusters,
+        "loss_p": _num(cmp.p_loss), "loss_test": cmp.loss_test, "loss_alpha": _num(td.loss_alpha),
+        "loss_shown": td.loss_shown, "se_power": _num(cmp.se_power),
+        "cross_check": {"bootstrap": [_num(cmp.boot_low), _num(cmp.boot_high)],
+                        "t": [_num(cmp.t_low), _num(cmp.t_high)],
+                        "newcombe": [_num(cmp.newcombe_low), _num(cmp.newcombe_high)]},
+        "lossless": None if agree is None else {
+            "identical": agree.identical, "n": agree.n, "share": agree.share,
+            "required_share": td.required_share, "differing_items": list(agree.differing)},
     }
 
 
@@ -132,12 +150,15 @@ def render_html(doc: dict[str, Any]) -> str:
 
 def render_terminal(doc: dict[str, Any]) -> str:
     """A compact plain-text table of ``doc`` for the terminal."""
-    head = f"{'suite/task':34} {'n':>5} {'base':>6} {'cand':>6} {'delta':>6} {'CI':>15} {'margin':>6}  verdict"
+    head = (f"{'suite/task':34} {'n':>5} {'base':>6} {'cand':>6} {'delta':>6} {'CI':>15} {'MDE':>6} {'margin':>6}"
+            "  verdict (rule)")
     lines = [head, "-" * len(head)]
     for t in doc["tasks"]:
         ci = f"[{t['ci_low']:+.1f}, {t['ci_high']:+.1f}]"
+        mde = "n/a" if t.get("mde") is None else f"{t['mde']:.1f}"
+        rule = f" ({t['rule'].split(':')[0]})" if t.get("rule") else ""
         lines.append(f"{t['suite'] + '/' + t['task']:34} {t['n']:>5} {t['baseline']:>6.1f} {t['candidate']:>6.1f} "
-                     f"{t['delta']:>+6.1f} {ci:>15} {t['margin']:>6.1f}  {t['verdict']}")
+                     f"{t['delta']:>+6.1f} {ci:>15} {mde:>6} {t['margin']:>6.1f}  {t['verdict']}{rule}")
     lines.append("")
     lines.append(f"VERDICT: {doc['verdict']}")
     lines.extend(f"  - {r}" for r in doc["reasons"])
