@@ -90,7 +90,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         t1 = time.monotonic()
         with engine_progress(out / "logs" / f"{role}.log", f"{role} {cfg.name}", [s.name for s in suites]):
             runs[role] = evaluate_config(cfg, suites, limit=args.limit, store=store,
-                                         log_path=out / "logs" / f"{role}.log", timeout_s=args.timeout)
+                                         log_path=out / "logs" / f"{role}.log", timeout_s=args.timeout,
+                                         reference=runs.get("baseline"))
         timings[f"{role}:total"] = time.monotonic() - t1
         timings.update({f"{role}:{k}": v for k, v in runs[role].timings.items()})
         write_json_atomic(out / f"{role}.json", {"config": cfg.name, "effective": runs[role].effective,

@@ -62,11 +62,14 @@ def _has_cuda() -> bool:
 
 @dataclass
 class Generation:
-    """One completion: ``text`` (untrusted), ``n_tokens`` generated, vLLM's ``finish_reason`` ("stop"/"length")."""
+    """One completion: ``text`` (untrusted), ``n_tokens`` generated, vLLM's ``finish_reason`` ("stop"/"length"),
+    and the token ids of prompt and output (to score the same sequence under another engine)."""
 
     text: str
     n_tokens: int
     finish_reason: str | None
+    prompt_token_ids: list[int]
+    token_ids: list[int]
 
 
 class VllmEngine:
@@ -96,7 +99,29 @@ class VllmEngine:
             max_tokens=max_tokens, stop=stop or None,
         )
         outs = self.llm.generate(prompts, params, use_tqdm=False)
-        return [Generation(o.outputs[0].text, len(o.outputs[0].token_ids), o.outputs[0].finish_reason) for o in outs]
+        return [Generation(o.outputs[0].text, len(o.outputs[0].token_ids), o.outputs[0].finish_reason,
+                           list(o.prompt_token_ids or []), list(o.outputs[0].token_ids)) for o in outs]
+
+    def score(self, sequences: list[tuple[list[int], list[int]]], k: int) -> list[list[dict[int, float]]]:
+        """Teacher-forced log-probs: for each (prompt ids, output ids), the top-``k`` next-token log-probs at every
+        output position (plus the actual token's), as ``{token id: logprob}`` per position.
+
+        Uses vLLM's ``prompt_logprobs`` on prompt+output (one extra prefill per sequence, no decoding). Position j of
+        the result is the distribution that predicted output token j.
+        """
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=k)
+        out: list[list[dict[int, float]]] = []
+        for prompt_ids, out_ids in sequences:  # one at a time: a full-vocabulary log-softmax per position
+            if not out_ids:
+                out.append([])
+                continue
+            res = self.llm.generate([TokensPrompt(prompt_token_ids=prompt_ids + out_ids)], params, use_tqdm=False)[0]
+            positions = (res.prompt_logprobs or [])[-len(out_ids):]
+            out.append([{int(t): float(lp.logprob) for t, lp in (pos or {}).items()} for pos in positions])
+        return out
 
     def effective_config(self) -> dict[str, Any]:
         """What the engine applied, for every watched key and every key the config requested.

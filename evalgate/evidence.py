@@ -159,6 +159,85 @@ def contradictions(spec: SpecDecodeHealth | None, div: Divergence, cand_health: 
     return out
 
 
+@dataclass(frozen=True)
+class LogitDivergence:
+    """Candidate vs baseline next-token distributions along the baseline's own greedy output (teacher forcing).
+
+    Attributes:
+        positions: output positions compared.
+        kl_mean, kl_p99, kl_max: KL(baseline || candidate) per position, in nats (see ``position_kl``).
+        top1_agreement: share of positions where both engines rank the same token first.
+        max_abs_dlogprob: max over positions of |log p_base(t) - log p_cand(t)| for the baseline's token t.
+        nonfinite: True when the candidate produced a NaN or +inf log-prob anywhere (always a failure).
+        kl_by_position: the per-position KL (for the divergence-vs-position curve).
+    """
+
+    positions: int
+    kl_mean: float
+    kl_p99: float
+    kl_max: float
+    top1_agreement: float
+    max_abs_dlogprob: float
+    nonfinite: bool
+    kl_by_position: tuple[float, ...]
+
+
+def position_kl(p_top: dict[int, float], q_top: dict[int, float]) -> float:
+    """KL(P || Q) in nats from top-k log-probs of each side, over the partition {P's top-k tokens, all others}.
+
+    Collapsing a distribution onto a partition can only shrink KL (data-processing inequality), so this is
+    a lower bound of the full-vocabulary KL that llama.cpp's ``--kl-divergence`` computes. A token of P's
+    top-k that is missing from Q's top-k gets Q's smallest listed probability (an upper bound for it).
+    Raises ValueError for empty inputs.
+    """
+    if not p_top or not q_top:
+        raise ValueError("empty distribution")
+    import math
+
+    q_floor = math.exp(min(q_top.values()))
+    kl, p_sum, q_sum = 0.0, 0.0, 0.0
+    for tok, lp in p_top.items():
+        p = math.exp(lp)
+        q = math.exp(q_top[tok]) if tok in q_top else q_floor
+        if p > 0:
+            kl += p * (lp - math.log(max(q, 1e-30)))
+        p_sum += p
+        q_sum += q
+    p_rest, q_rest = max(0.0, 1.0 - p_sum), max(1e-30, 1.0 - q_sum)
+    if p_rest > 1e-12:
+        kl += p_rest * math.log(p_rest / q_rest)
+    return max(0.0, kl)
+
+
+def logit_divergence(base: list[dict[int, float]], cand: list[dict[int, float]], tokens: list[int]) -> LogitDivergence | None:
+    """Per-item summary of ``position_kl`` along ``tokens`` (the baseline's output ids); None for an empty output.
+
+    Args:
+        base, cand: per output position, ``{token id: logprob}`` (top-k plus the actual token) from each engine.
+        tokens: the baseline's output token ids (same length).
+    """
+    import math
+
+    n = min(len(base), len(cand), len(tokens))
+    if n == 0:
+        return None
+    nonfinite = any(math.isnan(v) or v == math.inf for pos in cand[:n] for v in pos.values())
+    kls, agree, dmax = [], 0, 0.0
+    for j in range(n):
+        b, c = base[j], cand[j]
+        finite_c = {t: v for t, v in c.items() if math.isfinite(v)}
+        kls.append(position_kl(b, finite_c) if b and finite_c else math.inf)
+        agree += bool(b and finite_c) and max(b, key=b.__getitem__) == max(finite_c, key=finite_c.__getitem__)
+        t = tokens[j]
+        if t in b and t in c:
+            d = abs(b[t] - c[t])
+            dmax = max(dmax, d if math.isfinite(d) else math.inf)
+    ordered = sorted(kls)
+    return LogitDivergence(positions=n, kl_mean=sum(kls) / n, kl_p99=ordered[min(n - 1, int(0.99 * n))],
+                           kl_max=ordered[-1], top1_agreement=agree / n, max_abs_dlogprob=dmax,
+                           nonfinite=nonfinite, kl_by_position=tuple(round(k, 6) for k in kls))
+
+
 def as_dict(obj: Any) -> dict[str, Any] | None:
     """JSON-able form of an evidence record (None stays None)."""
     return None if obj is None else asdict(obj)

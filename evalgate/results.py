@@ -24,6 +24,8 @@ class ItemResult:
         score: the task's primary metric for this item, in [0, 1].
         metrics: every per-item metric lm-eval computed, by name.
         n_tokens: tokens the engine generated for this item (None when unknown).
+        divergence: for a candidate item, ``evidence.LogitDivergence`` as a dict (KL along the baseline's
+            output under the candidate engine); None when not measured.
         finish_reason: vLLM's reason the generation ended: "stop" (a stop string or EOS) or "length"
             (hit ``max_tokens``: the output is truncated); None when unknown.
         cluster: the item's source document (the suite's ``doc_group``); items with the same
@@ -42,6 +44,7 @@ class ItemResult:
     n_tokens: int | None = None
     finish_reason: str | None = None
     cluster: str | None = None
+    divergence: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

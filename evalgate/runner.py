@@ -45,6 +45,7 @@ class ConfigRun:
         cached: names of suites served from the store.
         generations: ``{"reused": n, "generated": m}`` over the suites computed in this run: requests
             answered from the generation journal (a resumed run) vs by the engine.
+        journal, scores: this config's generation journal and teacher-forced log-prob journal (paths).
     """
 
     config: EngineConfig
@@ -54,6 +55,8 @@ class ConfigRun:
     timings: dict[str, float] = field(default_factory=dict)
     cached: list[str] = field(default_factory=list)
     generations: dict[str, int] = field(default_factory=dict)
+    journal: str = ""
+    scores: str = ""
 
 
 def versions() -> dict[str, str]:
@@ -67,8 +70,11 @@ def versions() -> dict[str, str]:
     return out
 
 
+LOGPROBS_K = 5  # top-k next-token log-probs kept per output position for the logit divergence
+
+
 def evaluate_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: ResultStore,
-                    log_path: Path, timeout_s: float) -> ConfigRun:
+                    log_path: Path, timeout_s: float, reference: ConfigRun | None = None) -> ConfigRun:
     """Results of ``cfg`` on ``suites``: from the store where possible, else from an engine worker.
 
     Args:
@@ -78,6 +84,8 @@ def evaluate_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None
         store: the result cache.
         log_path: where the worker's stdout/stderr go.
         timeout_s: wall-clock limit for the worker, in seconds.
+        reference: the baseline's run, for a candidate: the worker then scores the baseline's outputs under
+            the candidate engine (logit divergence). None for a baseline, which scores its own outputs.
     Raises:
         EngineError: the worker failed, was killed or timed out (with the tail of its log).
         ModelError: the embedded model cannot be prepared.
@@ -98,6 +106,8 @@ def evaluate_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None
         spec = {"model": model_path, "engine_args": cfg.engine_args, "env": cfg.env,
                 "sampling": vars(cfg.sampling), "limit": limit, "store": str(store.root),
                 "journal": str(store.root / "journal" / f"{journal_key}.jsonl"),
+                "scores": str(store.root / "scores" / f"{journal_key}.jsonl"), "logprobs_k": LOGPROBS_K,
+                "reference": None if reference is None else {"journal": reference.journal, "scores": reference.scores},
                 "suites": [{"name": s.name, "dir": str(s.path.parent), "hash": s.content_hash, "tasks": list(s.tasks),
                             "metrics": s.primary_metric, "key": keys[s.name]} for s in missing]}
         _run_worker(spec, cfg, log_path, timeout_s)
@@ -107,7 +117,8 @@ def evaluate_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None
                 raise EngineError(f"engine worker for {cfg.name} finished without results for suite "
                                   f"'{s.name}'; log: {log_path}")
             cached[s.name] = entry
-    run = ConfigRun(config=cfg, tasks={}, effective={}, cached=[s.name for s in suites if s not in missing])
+    run = ConfigRun(config=cfg, tasks={}, effective={}, journal=str(store.root / "journal" / f"{journal_key}.jsonl"),
+                    scores=str(store.root / "scores" / f"{journal_key}.jsonl"), cached=[s.name for s in suites if s not in missing])
     for s in suites:
         entry = cached[s.name]
         run.tasks.update(tasks_from_json(entry["tasks"], store.path(keys[s.name])))
@@ -209,13 +220,17 @@ def _worker_main(spec_path: str) -> int:
         before = engine.spec_decode_counters()
         reused, generated = lm.reused, lm.generated
         t1 = time.monotonic()
-        tasks = _evaluate_suite(lm, suite, spec["limit"], sampling)
+        tasks, keys = _evaluate_suite(lm, suite, spec["limit"], sampling)
         after = engine.spec_decode_counters()
         suite_s = time.monotonic() - t1
+        t2 = time.monotonic()
+        tasks = _logit_evidence(engine, lm.records, tasks, keys, spec)
+        score_s = time.monotonic() - t2
         store.put(suite["key"], {
             "suite": suite["name"], "effective": effective, "tasks": tasks_to_json(tasks),
             "spec_decode": {k: after[k] - before.get(k, 0.0) for k in after},
-            "timings": {"engine_start": start_s, f"suite:{suite['name']}": suite_s},
+            "timings": {"engine_start": start_s, f"suite:{suite['name']}": suite_s,
+                        f"logprobs:{suite['name']}": score_s},
             "generations": {"reused": lm.reused - reused, "generated": lm.generated - generated},
         })
         print(f"evalgate: suite {suite['name']} done in {suite_s:.1f} s ({lm.generated - generated} generated, "
@@ -223,8 +238,9 @@ def _worker_main(spec_path: str) -> int:
     return 0
 
 
-def _evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None, sampling: Any) -> dict[str, TaskResult]:
-    """Run one suite's tasks through lm-eval and convert its logged samples to ``TaskResult``s."""
+def _evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None,
+                    sampling: Any) -> tuple[dict[str, TaskResult], dict[tuple[str, int], str]]:
+    """Run one suite's tasks through lm-eval; return ``TaskResult``s and each item's request key."""
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
@@ -236,13 +252,61 @@ def _evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None, sampling:
     )
     if not out or "samples" not in out:
         raise StoreError(f"lm-eval returned no logged samples for suite {suite['name']}")
+    from evalgate.engine import request_key, request_params
+
     results: dict[str, TaskResult] = {}
+    keys: dict[tuple[str, int], str] = {}
     for task in suite["tasks"]:
         metric = suite["metrics"][task]
         items = [_item(task, s, metric, lm.records, sampling) for s in out["samples"].get(task, [])]
+        for s in out["samples"].get(task, []):
+            context, gen_kwargs = s["arguments"][0]
+            keys[(task, int(s["doc_id"]))] = request_key(context, *request_params(gen_kwargs, sampling))
         results[task] = TaskResult(task=task, suite=suite["name"], metric=metric,
                                    items=tuple(sorted(items, key=lambda i: i.item_id)))
-    return results
+    return results, keys
+
+
+def _logit_evidence(engine: Any, records: dict[str, Any], tasks: dict[str, TaskResult],
+                    keys: dict[tuple[str, int], str], spec: dict[str, Any]) -> dict[str, TaskResult]:
+    """Teacher-forced log-probs along the baseline's outputs (see ``VllmEngine.score``).
+
+    A baseline worker scores its own outputs and journals them (``spec["scores"]``); a candidate worker scores
+    the baseline's outputs (``spec["reference"]``) and attaches ``evidence.logit_divergence`` to each item.
+    Items without a baseline score are left without one (the report says so); nothing here changes a score.
+    """
+    import dataclasses
+
+    from evalgate.evidence import as_dict, logit_divergence
+
+    k = int(spec.get("logprobs_k", 0))
+    if k <= 0:
+        return tasks
+    if spec.get("reference") is None:  # baseline: score own outputs once
+        journal = GenerationJournal(Path(spec["scores"]))
+        done = journal.load()
+        todo = [key for key in keys.values() if key not in done and records.get(key, {}).get("token_ids")]
+        for start in range(0, len(todo), 16):
+            chunk = todo[start:start + 16]
+            scored = engine.score([(records[x]["prompt_token_ids"], records[x]["token_ids"]) for x in chunk], k)
+            journal.append({x: {"positions": [[[t, lp] for t, lp in pos.items()] for pos in sc]}
+                            for x, sc in zip(chunk, scored)})
+        return tasks
+    ref_gens = GenerationJournal(Path(spec["reference"]["journal"])).load()
+    ref_scores = GenerationJournal(Path(spec["reference"]["scores"])).load()
+    out = {}
+    for name, t in tasks.items():
+        items = []
+        for item in t.items:
+            key = keys.get((name, item.item_id))
+            gen, ref = ref_gens.get(key or ""), ref_scores.get(key or "")
+            if gen and ref and gen.get("token_ids"):
+                base = [{int(tok): lp for tok, lp in pos} for pos in ref["positions"]]
+                cand = engine.score([(gen["prompt_token_ids"], gen["token_ids"])], k)[0]
+                item = dataclasses.replace(item, divergence=as_dict(logit_divergence(base, cand, gen["token_ids"])))
+            items.append(item)
+        out[name] = dataclasses.replace(t, items=tuple(items))
+    return out
 
 
 def _item(task: str, sample: dict[str, Any], metric: str, records: dict[str, Any], sampling: Any) -> ItemResult:

@@ -64,3 +64,24 @@ def test_contradiction_all_accepted_but_outputs_diverge() -> None:
     assert len(flags) == 3
     assert flags[0].startswith("spec-decode counters report 100% of drafts accepted, yet 50% of greedy outputs differ")
     assert contradictions(None, divergence(list(zip(base, base))), output_health(base), output_health(base)) == []
+
+
+def test_position_kl_matches_closed_form_on_a_partition() -> None:
+    import numpy as np
+
+    from evalgate.evidence import logit_divergence, position_kl
+
+    p = {1: np.log(0.5), 2: np.log(0.3)}  # rest 0.2
+    q = {1: np.log(0.4), 2: np.log(0.4)}  # rest 0.2
+    expected = 0.5 * np.log(0.5 / 0.4) + 0.3 * np.log(0.3 / 0.4) + 0.2 * np.log(0.2 / 0.2)
+    assert position_kl(p, q) == pytest.approx(expected)
+    assert position_kl(p, p) == pytest.approx(0.0, abs=1e-12)
+    d = logit_divergence([p, p], [q, p], [1, 2])
+    assert d is not None
+    assert d.kl_mean == pytest.approx(expected / 2) and d.kl_max == pytest.approx(expected)
+    assert d.top1_agreement == 1.0  # position 0: q ties 1 and 2, the first listed (1) wins -> agree
+    flipped = logit_divergence([p, p], [{1: np.log(0.2), 2: np.log(0.6)}, p], [1, 2])
+    assert flipped is not None and flipped.top1_agreement == 0.5
+    assert d.max_abs_dlogprob == pytest.approx(np.log(0.5 / 0.4))
+    assert not d.nonfinite
+    assert logit_divergence([p], [{1: float("nan"), 2: np.log(0.4)}], [1]).nonfinite
