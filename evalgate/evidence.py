@@ -238,6 +238,41 @@ def logit_divergence(base: list[dict[int, float]], cand: list[dict[int, float]],
                            nonfinite=nonfinite, kl_by_position=tuple(round(k, 6) for k in kls))
 
 
+def task_evidence(pairs: Sequence[tuple[ItemResult, ItemResult]], spec: SpecDecodeHealth | None) -> dict[str, Any]:
+    """Everything this module knows about one task, as JSON-able data for the verdict document.
+
+    Returns:
+        ``{"health": {"baseline", "candidate"}, "divergence", "logit", "contradictions", "failures"}``; ``logit``
+        aggregates the per-item ``LogitDivergence`` (None when no item was scored); ``failures`` lists what
+        always fails a candidate: NaN/inf log-probs, and more degenerate (repeated-token) outputs than the baseline.
+    """
+    base_h = output_health([b for b, _ in pairs])
+    cand_h = output_health([c for _, c in pairs])
+    div = divergence(pairs)
+    scored = [c.divergence for _, c in pairs if c.divergence]
+    logit = None
+    if scored:
+        width = max(len(d["kl_by_position"]) for d in scored)
+        curve = []
+        for j in range(width):
+            vals = [d["kl_by_position"][j] for d in scored if j < len(d["kl_by_position"])]
+            curve.append(sum(vals) / len(vals))
+        logit = {"items": len(scored), "kl_mean": sum(d["kl_mean"] for d in scored) / len(scored),
+                 "kl_p99": max(d["kl_p99"] for d in scored), "kl_max": max(d["kl_max"] for d in scored),
+                 "top1_agreement": sum(d["top1_agreement"] * d["positions"] for d in scored)
+                 / max(1, sum(d["positions"] for d in scored)),
+                 "max_abs_dlogprob": max(d["max_abs_dlogprob"] for d in scored),
+                 "nonfinite_items": sum(bool(d["nonfinite"]) for d in scored), "kl_by_position": curve}
+    failures = []
+    if logit and logit["nonfinite_items"]:
+        failures.append(f"{logit['nonfinite_items']} item(s) with NaN/inf log-probs under the candidate engine")
+    if cand_h.degenerate > base_h.degenerate:
+        failures.append(f"degenerate (repeated-unit) outputs: {100 * base_h.degenerate:.0f}% baseline, "
+                        f"{100 * cand_h.degenerate:.0f}% candidate")
+    return {"health": {"baseline": asdict(base_h), "candidate": asdict(cand_h)}, "divergence": asdict(div),
+            "logit": logit, "contradictions": contradictions(spec, div, cand_h, base_h), "failures": failures}
+
+
 def as_dict(obj: Any) -> dict[str, Any] | None:
     """JSON-able form of an evidence record (None stays None)."""
     return None if obj is None else asdict(obj)

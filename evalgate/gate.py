@@ -39,6 +39,8 @@ task blocks > INCONCLUSIVE if any task is inconclusive (reported as BLOCK when t
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -291,6 +293,23 @@ def decide(
         return Decision(Verdict.INCONCLUSIVE, tuple(f"{t.suite}/{t.task}: INCONCLUSIVE: {t.reason}"
                                                     for t in unsure), tasks)
     return Decision(Verdict.PASS, tuple(f"{t.suite}/{t.task}: PASS: {t.reason}" for t in tasks), tasks)
+
+
+def escalate(decision: Decision, failures: Mapping[str, Sequence[str]]) -> Decision:
+    """Apply evidence that always fails a candidate, whatever its accuracy says.
+
+    Args:
+        decision: from :func:`decide`.
+        failures: task name -> sentences (e.g. NaN/inf log-probs, degenerate repeated-token outputs; see
+            ``evidence.task_evidence``). Empty lists mean no failure.
+    Returns:
+        ``decision`` unchanged when there are no failures or it is NO-OP (nothing changed, nothing to fail);
+        otherwise the same decision with verdict BLOCK and the failures first among the reasons.
+    """
+    found = [f"{task}: {msg}" for task, msgs in failures.items() for msg in msgs]
+    if not found or decision.verdict is Verdict.NO_OP:
+        return decision
+    return dataclasses.replace(decision, verdict=Verdict.BLOCK, reasons=(*found, *decision.reasons))
 
 
 def _flatten(mapping: Mapping, prefix: str, out: dict[str, Any]) -> None:

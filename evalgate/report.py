@@ -16,7 +16,8 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from evalgate.compare import TaskComparison
-from evalgate.gate import MISSING, Decision, TaskDecision, effective_diff
+from evalgate.evidence import as_dict, spec_decode_health, task_evidence
+from evalgate.gate import escalate, MISSING, Decision, TaskDecision, effective_diff
 from evalgate.plot import delta_plot
 
 DOCUMENT_VERSION = 1
@@ -35,6 +36,10 @@ def gate_document(decision: Decision, comparisons: list[TaskComparison], manifes
         first) with prompt, target, both outputs and both scores, and (``changed_outputs``) the items
         whose output changed but whose score did not.
     """
+    spec = {role: spec_decode_health(manifest[role].get("spec_decode") or {}) for role in ("baseline", "candidate")}
+    evidence = {c.task: task_evidence(c.pairs, spec["candidate"]) for c in comparisons}
+    # Evidence that always fails a candidate (NaN/inf log-probs, degenerate outputs) overrides the accuracy verdict.
+    decision = escalate(decision, {t: e["failures"] for t, e in evidence.items()})
     by_task = {c.task: c for c in comparisons}
     tasks = []
     for td in decision.tasks:
@@ -51,7 +56,7 @@ def gate_document(decision: Decision, comparisons: list[TaskComparison], manifes
             "alpha": td.threshold.alpha, "method": cmp.method, "binary": cmp.binary, "mcnemar_p": _num(cmp.mcnemar_p),
             "stderr": _num(cmp.stderr), "n_regressed": cmp.n_regressed, "n_improved": cmp.n_improved,
             "identical_outputs": c.identical_outputs, "flipped": flips, "changed_outputs": changed,
-            **_decision_fields(td),
+            **_decision_fields(td), "evidence": evidence[td.task],
         })
     base, cand = manifest["baseline"], manifest["candidate"]
     return {
@@ -61,6 +66,7 @@ def gate_document(decision: Decision, comparisons: list[TaskComparison], manifes
         "tasks": tasks,
         "config_diff": _diff_rows(base["requested"], cand["requested"]),
         "effective_diff": _diff_rows(base["effective"], cand["effective"]),
+        "spec_decode": {role: as_dict(h) for role, h in spec.items()},
         "manifest": manifest,
     }
 

@@ -85,3 +85,22 @@ def test_position_kl_matches_closed_form_on_a_partition() -> None:
     assert d.max_abs_dlogprob == pytest.approx(np.log(0.5 / 0.4))
     assert not d.nonfinite
     assert logit_divergence([p], [{1: float("nan"), 2: np.log(0.4)}], [1]).nonfinite
+
+
+def test_task_evidence_fails_degenerate_and_nonfinite_candidates() -> None:
+    from dataclasses import replace
+
+    from evalgate.evidence import task_evidence
+
+    base = [item(0, "the total is 4"), item(1, "ok")]
+    div = {"positions": 2, "kl_mean": 0.5, "kl_p99": 1.0, "kl_max": 1.0, "top1_agreement": 0.5,
+           "max_abs_dlogprob": 2.0, "nonfinite": True, "kl_by_position": (0.0, 1.0)}
+    cand = [replace(item(0, "0 " * 20), divergence=div), item(1, "ok")]
+    ev = task_evidence(list(zip(base, cand)), None)
+    assert ev["logit"]["items"] == 1 and ev["logit"]["nonfinite_items"] == 1
+    assert ev["logit"]["kl_by_position"] == [0.0, 1.0]
+    assert ev["failures"] == ["1 item(s) with NaN/inf log-probs under the candidate engine",
+                              "degenerate (repeated-unit) outputs: 0% baseline, 50% candidate"]
+    assert ev["divergence"]["identical_share"] == 0.5
+    clean = task_evidence(list(zip(base, base)), None)
+    assert clean["failures"] == [] and clean["logit"] is None

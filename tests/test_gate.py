@@ -201,3 +201,106 @@ def test_effective_diff_missing_keys() -> None:
 
 def test_effective_diff_equal_is_empty() -> None:
     assert effective_diff(BASE_CFG, dict(BASE_CFG)) == {}
+
+
+# ------------------------------------------------------------------- power, INCONCLUSIVE, Holm, lossless
+
+from evalgate.gate import OutputAgreement  # noqa: E402
+
+
+def test_under_powered_task_is_inconclusive_never_a_silent_pass(thresholds: Thresholds) -> None:
+    # LB above -margin, but MDE = 2.486 * 2 = 5.0 > 3: a truly equal candidate would often fail here.
+    d = _one(cmp(-1.0, se_power=2.0), thresholds)
+    t = d.tasks[0]
+    assert (t.verdict, d.verdict) == (Verdict.INCONCLUSIVE, Verdict.BLOCK)  # default on_inconclusive: block
+    need = math.ceil(40 * 2.0**2 * (1.6448536 + 0.8416212) ** 2 / 3.0**2)  # n * SE^2 * (z_a + z_p)^2 / m^2
+    assert need == 110
+    assert t.reason.startswith(f"under-powered: MDE 5.0 pts > margin 3.0 pts at n=40; about {need} items")
+    assert t.rule.startswith("power") and t.items_needed == need
+    assert d.reasons[0].startswith("docparse/fields: INCONCLUSIVE, counted as BLOCK (on_inconclusive: block)")
+    warn = replace(thresholds, on_inconclusive="warn")
+    d = _one(cmp(-1.0, se_power=2.0), warn)
+    assert d.verdict is Verdict.INCONCLUSIVE and d.reasons[0].startswith("docparse/fields: INCONCLUSIVE: ")
+
+
+def test_unknown_power_is_inconclusive(thresholds: Thresholds) -> None:
+    d = _one(cmp(-1.0, se_power=math.nan), thresholds)
+    assert d.tasks[0].verdict is Verdict.INCONCLUSIVE and math.isnan(d.tasks[0].mde)
+
+
+def test_under_powered_but_loss_shown_blocks(thresholds: Thresholds) -> None:
+    d = _one(cmp(-40.0, delta=-25.0, high=-10.0, se_power=10.0, p_loss=0.001), thresholds)
+    assert d.tasks[0].verdict is Verdict.BLOCK and d.tasks[0].rule.startswith("loss shown")
+
+
+def test_precedence_no_op_block_inconclusive_pass(thresholds: Thresholds) -> None:
+    warn = replace(thresholds, on_inconclusive="warn")
+    block, unsure, ok = cmp(-9.0, p_loss=0.0), cmp(-1.0, se_power=5.0), cmp(-1.0)
+    three = [("a", "b1", block), ("a", "i1", unsure), ("a", "p1", ok)]
+    assert _decide(three, warn).verdict is Verdict.BLOCK
+    assert _decide(three[1:], warn).verdict is Verdict.INCONCLUSIVE
+    assert _decide(three[2:], warn).verdict is Verdict.PASS
+    same = decide(three, warn, baseline_effective=BASE_CFG, candidate_effective=dict(BASE_CFG))
+    assert same.verdict is Verdict.NO_OP
+
+
+def test_holm_more_tasks_do_not_mean_more_false_blocks(thresholds: Thresholds) -> None:
+    # Each task: LB below -margin and a one-sided loss p of 0.03. Alone, the loss is significant at 0.05;
+    # among three equally weak tasks Holm needs p <= 0.05/3 first, so none is blocked on this evidence.
+    weak = cmp(-3.5, p_loss=0.03)
+    assert _one(weak, thresholds).tasks[0].verdict is Verdict.BLOCK
+    d = _decide([("a", "t1", weak), ("a", "t2", weak), ("a", "t3", weak)], thresholds)
+    assert [t.verdict for t in d.tasks] == [Verdict.INCONCLUSIVE] * 3
+    assert [t.loss_alpha for t in d.tasks] == pytest.approx([0.05 / 3] * 3)
+    # A strong loss on one task is still blocked, and then the others are tested at 0.05/2.
+    d = _decide([("a", "t1", cmp(-3.5, p_loss=0.001)), ("a", "t2", cmp(-3.5, p_loss=0.02)),
+                 ("a", "t3", cmp(-3.5, p_loss=0.2))], thresholds)
+    assert [t.verdict for t in d.tasks] == [Verdict.BLOCK, Verdict.BLOCK, Verdict.INCONCLUSIVE]
+
+
+def test_lossless_config_blocks_when_outputs_differ(thresholds: Thresholds) -> None:
+    agree = {"fields": OutputAgreement(identical=36, n=40, differing=(3, 8, 12, 30))}
+    d = decide([("docparse", "fields", cmp(-1.0))], thresholds, baseline_effective=BASE_CFG,
+               candidate_effective=CAND_CFG, expect="lossless", outputs=agree)
+    t = d.tasks[0]
+    assert t.verdict is Verdict.BLOCK and t.rule.startswith("lossless")
+    assert "outputs differ on 4 of 40 items (90.0% identical < 95.0% required); differing items: 3, 8, 12, 30" in t.reason
+    ok = {"fields": OutputAgreement(identical=39, n=40, differing=(7,))}
+    d = decide([("docparse", "fields", cmp(-1.0))], thresholds, baseline_effective=BASE_CFG,
+               candidate_effective=CAND_CFG, expect="lossless", outputs=ok)
+    assert d.tasks[0].verdict is Verdict.PASS and d.tasks[0].lossless == ok["fields"]
+    with pytest.raises(ValueError, match="declared lossless but no output agreement"):
+        decide([("docparse", "fields", cmp(-1.0))], thresholds, baseline_effective=BASE_CFG,
+               candidate_effective=CAND_CFG, expect="lossless")
+
+
+def test_config_level_thresholds_apply(thresholds: Thresholds) -> None:
+    thr = replace(thresholds, configs={"fp16-state": LevelOverride(margin=4.0, min_identical_share=0.5)})
+    args = dict(baseline_effective=BASE_CFG, candidate_effective=CAND_CFG)
+    d = decide([("docparse", "fields", cmp(-3.5, p_loss=0.0))], thr, config="fp16-state", **args)
+    assert d.tasks[0].verdict is Verdict.PASS and d.tasks[0].threshold.source == "configs.fp16-state"
+    d = decide([("coding", "humaneval", cmp(-4.5, p_loss=0.0))], thr, config="fp16-state", **args)
+    assert d.tasks[0].threshold.margin == 5.0  # the suite's margin beats the config's flat margin
+
+
+def test_real_tiny_run_is_inconclusive() -> None:
+    # Three items, identical scores (the stored bf16 runs of the embedded model look like this).
+    thr = Thresholds(alpha=0.05, default_margin=3.0, on_inconclusive="warn")
+    c = paired_comparison(np.array([0.75, 2 / 3, 1.0]), np.array([0.75, 2 / 3, 1.0]), alpha=0.05,
+                          rng=np.random.default_rng(0), interval="auto")
+    d = _decide([("docparse", "docparse_fields", c)], thr)
+    assert d.verdict is Verdict.INCONCLUSIVE
+    assert d.tasks[0].mde == pytest.approx((1.6448536 + 0.8416212) * 100 / 3, rel=1e-6)
+
+
+def test_escalate_blocks_on_evidence_failures_but_not_no_op() -> None:
+    from dataclasses import replace
+
+    from evalgate.gate import Decision, Verdict, escalate
+
+    d = Decision(Verdict.PASS, ("t: PASS",), ())
+    assert escalate(d, {"t": []}) is d
+    e = escalate(d, {"t": ["NaN log-probs"]})
+    assert e.verdict is Verdict.BLOCK and e.reasons == ("t: NaN log-probs", "t: PASS")
+    no_op = replace(d, verdict=Verdict.NO_OP)
+    assert escalate(no_op, {"t": ["x"]}).verdict is Verdict.NO_OP
