@@ -240,3 +240,110 @@ def test_flipped_items() -> None:
 def test_flipped_items_validates() -> None:
     with pytest.raises(ValueError, match="differ in length"):
         flipped_items(np.array([1.0]), np.array([1.0, 0.0]))
+
+
+# ------------------------------------------------------------ clusters, auto interval, loss test, power SE
+
+from scipy.stats import t as student_t  # noqa: E402
+
+from evalgate.intervals import NEWCOMBE_METHOD, newcombe_paired_interval  # noqa: E402
+from evalgate.stats import CLUSTER_BOOTSTRAP_METHOD, LOSS_TEST_MCNEMAR, power_se  # noqa: E402
+
+
+def test_singleton_clusters_change_nothing() -> None:
+    base, cand = _known_difference(300, seed=2)
+    plain = paired_comparison(base, cand, alpha=0.05, rng=_rng(4), n_resamples=2000)
+    labelled = paired_comparison(base, cand, alpha=0.05, rng=_rng(4), n_resamples=2000,
+                                 clusters=[f"doc{i}" for i in range(300)])
+    nones = paired_comparison(base, cand, alpha=0.05, rng=_rng(4), n_resamples=2000, clusters=[None] * 300)
+    assert plain == nones
+    assert (labelled.ci_low, labelled.ci_high, labelled.n_clusters) == (plain.ci_low, plain.ci_high, 300)
+
+
+def _clustered(g: int, size: int, seed: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Binary items in clusters whose items move together: a whole cluster is easy or hard, and flips together."""
+    gen = np.random.default_rng(seed)
+    p = np.repeat(gen.beta(1, 1, g), size)
+    base = (gen.random(g * size) < p).astype(float)
+    flip = np.repeat(gen.random(g) < 0.15, size) & (gen.random(g * size) < 0.7)
+    cand = np.where(flip, 1.0 - base, base)
+    return base, cand, [f"s{i // size}" for i in range(g * size)]
+
+
+def test_cluster_bootstrap_se_matches_clustered_se_and_exceeds_the_naive_one() -> None:
+    base, cand, clusters = _clustered(400, 4, seed=8)
+    r = paired_comparison(base, cand, alpha=0.05, rng=_rng(9), clusters=clusters)
+    naive = paired_comparison(base, cand, alpha=0.05, rng=_rng(9))
+    assert r.n_clusters == 400 and r.method == CLUSTER_BOOTSTRAP_METHOD
+    # Bootstrap percentile half-width ~ z * SE; the clustered SE sees the within-cluster correlation.
+    half = (r.ci_high - r.ci_low) / 2
+    assert half == pytest.approx(norm.ppf(0.95) * r.stderr, rel=0.08)
+    assert r.stderr > 1.1 * naive.stderr  # design effect of flips that come a cluster at a time
+    assert r.t_low == pytest.approx(r.delta - student_t.ppf(0.95, 399) * r.stderr)
+
+
+def test_auto_interval_is_newcombe_for_unclustered_binary_scores() -> None:
+    base = np.array([1, 1, 0, 0, 1, 1, 1, 0, 1, 1], dtype=float)
+    cand = np.array([1, 0, 1, 0, 0, 1, 1, 0, 0, 1], dtype=float)
+    r = paired_comparison(base, cand, alpha=0.05, rng=_rng(), interval="auto")
+    both, improved, regressed = 4, 1, 3
+    lo, hi = newcombe_paired_interval(both, improved, regressed, 10 - 8, alpha=0.05)
+    assert (r.ci_low, r.ci_high, r.lower_bound) == pytest.approx((100 * lo, 100 * hi, 100 * lo))
+    assert (r.newcombe_low, r.newcombe_high) == (r.ci_low, r.ci_high)
+    assert r.method == NEWCOMBE_METHOD
+    assert r.boot_low <= r.delta <= r.boot_high  # the bootstrap is still reported as a cross-check
+
+
+def test_auto_interval_for_graded_scores_is_the_wider_of_bootstrap_and_t() -> None:
+    gen = np.random.default_rng(10)
+    base = gen.uniform(0.3, 1.0, 60)
+    cand = np.clip(base + gen.normal(-0.01, 0.08, 60), 0, 1)
+    r = paired_comparison(base, cand, alpha=0.05, rng=_rng(11), interval="auto")
+    assert r.ci_low == min(r.boot_low, r.t_low) and r.ci_high == max(r.boot_high, r.t_high)
+    assert math.isnan(r.newcombe_low)
+
+
+@pytest.mark.parametrize(("regressed", "improved"), [(0, 0), (3, 0), (5, 2), (2, 5), (12, 4)])
+def test_binary_loss_p_is_one_sided_exact_mcnemar(regressed: int, improved: int) -> None:
+    n = 40
+    base = np.array([1.0] * regressed + [0.0] * improved + [1.0] * (n - regressed - improved))
+    cand = np.array([0.0] * regressed + [1.0] * improved + [1.0] * (n - regressed - improved))
+    r = paired_comparison(base, cand, alpha=0.05, rng=_rng(), interval="auto")
+    want = 1.0 if regressed + improved == 0 else binomtest(regressed, regressed + improved, 0.5,
+                                                          alternative="greater").pvalue
+    assert r.p_loss == pytest.approx(want, rel=1e-12)
+    assert r.loss_test == LOSS_TEST_MCNEMAR
+
+
+def test_graded_loss_p_is_the_larger_of_bootstrap_and_t() -> None:
+    gen = np.random.default_rng(12)
+    base = gen.uniform(0.3, 1.0, 200)
+    cand = np.clip(base - 0.03 + gen.normal(0, 0.1, 200), 0, 1)
+    r = paired_comparison(base, cand, alpha=0.05, rng=_rng(13), interval="auto")
+    d = cand - base
+    p_t = student_t.cdf(d.mean() / (d.std(ddof=1) / math.sqrt(200)), 199)
+    assert r.p_loss >= p_t - 1e-12
+    assert r.p_loss == pytest.approx(p_t, abs=0.01)  # the bootstrap p agrees closely at n = 200
+
+
+def test_power_se_and_its_floor() -> None:
+    # 3 items, nothing changed: the floor 100/n, so MDE ~ 83 points (never "high power").
+    r = paired_comparison(np.zeros(3), np.zeros(3), alpha=0.05, rng=_rng(), interval="auto")
+    assert r.se_power == pytest.approx(100 / 3)
+    # Unclustered binary: the null SE of the discordant share.
+    base, cand = _known_difference(2000, seed=7)
+    r = paired_comparison(base, cand, alpha=0.05, rng=_rng(), interval="auto")
+    disc = r.n_regressed + r.n_improved
+    assert r.se_power == pytest.approx(100 * math.sqrt(disc / 2000) / math.sqrt(2000))
+    assert power_se(base, cand) == (r.se_power, 2000, disc)
+    # Graded or clustered: the (clustered) standard error.
+    b2, c2, clusters = _clustered(100, 4, seed=3)
+    r2 = paired_comparison(b2, c2, alpha=0.05, rng=_rng(), clusters=clusters)
+    assert power_se(b2, c2, clusters)[0] == pytest.approx(r2.se_power) and r2.se_power == pytest.approx(r2.stderr)
+
+
+def test_invalid_interval_and_clusters() -> None:
+    with pytest.raises(ValueError, match="interval"):
+        paired_comparison(np.array([0.0, 1.0]), np.array([1.0, 1.0]), alpha=0.05, rng=_rng(), interval="x")
+    with pytest.raises(ValueError, match="3 labels for 2 items"):
+        paired_comparison(np.array([0.0, 1.0]), np.array([1.0, 1.0]), alpha=0.05, rng=_rng(), clusters=["a"] * 3)

@@ -223,3 +223,103 @@ def test_python_tags_are_refused(tmp_path: Path) -> None:
     text = "alpha: !!python/object/apply:os.getcwd []\ndefault: {margin: 2}\n"
     err = _fails(_write(tmp_path, text))
     assert "invalid YAML at line 1" in str(err)
+
+
+# ------------------------------------------------- power, on_inconclusive, lossless, configs (schema v2)
+
+FULL = """\
+alpha: 0.05
+power: 0.9
+on_inconclusive: warn
+lossless: {min_identical_share: 0.99}
+default: {margin: 2.0}
+suites:
+  coding: {margin: 5.0}
+tasks:
+  finance_tableqa: {margin: 2.5}
+configs:
+  fp16-state:
+    margin: 3.0
+    alpha: 0.025
+    min_identical_share: 0.5
+    suites: {docparse: {margin: 4.0}}
+    tasks: {finance_tableqa: {margin: 6.0}}
+  ngram: {min_identical_share: 1.0}
+"""
+
+
+def test_schema_v2_values_and_defaults(tmp_path: Path) -> None:
+    t = load_thresholds(_write(tmp_path, FULL))
+    assert (t.power, t.on_inconclusive, t.min_identical_share) == (0.9, "warn", 0.99)
+    d = load_thresholds(_write(tmp_path, BASE, "plain.yaml"))
+    assert (d.power, d.on_inconclusive, d.min_identical_share, dict(d.configs)) == (0.8, "block", 0.95, {})
+
+
+def test_config_precedence_chain(tmp_path: Path) -> None:
+    t = load_thresholds(_write(tmp_path, FULL))
+    # default < configs.<c> < suites.<s> < tasks.<t> < configs.<c>.suites.<s> < configs.<c>.tasks.<t>
+    assert t.for_task("math", "gsm8k", "fp16-state") == TaskThreshold(3.0, 0.025, "configs.fp16-state")
+    assert t.for_task("coding", "humaneval", "fp16-state") == TaskThreshold(5.0, 0.025, "suites.coding")
+    assert t.for_task("docparse", "docparse_fields", "fp16-state") == TaskThreshold(
+        4.0, 0.025, "configs.fp16-state.suites.docparse")
+    assert t.for_task("finance", "finance_tableqa", "fp16-state") == TaskThreshold(
+        6.0, 0.025, "configs.fp16-state.tasks.finance_tableqa")
+    assert t.for_task("finance", "finance_tableqa", "bf16") == TaskThreshold(2.5, 0.05, "tasks.finance_tableqa")
+    assert t.for_task("finance", "finance_tableqa") == TaskThreshold(2.5, 0.05, "tasks.finance_tableqa")
+    assert (t.identical_share_for("fp16-state"), t.identical_share_for("ngram"), t.identical_share_for(None),
+            t.identical_share_for("other")) == (0.5, 1.0, 0.99, 0.99)
+
+
+def test_check_names_covers_configs_and_nested_entries(tmp_path: Path) -> None:
+    t = load_thresholds(_write(tmp_path, FULL))
+    suites, tasks = ["docparse", "coding", "finance"], ["finance_tableqa", "docparse_fields"]
+    t.check_names(suites, tasks, ["fp16-state", "ngram", "baseline"])
+    t.check_names(suites, tasks)  # configs not checked when no list is given
+    with pytest.raises(ConfigError) as info:
+        t.check_names(suites, tasks, ["fp16_state", "ngram"])
+    assert info.value.field == "configs.fp16-state" and "did you mean 'fp16_state'?" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        t.check_names(["coding", "finance"], tasks, ["fp16-state", "ngram"])
+    assert info.value.field == "configs.fp16-state.suites.docparse"
+
+
+BAD_V2 = [
+    (BASE + "power: 0.3\n", "power", "0.5 <= power < 1, got 0.3"),
+    (BASE + "power: 1\n", "power", "got 1"),
+    (BASE + "power: '0.8'\n", "power", "got '0.8' (a string)"),
+    (BASE + "on_inconclusive: pass\n", "on_inconclusive", "must be one of warn, block, got 'pass' (a string)"),
+    (BASE + "on_inconclusive: true\n", "on_inconclusive", "got true (a boolean)"),
+    (BASE + "lossless: {min_identical_share: 1.5}\n", "lossless.min_identical_share", "0 <= share <= 1, got 1.5"),
+    (BASE + "lossless: {min_identical: 0.9}\n", "lossless.min_identical", "did you mean 'min_identical_share'?"),
+    (BASE + "lossless: 0.9\n", "lossless", "must be a mapping, got 0.9"),
+    (BASE + "configs:\n  fp16-state: {margn: 3}\n", "configs.fp16-state.margn", "did you mean 'margin'?"),
+    (BASE + "configs:\n  fp16-state: {}\n", "configs.fp16-state", "empty entry"),
+    (BASE + "configs:\n  fp16-state: {margin: -3}\n", "configs.fp16-state.margin", "got -3"),
+    (BASE + "configs:\n  x: {min_identical_share: -0.1}\n", "configs.x.min_identical_share", "got -0.1"),
+    (BASE + "configs:\n  x: {suites: {coding: {margin: true}}}\n", "configs.x.suites.coding.margin",
+     "got true (a boolean)"),
+    (BASE + "configs:\n  x: {tasks: {t: {min_identical_share: 0.5}}}\n", "configs.x.tasks.t.min_identical_share",
+     "unknown key"),
+    (BASE + "suites:\n  coding: {min_identical_share: 0.5}\n", "suites.coding.min_identical_share", "unknown key"),
+]
+
+
+@pytest.mark.parametrize(("text", "field", "fragment"), BAD_V2, ids=[c[1] for c in BAD_V2])
+def test_bad_v2_value_names_the_field(tmp_path: Path, text: str, field: str, fragment: str) -> None:
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_thresholds(path)
+    assert info.value.field == field and info.value.path == path
+    assert fragment in str(info.value) and "\n" not in str(info.value)
+
+
+def test_repository_thresholds_file_is_valid() -> None:
+    from evalgate.cli import THRESHOLDS_FILE
+    from evalgate.config import list_configs
+    from evalgate.suites import list_suites
+
+    t = load_thresholds(THRESHOLDS_FILE)
+    suites = list_suites()
+    t.check_names([s.name for s in suites], [x for s in suites for x in s.tasks], list_configs())
+    assert t.on_inconclusive == "warn" and t.power == 0.8
+    assert t.for_task("docparse", "docparse_fields", "fp16-state").margin > t.for_task("docparse", "docparse_fields").margin

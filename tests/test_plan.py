@@ -1,0 +1,106 @@
+"""`evalgate plan` and compare.plan_tasks: items needed from a pilot's discordance; clusters end to end."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from evalgate.cli import main
+from evalgate.compare import compare_tasks, plan_tasks
+from evalgate.power import z_sum
+from evalgate.results import ItemResult, TaskResult
+from evalgate.runner import _cluster
+from evalgate.store import tasks_from_json, tasks_to_json, write_json_atomic
+from evalgate.thresholds import Thresholds
+
+
+def _task(name: str, suite: str, scores: list[float], clusters: list[str | None] | None = None,
+          outputs: list[str] | None = None) -> TaskResult:
+    clusters = clusters or [None] * len(scores)
+    outputs = outputs or ["out"] * len(scores)
+    return TaskResult(task=name, suite=suite, metric="m", items=tuple(
+        ItemResult(task=name, item_id=i, item_hash=f"{name}-{i}", prompt="p", target="t", output=o, score=s,
+                   cluster=c) for i, (s, c, o) in enumerate(zip(scores, clusters, outputs))))
+
+
+def _pilot() -> tuple[dict[str, TaskResult], dict[str, TaskResult]]:
+    """400 binary items with 12 flips (6 each way, 3 %); 400 clustered items (100 docs of 4) with 2 flipped docs."""
+    base_a = [1.0] * 200 + [0.0] * 200
+    cand_a = list(base_a)
+    for i in range(6):
+        cand_a[i], cand_a[200 + i] = 0.0, 1.0
+    docs = [f"doc{i // 4}" for i in range(400)]
+    base_b = [1.0] * 400
+    cand_b = [0.0] * 8 + [1.0] * 392  # documents 0 and 1 lost all four questions
+    base = {"a": _task("a", "s", base_a), "b": _task("b", "f", base_b, docs)}
+    cand = {"a": _task("a", "s", cand_a), "b": _task("b", "f", cand_b, docs)}
+    return base, cand
+
+
+def test_plan_binary_task_closed_form() -> None:
+    base, cand = _pilot()
+    plans = {p.task: p for p in plan_tasks(base, cand, Thresholds(alpha=0.05, default_margin=2.0), margin=1.0)}
+    a = plans["a"]
+    assert (a.n, a.changed, a.n_clusters, a.clusters_needed) == (400, 12, 400, None)
+    assert a.se == pytest.approx(100 * math.sqrt(12 / 400) / math.sqrt(400))
+    assert a.items_needed == math.ceil(1e4 * 0.03 * z_sum(0.05, 0.8) ** 2) == 1855
+
+
+def test_plan_clustered_task_counts_documents() -> None:
+    base, cand = _pilot()
+    b = plan_tasks(base, cand, Thresholds(alpha=0.05, default_margin=2.0), margin=1.0)[1]
+    d = np.array([-1.0] * 8 + [0.0] * 392)
+    sums = np.bincount(np.arange(400) // 4, weights=d - d.mean())
+    se = 100 * math.sqrt(100 / 99 * float(np.sum(sums**2))) / 400
+    assert (b.n_clusters, b.changed) == (100, 8)
+    assert b.se == pytest.approx(se)
+    assert b.items_needed == math.ceil(400 * se**2 * z_sum(0.05, 0.8) ** 2)
+    assert b.clusters_needed == math.ceil(b.items_needed / 4)
+
+
+def _write_pilot(run: Path) -> None:
+    base, cand = _pilot()
+    for role, tasks in (("baseline", base), ("candidate", cand)):
+        write_json_atomic(run / f"{role}.json", {"config": role, "effective": {}, "tasks": tasks_to_json(tasks)})
+
+
+def test_cli_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    run = tmp_path / "runs" / "bf16-20260101T000000Z"
+    _write_pilot(run)
+    monkeypatch.chdir(tmp_path)
+    assert main(["plan", "--config", "bf16", "--margin", "1"]) == 0  # newest runs/bf16-* by default
+    out = capsys.readouterr().out
+    assert "s/a" in out and "1855" in out and "docs)" in out
+    assert main(["plan", "--config", "bf16", "--margin", "1", "--from", str(run)]) == 0
+    assert main(["plan", "--config", "ngram", "--margin", "1"]) == 2
+    assert "no pilot run of 'ngram'" in capsys.readouterr().err
+    assert main(["plan", "--config", "bf16", "--margin", "0", "--from", str(run)]) == 2
+
+
+def test_cluster_field_round_trips_and_old_records_load() -> None:
+    t = _task("x", "s", [1.0, 0.0], ["d0", "d0"])
+    back = tasks_from_json(tasks_to_json({"x": t}), "mem")["x"]
+    assert back == t and back.items[0].cluster == "d0"
+    old = tasks_to_json({"x": t})
+    for item in old["x"]["items"]:
+        del item["cluster"]  # a record stored before clusters existed
+    assert [i.cluster for i in tasks_from_json(old, "mem")["x"].items] == [None, None]
+
+
+def test_runner_reads_doc_group() -> None:
+    assert _cluster({"doc": {"doc_group": "fin-003", "id": "fin-003-q1"}}) == "fin-003"
+    assert _cluster({"doc": {"id": 7}}) is None and _cluster({}) is None
+    assert _cluster({"doc": {"doc_group": 12}}) == "12"
+
+
+def test_compare_uses_clusters_and_lists_differing_outputs() -> None:
+    base, cand = _pilot()
+    cand["a"] = _task("a", "s", [x.score for x in cand["a"].items], outputs=["out"] * 399 + ["other"])
+    comps = {c.task: c for c in compare_tasks(base, cand, Thresholds(alpha=0.05, default_margin=2.0,
+                                                                       bootstrap_resamples=1000))}
+    assert comps["b"].comparison.n_clusters == 100 and comps["a"].comparison.n_clusters == 400
+    agree = comps["a"].agreement()
+    assert (agree.identical, agree.n, agree.differing) == (399, 400, (399,))

@@ -1,0 +1,128 @@
+"""Tests of evalgate.power: MDE and sample size in closed form, Holm against closed testing."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from evalgate.power import holm_levels, items_needed, mde, se_floor, z_sum
+
+
+def test_mde_closed_form_and_its_power() -> None:
+    se, alpha, power = 0.4, 0.05, 0.8
+    got = mde(se, alpha, power)
+    assert got == pytest.approx((norm.ppf(0.95) + norm.ppf(0.8)) * se, rel=1e-12)
+    # A one-sided level-alpha z test detects a true loss of exactly MDE with probability `power`.
+    assert norm.cdf(got / se - norm.ppf(1 - alpha)) == pytest.approx(power, rel=1e-12)
+    assert z_sum(0.025, 0.9) == pytest.approx(1.959964 + 1.281552, abs=1e-6)
+    assert math.isnan(mde(math.nan, 0.05, 0.8))
+
+
+def test_zero_flips_on_three_items_is_not_high_power() -> None:
+    assert se_floor(3) == pytest.approx(100 / 3)
+    assert mde(se_floor(3), 0.05, 0.8) > 80  # points: nothing short of a collapse is detectable
+
+
+def test_items_needed_reproduces_the_issue_numbers() -> None:
+    # 3 % discordant pairs, 1-point margin: paired needs ~1.9 k items (Connor 1987 form).
+    n_pilot = 400
+    se = 100 * math.sqrt(0.03 / n_pilot)
+    assert items_needed(se, n_pilot, 1.0, 0.05, 0.8) == math.ceil(1e4 * 0.03 * z_sum(0.05, 0.8) ** 2)
+    assert items_needed(se, n_pilot, 1.0, 0.05, 0.8) == 1855
+    # Unpaired, two independent runs at 75 % accuracy: ~23 k.
+    se_unpaired = 100 * math.sqrt(2 * 0.75 * 0.25 / n_pilot)
+    assert 23_000 <= items_needed(se_unpaired, n_pilot, 1.0, 0.05, 0.8) <= 23_300
+
+
+def test_items_needed_makes_mde_reach_the_margin() -> None:
+    se_pilot, n_pilot, margin = 1.3, 120, 2.0
+    need = items_needed(se_pilot, n_pilot, margin, 0.05, 0.8)
+    assert need is not None
+    se_at = lambda n: se_pilot * math.sqrt(n_pilot / n)  # noqa: E731 - SE shrinks as 1/sqrt(n)
+    assert mde(se_at(need), 0.05, 0.8) <= margin + 1e-9 < mde(se_at(need - 1), 0.05, 0.8)
+    assert items_needed(se_pilot, n_pilot, 0.0, 0.05, 0.8) is None
+    assert items_needed(math.nan, n_pilot, 1.0, 0.05, 0.8) is None
+
+
+@pytest.mark.parametrize(("args", "match"), [((-1.0, 10, 1.0, 0.05, 0.8), "se"), ((1.0, 0, 1.0, 0.05, 0.8), "n"),
+                                             ((1.0, 10, -1.0, 0.05, 0.8), "margin"),
+                                             ((1.0, 10, 1.0, 0.5, 0.8), "alpha"), ((1.0, 10, 1.0, 0.05, 1.0), "power")])
+def test_items_needed_errors(args: tuple, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        items_needed(*args)
+
+
+def _closed_testing(p: list[float], alphas: list[float]) -> list[bool]:
+    """Reject H_i iff every intersection containing i is rejected by its weighted Bonferroni test."""
+    k = len(p)
+    level = sum(alphas) / k if len(set(alphas)) > 1 else alphas[0]
+    rejected_sets = set()
+    for r in range(1, k + 1):
+        for subset in itertools.combinations(range(k), r):
+            total = sum(alphas[j] for j in subset)
+            if any(p[j] <= min(alphas[j], alphas[j] * level / total) for j in subset):
+                rejected_sets.add(subset)
+    return [all(s in rejected_sets for r in range(1, k + 1) for s in itertools.combinations(range(k), r) if i in s)
+            for i in range(k)]
+
+
+def _holm_adjusted(p: list[float]) -> list[float]:
+    """Holm-adjusted p-values: max over earlier ranks of min(1, (k - rank) * p)."""
+    k = len(p)
+    order = sorted(range(k), key=lambda i: p[i])
+    adj, running = [0.0] * k, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (k - rank) * p[i]))
+        adj[i] = running
+    return adj
+
+
+def test_holm_equal_alphas_matches_adjusted_p_values_and_closed_testing() -> None:
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        k = int(rng.integers(1, 6))
+        p = [float(x) for x in rng.choice([rng.uniform(0, 0.06), rng.uniform(0, 1)], size=k)]
+        res = holm_levels(p, [0.05] * k)
+        assert list(res.rejected) == [a <= 0.05 for a in _holm_adjusted(p)]
+        assert list(res.rejected) == _closed_testing(p, [0.05] * k)
+        for pi, level, rej in zip(p, res.levels, res.rejected):
+            assert (pi <= level) == rej and level <= 0.05
+
+
+def test_holm_unequal_alphas_matches_closed_testing() -> None:
+    rng = np.random.default_rng(6)
+    for _ in range(300):
+        k = int(rng.integers(2, 5))
+        alphas = [float(x) for x in rng.choice([0.01, 0.025, 0.05], size=k)]
+        p = [float(x) for x in rng.uniform(0, 0.06, size=k)]
+        res = holm_levels(p, alphas)
+        assert list(res.rejected) == _closed_testing(p, alphas)
+        assert all(level <= a for level, a in zip(res.levels, alphas))
+
+
+def test_holm_known_values() -> None:
+    res = holm_levels([0.01, 0.04, 0.03], [0.05] * 3)
+    assert res.rejected == (True, False, False)  # 0.01 <= 0.05/3; then 0.03 > 0.05/2: stop
+    assert res.levels == (0.025, 0.025, 0.025)
+    res = holm_levels([0.01, 0.02, 0.04], [0.05] * 3)
+    assert res.rejected == (True, True, True) and res.levels == (0.05, 0.05, 0.05)
+    assert holm_levels([math.nan], [0.05]).rejected == (False,)
+    assert holm_levels([0.03], [0.05]).rejected == (True,)  # one task: no correction
+
+
+def test_holm_family_wise_error_under_the_null() -> None:
+    rng = np.random.default_rng(7)
+    k, runs = 5, 4000
+    false = sum(any(holm_levels(list(rng.uniform(0, 1, k)), [0.05] * k).rejected) for _ in range(runs))
+    assert false / runs <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / runs)
+
+
+def test_holm_errors() -> None:
+    with pytest.raises(ValueError, match="2 p-values but 1 alphas"):
+        holm_levels([0.1, 0.2], [0.05])
+    with pytest.raises(ValueError, match="no hypotheses"):
+        holm_levels([], [])
