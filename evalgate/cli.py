@@ -157,7 +157,7 @@ def cmd_changed_configs(args: argparse.Namespace) -> int:
                             suites_dir=Path(args.suites_dir) if args.suites_dir else default_suites_dir(),
                             thresholds_file=Path(args.thresholds))
     for name, reason in found.items():
-        log.info("%s: %s", name, reason)
+        print(f"evalgate: {name}: {reason}", file=sys.stderr)
     print(json.dumps(list(found)) if args.json else "\n".join(found))
     return int(ExitCode.PASS)
 

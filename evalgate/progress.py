@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 _STARTED = re.compile(r"^evalgate: engine started")
 _SUITE_DONE = re.compile(r"^evalgate: suite (\S+) done")

@@ -40,11 +40,23 @@ def _side(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(candidate.json, manifest.json) of a run directory."""
     if not run_dir.is_dir():
         raise StoreError(f"{run_dir}: run directory not found")
-    return read_json(run_dir / "candidate.json", "candidate results"), read_json(run_dir / "manifest.json", "manifest")
+    manifest = read_json(run_dir / "manifest.json", "manifest")
+    if not isinstance(manifest, dict):
+        raise StoreError(f"{run_dir / 'manifest.json'}: malformed manifest: not a JSON object")
+    return read_json(run_dir / "candidate.json", "candidate results"), manifest
+
+
+def _tasks(run_dir: Path, data: Any) -> dict[str, Any]:
+    """The per-task results of a run's ``candidate.json``; StoreError naming the file when malformed."""
+    path = run_dir / "candidate.json"
+    if not isinstance(data, dict) or not isinstance(data.get("tasks"), dict):
+        raise StoreError(f"{path}: malformed candidate results: no 'tasks' mapping")
+    return tasks_from_json(data["tasks"], path)
 
 
 def _suite_hashes(manifest: dict[str, Any]) -> dict[str, str]:
-    return {s["name"]: s["content_hash"] for s in manifest.get("suites", [])}
+    return {s["name"]: s["content_hash"] for s in manifest.get("suites") or []
+            if isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("content_hash"), str)}
 
 
 def _merged(a: Any, b: Any) -> Any:
@@ -79,11 +91,7 @@ def compare_runs(run_a: Path, run_b: Path, thresholds_path: Path, out_dir: Path)
         if hashes_a[suite] != hashes_b[suite]:
             raise StoreError(f"runs are not comparable: suite '{suite}' differs between {run_a} and {run_b} "
                              f"(content hash {hashes_a[suite][:12]} vs {hashes_b[suite][:12]})")
-    try:
-        tasks_a = tasks_from_json(res_a["tasks"], run_a / "candidate.json")
-        tasks_b = tasks_from_json(res_b["tasks"], run_b / "candidate.json")
-    except (KeyError, TypeError) as exc:
-        raise StoreError(f"malformed candidate.json ({exc!r})") from exc
+    tasks_a, tasks_b = _tasks(run_a, res_a), _tasks(run_b, res_b)
     thresholds = load_thresholds(thresholds_path)
     try:
         comparisons = compare_tasks(tasks_a, tasks_b, thresholds)

@@ -1,0 +1,56 @@
+"""Progress bars: driven by the engine worker's log, drawn only on a terminal."""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+
+import pytest
+
+from evalgate import progress
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_log_follower_reads_only_new_complete_lines_and_survives_truncation(tmp_path: Path) -> None:
+    log = tmp_path / "w.log"
+    log.write_text("old run\n")
+    f = progress.LogFollower(log)
+    assert f.new_lines() == []
+    with log.open("a") as fh:
+        fh.write("a\rb 50%\npart")
+    assert f.new_lines() == ["a", "b 50%"]
+    with log.open("a") as fh:
+        fh.write("ial\n")
+    assert f.new_lines() == ["partial"]
+    log.write_text("x\n")  # a new worker truncates the log
+    assert f.new_lines() == ["x"]
+
+
+def test_quiet_when_stderr_is_not_a_terminal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with progress.engine_progress(tmp_path / "w.log", "candidate bf16", ["docparse"]) as pb:
+        assert pb.disable
+    assert capsys.readouterr().err == ""
+
+
+def test_bar_follows_engine_start_and_suites(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tty = _Tty()
+    monkeypatch.setattr(progress.sys, "stderr", tty)
+    monkeypatch.setattr(progress, "POLL_S", 0.01)
+    log = tmp_path / "w.log"
+    with progress.engine_progress(log, "candidate bf16", ["docparse", "finance"]) as pb:
+        assert not pb.disable and pb.total == 3
+        log.write_text("evalgate: engine started in 3.0 s; effective config: {}\n"
+                       "INFO Engine 000: Running: 4 reqs, Waiting: 2 reqs\n"
+                       "evalgate: suite docparse done in 9.0 s\n")
+        deadline = time.monotonic() + 5
+        while pb.n < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert pb.n == 2
+    assert pb.n == 3  # completed on exit (finance came from the store or finished last)
+    out = tty.getvalue()
+    assert "candidate bf16" in out and "3/3 steps" in out

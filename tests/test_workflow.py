@@ -1,0 +1,108 @@
+"""The pre-merge workflow: valid against GitHub's workflow schema (check-jsonschema), shaped as documented, and
+its gate step run locally against the embedded default, producing the artifacts CI publishes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKFLOW = ROOT / ".github" / "workflows" / "evalgate.yml"
+CACHE_INPUTS = "hashFiles('configs/**', 'suites/**', 'thresholds.yaml', 'pyproject.toml')"
+
+
+def _workflow() -> dict[Any, Any]:
+    return yaml.safe_load(WORKFLOW.read_text())
+
+
+def _lint(path: Path) -> subprocess.CompletedProcess[str]:
+    pytest.importorskip("check_jsonschema", reason="needs check-jsonschema (pip install 'evalgate[test]')")
+    return subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows",
+                           str(path)], capture_output=True, text=True, timeout=120)
+
+
+def test_workflow_is_valid_against_githubs_schema() -> None:
+    proc = _lint(WORKFLOW)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_linter_rejects_a_broken_workflow(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yml"
+    broken.write_text(WORKFLOW.read_text().replace("    runs-on: ubuntu-latest\n", "    runs_on: ubuntu-latest\n"))
+    assert _lint(broken).returncode != 0
+
+
+def test_triggers_runner_label_and_jobs() -> None:
+    wf = _workflow()
+    on = wf[True]  # YAML 1.1 reads the key `on` as True
+    assert on["pull_request"]["paths"] == ["configs/**", "suites/**", "thresholds.yaml"]
+    assert {"configs", "cpu_configs", "gpu_runner", "limit"} <= set(on["workflow_dispatch"]["inputs"])
+    gpu, cpu = wf["jobs"]["gate-gpu"], wf["jobs"]["embedded-cpu"]
+    assert gpu["runs-on"] == "${{ inputs.gpu_runner || vars.EVALGATE_GPU_RUNNER || 'gpu' }}"
+    assert cpu["runs-on"] == "ubuntu-latest" and "bf16" in cpu["env"]["GATE_CONFIGS"]
+    assert gpu["steps"][0]["with"]["fetch-depth"] == 0  # changed-configs needs the merge base
+    assert wf["permissions"] == {"contents": "read"}
+
+
+@pytest.mark.parametrize("job", ["gate-gpu", "embedded-cpu"])
+def test_job_caches_the_store_gates_and_publishes(job: str) -> None:
+    steps = _workflow()["jobs"][job]["steps"]
+    uses = {s.get("uses", "").split("@")[0]: s for s in steps}
+    restore, save = uses["actions/cache/restore"], uses["actions/cache/save"]
+    assert restore["with"]["path"] == save["with"]["path"] == ".evalgate-home/store"
+    assert CACHE_INPUTS in restore["with"]["key"] and restore["with"]["key"] == save["with"]["key"]
+    assert restore["with"]["restore-keys"].split()[-1].endswith("-")  # fall back to any earlier store
+    assert save["if"] == uses["actions/upload-artifact"]["if"] == "${{ !cancelled() }}"  # also after a BLOCK
+    assert uses["actions/upload-artifact"]["with"]["path"] == "reports/"
+    gate = next(s for s in steps if s.get("id") == "gate")
+    assert gate["run"].strip() == "scripts/ci-gate.sh"
+    for step in steps:
+        if "run" in step:
+            assert subprocess.run(["bash", "-n", "-c", step["run"]]).returncode == 0, step["run"]
+            assert "${{" not in step["run"], "expressions go through env:, never into scripts"
+
+
+def _resolve(value: str) -> str:
+    """Evaluate the workflow's env expressions as on a pull request: an input is empty, `a || 'x'` is 'x'."""
+    m = re.fullmatch(r"\$\{\{\s*inputs\.\w+\s*(?:\|\|\s*'([^']*)'\s*)?\}\}", value)
+    return (m.group(1) or "") if m else value
+
+
+@pytest.mark.engine
+def test_cpu_job_runs_locally_and_produces_the_artifacts(tmp_path: Path) -> None:
+    """The embedded-cpu job's steps after install, on this machine: its own env (defaults resolved), with fewer
+    items and one suite to stay cheap (limit 3, as the end-to-end tests use, so a shared store serves both)."""
+    pytest.importorskip("vllm", reason="needs vLLM (pip install 'evalgate[cpu]')")
+    job = _workflow()["jobs"]["embedded-cpu"]
+    env = {k: _resolve(str(v)) for k, v in job["env"].items() if k.startswith("GATE_")}
+    assert env["GATE_CONFIGS"] == "bf16"
+    env.update(GATE_LIMIT="3", GATE_SUITES="finance", GATE_REPORTS=str(tmp_path / "reports"))
+    summary = tmp_path / "step-summary.md"
+    full = {**os.environ, **env, "GITHUB_STEP_SUMMARY": str(summary),
+            "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")}
+    rc = 0
+    for step in job["steps"]:
+        if "run" in step and step.get("id") != "install":  # installed already: the venv running these tests
+            proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]], cwd=ROOT,
+                                  env=full, capture_output=True, text=True, timeout=1800)
+            rc = rc or proc.returncode
+    run = tmp_path / "reports" / "bf16"
+    doc = json.loads((run / "verdict.json").read_text())
+    assert rc == (0 if doc["verdict"] in ("PASS", "NO-OP") else 1), proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert [t["task"] for t in doc["tasks"]] == ["finance_tableqa"] and doc["tasks"][0]["n"] == 3
+    html = (run / "report.html").read_text()
+    assert f'class="verdict {doc["verdict"]}">{doc["verdict"]}<' in html and "<svg" in html
+    junit = ET.parse(run / "verdict.junit.xml").getroot()
+    assert [c.get("name") for c in junit.iter("testcase")] == ["finance_tableqa"]
+    md = (run / "summary.md").read_text()
+    assert f"evalgate {doc['verdict']}: bf16 vs baseline" in md and md in summary.read_text()
+    assert (tmp_path / "reports" / "exit-codes.tsv").read_text().startswith("bf16\t")
