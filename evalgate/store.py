@@ -90,7 +90,13 @@ class ResultStore:
             return None
         with FileLock(str(path) + ".lock"):
             try:
-                entry = json.loads(path.read_text(encoding="utf-8"))
+                raw = path.read_bytes()
+            except FileNotFoundError:  # quarantined by another reader while we waited for the lock
+                return None
+            except OSError as exc:  # a directory, no permission, an I/O error: neither usable nor recomputable
+                raise StoreError(f"{path}: store entry cannot be read ({exc.strerror or exc})") from exc
+            try:
+                entry = json.loads(raw.decode("utf-8"))
                 ok = (isinstance(entry, dict) and entry.get("schema") == SCHEMA_VERSION
                       and entry.get("key") == key and entry.get("checksum") == _checksum(entry["payload"]))
             except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
