@@ -17,6 +17,7 @@ from scipy.stats import binomtest, norm
 pytest.importorskip("vllm", reason="needs vLLM (pip install 'evalgate[cpu]')")
 
 from evalgate.cli import main  # noqa: E402
+from evalgate.evidence import is_degenerate  # noqa: E402
 from evalgate.engine import NO_SSM  # noqa: E402
 from evalgate.thresholds import load_thresholds  # noqa: E402
 
@@ -83,8 +84,16 @@ def test_stored_items_reproduce_the_verdict(bf16_run: tuple[int, Path]) -> None:
         assert t["margin"] == margin and t["mde"] > margin
         blocked = t["ci_low"] < -margin and t["loss_shown"]
         assert t["verdict"] == ("BLOCK" if blocked else "INCONCLUSIVE")
-        any_block |= blocked
+        # Evidence that always fails a candidate (NaN/inf log-probs, more degenerate outputs) blocks too.
+        cand_items = list(c_items.values())
+        degenerate = sum(is_degenerate(i["output"]) for i in cand_items) > sum(
+            is_degenerate(i["output"]) for i in b_items.values())
+        assert bool(t["evidence"]["failures"]) == (degenerate or bool(t["evidence"]["logit"]["nonfinite_items"]))
+        any_block |= blocked or degenerate
         assert len(t["flipped"]) == t["n_regressed"] + t["n_improved"]
+        # Every candidate item was scored along the baseline's tokens, with finite log-probs in float32/bfloat16.
+        assert t["evidence"]["logit"]["items"] == LIMIT
+        assert all(i["divergence"] and i["divergence"]["kl_mean"] >= 0 for i in cand_items if i["n_tokens"])
     assert doc["verdict"] == ("BLOCK" if any_block else "INCONCLUSIVE")
 
 
