@@ -88,11 +88,12 @@ def test_stored_items_reproduce_the_verdict(bf16_run: tuple[int, Path]) -> None:
         cand_items = list(c_items.values())
         degenerate = sum(is_degenerate(i["output"]) for i in cand_items) > sum(
             is_degenerate(i["output"]) for i in b_items.values())
-        assert bool(t["evidence"]["failures"]) == (degenerate or bool(t["evidence"]["logit"]["nonfinite_items"]))
+        nonfinite = bool(t["evidence"]["logit"] and t["evidence"]["logit"]["nonfinite_items"])
+        assert bool(t["evidence"]["failures"]) == (degenerate or nonfinite)
         any_block |= blocked or degenerate
         assert len(t["flipped"]) == t["n_regressed"] + t["n_improved"]
         # Every candidate item was scored along the baseline's tokens, with finite log-probs in float32/bfloat16.
-        assert t["evidence"]["logit"]["items"] == LIMIT
+        assert t["evidence"]["logit"]["items"] == sum(1 for i in b_items.values() if i["n_tokens"])
         assert all(i["divergence"] and i["divergence"]["kl_mean"] >= 0 for i in cand_items if i["n_tokens"])
     assert doc["verdict"] == ("BLOCK" if any_block else "INCONCLUSIVE")
 
