@@ -152,8 +152,21 @@ def _run_worker(spec: dict[str, Any], cfg: EngineConfig, log_path: Path, timeout
             _kill_group(proc)
             raise
     if rc != 0:
-        how = f"was killed by signal {-rc}" if rc < 0 else f"exited with code {rc}"
+        how = f"was killed by signal {-rc} ({_signal_hint(-rc)})" if rc < 0 else f"exited with code {rc}"
         raise EngineError(f"engine for {cfg.name} {how}; last log lines: {_tail(log_path)} (log: {log_path})")
+
+
+def _signal_hint(signum: int) -> str:
+    """``SIGKILL; out of memory?`` and the like, for an engine killed by a signal."""
+    import signal
+
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        return "unknown signal"
+    hints = {"SIGKILL": "out of memory? the kernel's OOM killer sends SIGKILL", "SIGSEGV": "a crash in native code",
+             "SIGBUS": "a crash in native code, or /dev/shm full", "SIGABRT": "aborted by native code"}
+    return f"{name}; {hints[name]}" if name in hints else name
 
 
 def _die_with_parent() -> None:
@@ -187,10 +200,11 @@ def _tail(log_path: Path, n: int = LOG_TAIL_LINES) -> str:
         lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return "<no log>"
-    keep = [ln.strip() for ln in lines if ln.strip() and "it/s]" not in ln and "%|" not in ln]
-    errors = [ln for ln in keep if "Error" in ln or "error" in ln]
-    picked = (errors[-3:] if errors else []) + [ln for ln in keep[-n:] if ln not in errors[-3:]]
-    return " | ".join(picked[-n:])[-1500:]
+    keep = [ln.strip()[:300] for ln in lines if ln.strip() and "it/s]" not in ln and "%|" not in ln]
+    # The last error lines (the cause, often well above the end of the log) first, then the last lines.
+    errors = [ln for ln in keep if "Error" in ln or "error" in ln][-3:]
+    last = [ln for ln in keep[-n:] if ln not in errors][-(n - len(errors)):]
+    return " | ".join(errors + last)
 
 
 # ----------------------------------------------------------------------------------------------------
