@@ -24,7 +24,7 @@ HTML_NAME = "report.html"
 JUNIT_NAME = "verdict.junit.xml"
 MARKDOWN_NAME = "summary.md"
 _MINUS = "\u2212"
-_ICON = {"PASS": "\u2705", "BLOCK": "\u274c", "NO-OP": "\u26aa"}
+_ICON = {"PASS": "\u2705", "BLOCK": "\u274c", "NO-OP": "\u26aa", "INCONCLUSIVE": "\u26a0\ufe0f"}
 _MAX_ITEM_IDS = 20
 
 
@@ -43,8 +43,9 @@ def task_evidence(t: dict[str, Any]) -> str:
     level = f"{100 * t.get('ci_level', 0.9):.0f}%"
     lb = t.get("lower_bound", t.get("ci_low"))
     rel = "<" if t.get("verdict") == "BLOCK" else "\u2265"
+    mde = f", MDE {pts(t['mde'], signed=False)} pts" if t.get("mde") is not None else ""
     return (f"\u0394 {pts(t['delta'])} pts, {level} CI [{pts(t['ci_low'])}, {pts(t['ci_high'])}], "
-            f"lower bound {pts(lb)} {rel} {_MINUS}margin {_MINUS}{pts(t['margin'], signed=False)} pts "
+            f"lower bound {pts(lb)} {rel} {_MINUS}margin {_MINUS}{pts(t['margin'], signed=False)} pts{mde} "
             f"(n={t['n']}; {t.get('n_regressed', 0)} regressed, {t.get('n_improved', 0)} improved)")
 
 
@@ -131,12 +132,13 @@ def render_markdown(doc: dict[str, Any], report_link: str = HTML_NAME) -> str:
            f"Model {_md(m.get('model', '?'))}, {limit if limit else 'all'} items per task. "
            f"Full diff report: `{_md(report_link)}` (in the job's artifacts).", ""]
     out += [f"- {_md(r)}" for r in doc.get("reasons", [])]
-    out += ["", "| suite / task | n | baseline | candidate | \u0394 (pts) | CI | margin | regressed / improved "
-            "| verdict |", "|---|--:|--:|--:|--:|--:|--:|--:|---|"]
+    out += ["", "| suite / task | n | baseline | candidate | \u0394 (pts) | CI | MDE | margin | regressed / improved "
+            "| verdict |", "|---|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
     for t in doc["tasks"]:
         ci = f"{100 * t.get('ci_level', 0.9):.0f}% [{pts(t['ci_low'])}, {pts(t['ci_high'])}]"
+        mde = pts(t.get("mde"), signed=False)
         out.append(f"| {_md(t['suite'])} / {_md(t['task'])} | {t['n']} | {pts(t['baseline'], signed=False)} | "
-                   f"{pts(t['candidate'], signed=False)} | {pts(t['delta'])} | {ci} | "
+                   f"{pts(t['candidate'], signed=False)} | {pts(t['delta'])} | {ci} | {mde} | "
                    f"{pts(t['margin'], signed=False)} | {t.get('n_regressed', 0)} / {t.get('n_improved', 0)} | "
                    f"**{_md(t['verdict'])}** |")
     diff = doc.get("effective_diff") or []

@@ -16,7 +16,7 @@ from markupsafe import Markup
 from evalgate.outputs import pts
 
 WIDTH, LABEL_W, RIGHT_W, ROW_H, TOP, BOTTOM = 1160, 250, 330, 30, 26, 30
-_COLOUR = {"PASS": "#1a7f37", "BLOCK": "#cf222e"}
+_COLOUR = {"PASS": "#1a7f37", "BLOCK": "#cf222e", "INCONCLUSIVE": "#9a6700"}
 
 
 def _finite(x: Any) -> float | None:

@@ -45,7 +45,7 @@ def test_markdown_summary_has_verdict_table_diff_and_regressed_ids_but_no_model_
     doc = blocking_document()
     md = render_markdown(doc)
     assert md.startswith("## \u274c evalgate BLOCK: cand vs baseline\n")
-    assert "| s / t | 40 | 97.5 | 75.0 | \u221222.5 | 90% [" in md and "| **BLOCK** |" in md
+    assert "| s / t | 40 | 97.5 | 75.0 | \u221222.5 | 90% [" in md and "| 10.0 | 10 / 1 | **BLOCK** |" in md
     assert "| s / u | 40 |" in md and "| **PASS** |" in md
     assert "- engine_args.dtype: 'float32' \u2192 'bfloat16'" in md
     assert "**Regressed items** (10): t #0, t #1, t #2, t #3," in md and "t #9." in md
