@@ -200,6 +200,14 @@ CASES: list[Case] = [
     _thr("bootstrap-string", "bootstrap_resamples", "integer"),
     _thr("seed-negative", "seed", ">= 0"),
     _thr("non-utf8", None, "UTF-8"),
+    _thr("power-above-one", "power", "0.5 <= power < 1"),
+    _thr("power-below-half", "power", "0.5 <= power < 1"),
+    _thr("on-inconclusive-invalid", "on_inconclusive", "'shrug'"),
+    _thr("lossless-share-above-one", "lossless.min_identical_share", "0 <= share <= 1"),
+    _thr("lossless-unknown-key", "lossless.min_identical", "did you mean 'min_identical_share'"),
+    _thr("configs-unknown-config", "configs.no-such-config", "unknown config"),
+    _thr("configs-unknown-suite", "configs.cand.suites.nosuch", "unknown suite"),
+    _thr("configs-margin-negative", "configs.cand.margin", ">= 0"),
     Case("thresholds-dir", {"--thresholds": "@thresholds/dir.yaml"}, "thresholds/dir.yaml", None, "directory"),
     Case("thresholds-missing", {"--thresholds": "@thresholds/no-such-file.yaml"}, "thresholds/no-such-file.yaml",
          None, "not found"),
@@ -243,6 +251,14 @@ CASES: list[Case] = [
     Case("no-command", {}, None, "command", "required", command=""),
     Case("unknown-command", {}, None, "command", "invalid choice", command="rn"),
     Case("model-without-subcommand", {}, None, "model_command", "required", command="model"),
+    # ------------------------------------------------------------------ evalgate plan
+    Case("plan-margin-zero", {"--margin": "0"}, None, "--margin", "> 0", command="plan"),
+    Case("plan-margin-nan", {"--margin": "nan"}, None, "--margin", "> 0", command="plan"),
+    Case("plan-margin-over-100", {"--margin": "250"}, None, "--margin", "<= 100", command="plan"),
+    Case("plan-bad-thresholds", {"--thresholds": "@thresholds/alpha-zero.yaml"}, "thresholds/alpha-zero.yaml", "alpha",
+         "0 < alpha < 0.5", command="plan"),
+    Case("plan-pilot-truncated", {}, "stored_runs/pilot-baseline-truncated/baseline.json", None, "truncated",
+         command="plan", code=ExitCode.RUNTIME, uses=("stored_runs/pilot-baseline-truncated",)),
     # ------------------------------------------------------------------ evalgate list
     Case("list-config-cycle", {"--configs-dir": "@configs/cycle2"}, "configs/cycle2/", "extends", "cycle",
          command="list"),
@@ -294,26 +310,28 @@ def _has_command(name: str) -> bool:
     return name in sub.choices
 
 
+# Defaults of each command; a case's ``opts`` replace them.
+DEFAULTS: dict[str, dict[str, object]] = {
+    "run": {"--config": str(G / "configs" / "cand.yaml"), "--thresholds": str(G / "thresholds.yaml"),
+            "--suites-dir": str(G / "suites"), "--configs-dir": str(G / "configs"), "--out": "OUT", "--limit": "2"},
+    "list": {"--configs-dir": str(G / "configs"), "--suites-dir": str(G / "suites")},
+    "plan": {"--config": "cand", "--margin": "2", "--from": "@stored_runs/pilot-baseline-truncated",
+             "--thresholds": str(G / "thresholds.yaml")},
+}
+
+
 def _argv(case: Case, out: Path) -> list[str]:
     if case.command in ("report", "compare"):
         run = _path(case.opts["RUN"])
         runs = [run] if case.command == "report" else [run, run, "--thresholds", str(G / "thresholds.yaml")]
         return [case.command, *runs, "--out", str(out)]
-    if case.command != "run":
-        opts = {k: v for k, v in case.opts.items()} if case.command == "list" else {}
-        argv = [case.command] if case.command else []
-        if case.command == "list":
-            opts = {"--configs-dir": str(G / "configs"), "--suites-dir": str(G / "suites"), **opts}
-    else:
-        argv = ["run"]
-        opts = {"--config": str(G / "configs" / "cand.yaml"), "--thresholds": str(G / "thresholds.yaml"),
-                "--suites-dir": str(G / "suites"), "--configs-dir": str(G / "configs"), "--out": str(out), "--limit": "2",
-                **case.opts}
+    argv = [case.command] if case.command else []
+    opts = {**DEFAULTS.get(case.command, {}), **case.opts}
     for key, value in opts.items():
         if value is None:
             continue
         values = value if isinstance(value, list) else [value]
-        argv += [key, *(_path(v) for v in values)]
+        argv += [key, *(str(out) if v == "OUT" else _path(v) for v in values)]
     return argv + list(case.extra)
 
 
@@ -364,7 +382,7 @@ def test_the_good_inputs_reach_the_engine(tripwires: list[str], tmp_path: Path, 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input_is_one_clean_line_and_exit_2_or_3(case: Case, tripwires: list[str], tmp_path: Path, capsys) -> None:
-    if case.command in ("report", "compare") and not _has_command(case.command):
+    if case.command in ("report", "compare", "plan") and not _has_command(case.command):
         pytest.skip(f"no 'evalgate {case.command}' command in this tree")
     out = tmp_path / "run"
     try:
