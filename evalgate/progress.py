@@ -10,6 +10,7 @@ elapsed time moves during long generations. In CI (no TTY) nothing is drawn and 
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 import threading
 from collections.abc import Iterator
@@ -39,7 +40,11 @@ def bar(iterable: Any = None, **kwargs: Any) -> Any:
     kwargs.setdefault("file", sys.stderr)
     kwargs.setdefault("disable", not enabled(kwargs["file"]))
     kwargs.setdefault("leave", True)
-    kwargs.setdefault("dynamic_ncols", True)
+    # A pseudo-terminal without a size (`script`, some CI log capture) reads as (-1, -1) and tqdm then draws
+    # nothing (no row left for the bar): fall back to 100x24.
+    size = shutil.get_terminal_size((100, 24))
+    kwargs.setdefault("ncols", size.columns)
+    kwargs.setdefault("nrows", size.lines)
     return tqdm(iterable, **kwargs)
 
 
@@ -85,7 +90,7 @@ def engine_progress(log_path: Path, desc: str, suites: list[str]) -> Iterator[An
         from the store never start a worker.
     """
     pb = bar(total=1 + len(suites), desc=desc, unit="step",
-             bar_format="{desc}: {n_fmt}/{total_fmt} steps |{bar}| {elapsed} {postfix}")
+             bar_format="{desc}: {n_fmt}/{total_fmt} steps |{bar}| {elapsed}{postfix}")
     if pb.disable:
         try:
             yield pb

@@ -54,3 +54,16 @@ def test_bar_follows_engine_start_and_suites(tmp_path: Path, monkeypatch: pytest
     assert pb.n == 3  # completed on exit (finance came from the store or finished last)
     out = tty.getvalue()
     assert "candidate bf16" in out and "3/3 steps" in out
+
+
+def test_bar_draws_on_a_terminal_without_a_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pty with no window size (`script`, CI log capture) reads as (-1, -1); tqdm alone would draw nothing."""
+    import tqdm.std
+
+    tty = _Tty()
+    monkeypatch.setattr(progress.sys, "stderr", tty)
+    monkeypatch.setattr(tqdm.std, "_screen_shape_wrapper", lambda: (lambda fp: (-1, -1)))
+    pb = progress.bar(total=2, desc="baseline", unit="step")
+    pb.update(2)
+    pb.close()
+    assert "baseline: 100%" in tty.getvalue() and "2/2" in tty.getvalue()
