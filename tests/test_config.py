@@ -158,3 +158,24 @@ def test_engine_arg_names_read_from_source_match_the_imported_dataclass() -> Non
     real = {f.name for f in dataclasses.fields(vllm.EngineArgs)}
     assert _engine_arg_names_from_source() == real
     assert engine_arg_names() == real
+
+
+def test_switches_the_platform_cannot_run_are_config_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a host without CUDA, FlashInfer's Mamba kernel and stochastic rounding fail before any engine starts."""
+    from evalgate import engine
+    from evalgate.cli import main
+
+    monkeypatch.setattr(engine, "_has_cuda", lambda: False)
+    with pytest.raises(ConfigError) as ei:
+        engine.check_platform({"mamba_backend": "flashinfer"}, "x.yaml")
+    assert ei.value.field == "engine_args.mamba_backend" and "CPU" in str(ei.value)
+    with pytest.raises(ConfigError) as ei:
+        engine.check_platform({"enable_mamba_cache_stochastic_rounding": True, "mamba_ssm_cache_dtype": "float16"}, "x")
+    assert ei.value.field == "engine_args.enable_mamba_cache_stochastic_rounding"
+    engine.check_platform({"mamba_ssm_cache_dtype": "float16", "async_scheduling": True}, "x")  # not refused
+    monkeypatch.setattr(engine, "_has_cuda", lambda: True)
+    with pytest.raises(ConfigError, match="explicit 'mamba_ssm_cache_dtype: float16'"):
+        engine.check_platform({"enable_mamba_cache_stochastic_rounding": True}, "x")
+    monkeypatch.setattr(engine, "_has_cuda", lambda: False)
+    assert main(["run", "--config", "flashinfer-mamba", "--limit", "1"]) == 2
+    assert main(["run", "--config", "cline-recipe", "--limit", "1"]) == 2
