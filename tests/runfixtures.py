@@ -33,7 +33,7 @@ def side(name: str, dtype: str) -> dict[str, Any]:
 
 
 def manifest(base: dict[str, Any], cand: dict[str, Any], tasks: list[str]) -> dict[str, Any]:
-    return {"created": "20260101T000000Z", "model": "m", "limit": 4, "versions": {"vllm": "x"},
+    return {"created": "20260101T000000Z", "model": "m", "limit": None, "versions": {"vllm": "x"},
             "thresholds": "thresholds.yaml", "timings": {"compare": 0.1, "candidate:suite:s": 2.5},
             "suites": [{"name": "s", "tasks": tasks, "content_hash": SUITE_HASH}], "baseline": base, "candidate": cand}
 
