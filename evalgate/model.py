@@ -25,6 +25,8 @@ from pathlib import Path
 from evalgate.errors import ModelError
 
 EMBEDDED_MODEL = "embedded:gemma-3-270m"
+# evalgate's own trained Nemotron-H hybrid with an MTP layer, shipped in the package (evalgate/hybrid/).
+HYBRID_MODEL = "embedded:nemotron-h-tiny"
 _DIRNAME = "gemma-3-270m"
 _MARKER = "evalgate-model.json"
 _MIN_FREE_BYTES = 3 * 1024**3  # GGUF (~250 MB) + fp32 dequantized tensors in RAM + bf16 checkpoint (~540 MB)
@@ -54,7 +56,8 @@ def resolve_model(model: str, home: Path | None = None) -> str:
     """Map a config's ``model`` to what vLLM loads: the embedded alias becomes a local path.
 
     Args:
-        model: ``"embedded:gemma-3-270m"``, a local path, or a hub name (passed through).
+        model: ``"embedded:gemma-3-270m"``, ``"embedded:nemotron-h-tiny"`` (the packaged checkpoint),
+            a local path, or a hub name (passed through).
     Returns:
         The path or name to hand to ``vllm.LLM(model=...)``; prepares the embedded model on first use.
     Raises:
@@ -62,6 +65,12 @@ def resolve_model(model: str, home: Path | None = None) -> str:
     """
     if model == EMBEDDED_MODEL:
         return str(prepare_embedded_model(home))
+    if model == HYBRID_MODEL:
+        from evalgate.hybrid import CHECKPOINT_DIR
+
+        if not (CHECKPOINT_DIR / "model.safetensors").is_file():
+            raise ModelError(f"{CHECKPOINT_DIR}: the packaged hybrid checkpoint is missing (broken install?)")
+        return str(CHECKPOINT_DIR)
     return model
 
 

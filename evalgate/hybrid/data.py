@@ -36,6 +36,7 @@ FINANCE_SEED_BASE = 320_000_000
 CODE_SEED_BASE = 330_000_000
 DOCPARSE_BLOCK = 8  # documents per generator call (kinds rotate within a call)
 FINANCE_BLOCK = 4  # statements per generator call (4 questions each)
+LOOKUP_BLOCK_BASE = 50_000_000  # finance blocks from here on feed the extra lookup items
 
 # Standard-library modules/packages used as code text (sorted, tests and GUI toolkits excluded).
 _CODE_SKIP_DIRS = {"test", "tests", "idlelib", "tkinter", "turtledemo", "lib2to3", "site-packages",
@@ -175,21 +176,23 @@ def code_sample(corpus: str, rng: random.Random, n_chars: int) -> Sample:
 class Mix:
     """Samples per batch from each source."""
 
-    docparse: int = 26
-    finance: int = 28
-    code: int = 10
+    docparse: int = 16
+    finance: int = 32
+    finance_lookup: int = 12  # extra finance items of the easy tier (qtype "lookup"), from other blocks
+    code: int = 8
     code_chars: int = 1000
 
     @property
     def size(self) -> int:
-        return self.docparse + self.finance + self.code
+        return self.docparse + self.finance + self.finance_lookup + self.code
 
 
 def batch_samples(k: int, mix: Mix, corpus: str) -> list[Sample]:
     """The samples of training batch ``k`` (a pure function of ``k``, ``mix`` and ``corpus``).
 
-    Batch ``k`` draws docparse blocks ``k * m ..``, finance blocks likewise, code windows from
-    ``random.Random(CODE_SEED_BASE + k)``, so batches never share a generated document."""
+    Batch ``k`` draws docparse blocks ``k * m ..``, finance blocks likewise (and the extra lookup items from
+    blocks ``LOOKUP_BLOCK_BASE + 8 k ..``), code windows from ``random.Random(CODE_SEED_BASE + k)``, so
+    batches never share a generated document."""
     out: list[Sample] = []
     dp_blocks = -(-mix.docparse // DOCPARSE_BLOCK)
     items = [it for j in range(dp_blocks) for it in docparse_items(k * dp_blocks + j)]
@@ -197,6 +200,12 @@ def batch_samples(k: int, mix: Mix, corpus: str) -> list[Sample]:
     fin_blocks = -(-mix.finance // (FINANCE_BLOCK * 4))
     items = [it for j in range(fin_blocks) for it in finance_items(k * fin_blocks + j)]
     out += [finance_sample(it) for it in items[: mix.finance]]
+    if mix.finance_lookup:
+        # lookup items from blocks after every batch's ordinary finance blocks (negative-free, disjoint):
+        # batch k uses blocks LOOKUP_BLOCK_BASE + k * 8 .. + 7 (about 2.4 lookups per block)
+        items = [it for j in range(8) for it in finance_items(LOOKUP_BLOCK_BASE + k * 8 + j)
+                 if it["qtype"] == "lookup"]
+        out += [finance_sample(it) for it in items[: mix.finance_lookup]]
     rng = random.Random(CODE_SEED_BASE + k)
     out += [code_sample(corpus, rng, mix.code_chars) for _ in range(mix.code)] if corpus else []
     return out

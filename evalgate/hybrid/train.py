@@ -57,17 +57,19 @@ class TrainArgs:
     tf32: bool = True
 
 
-REPRO = TrainArgs(steps=3, warmup=2, mix=D.Mix(docparse=1, finance=1, code=1, code_chars=400), log_every=1,
+REPRO = TrainArgs(steps=3, warmup=2, mix=D.Mix(docparse=1, finance=1, finance_lookup=1, code=1, code_chars=400),
+                  log_every=1,
                   tf32=False)
 
 
 # ---------------------------------------------------------------- tokenizer
+TOKENIZER_MIX = D.Mix(docparse=26, finance=28, finance_lookup=0, code=0)  # what the shipped tokenizer saw
 def build_tokenizer(out: Path, corpus: str, vocab_size: int = 2048, n_batches: int = 150) -> None:
     """Train the BPE on the prompts+answers of the first ``n_batches`` training batches and on the code
     corpus, and save it as a HF fast tokenizer in ``out``."""
     texts = []
     for k in range(n_batches):
-        texts += [s.prompt + s.answer for s in D.batch_samples(k, replace(D.Mix(), code=0), "")]
+        texts += [s.prompt + s.answer for s in D.batch_samples(k, TOKENIZER_MIX, "")]
     texts += corpus.splitlines(keepends=True)
     save_hf_tokenizer(train_tokenizer(texts, vocab_size), out)
 
@@ -147,9 +149,10 @@ def make_model(seed: int, cfg: HybridConfig | None = None) -> NemotronHTiny:
 
 def train(args: TrainArgs, tok_path: Path, corpus: str, device: str = "cpu", workers: int = 0,
           log=print, model: NemotronHTiny | None = None, compile: bool = False,
-          max_steps: int | None = None) -> tuple[NemotronHTiny, list[dict]]:
+          max_steps: int | None = None, deadline: float | None = None) -> tuple[NemotronHTiny, list[dict]]:
     """Run the recipe; returns the model and one log row per ``log_every`` steps (and the first 5).
-    ``max_steps`` stops early (benchmarks) without changing the schedule."""
+    ``max_steps`` stops early (benchmarks) without changing the schedule; so does ``deadline`` (a
+    ``time.time()`` value; a safety net that makes the run non-reproducible and is logged)."""
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
     torch.backends.cudnn.allow_tf32 = args.tf32
     model = (model or make_model(args.seed)).to(device)
@@ -166,6 +169,10 @@ def train(args: TrainArgs, tok_path: Path, corpus: str, device: str = "cpu", wor
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args)
         if max_steps is not None and step >= max_steps:
+            break
+        if deadline is not None and time.time() > deadline:
+            rows.append({"step": step, "stopped_early": "deadline"})
+            log(json.dumps(rows[-1]))
             break
         out = loss_fn(model, ids, w)
         loss = out["lm"] + args.mtp_weight * out["mtp"]
@@ -247,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1))
     r.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     r.add_argument("--eval-n", type=int, default=50)
-    r.add_argument("--mix", default="26,28,10", help="docparse,finance,code samples per batch")
+    r.add_argument("--mix", default=None, help="docparse,finance,finance_lookup,code samples per batch")
     r.add_argument("--compile", action="store_true", help="torch.compile the loss (numerics differ slightly)")
     r.add_argument("--time-budget", type=float, default=0.0,
                    help="seconds: measure the step time first and set --steps to fit (logged)")
@@ -263,9 +270,11 @@ def main(argv: list[str] | None = None) -> int:
         build_tokenizer(a.out, corpus_of(a.code_corpus))
         return 0
     corpus = corpus_of(a.code_corpus)
-    dp, fin, code = (int(x) for x in a.mix.split(","))
-    args = replace(TrainArgs(), steps=a.steps, seed=a.seed, lr=a.lr,
-                   mix=replace(D.Mix(), docparse=dp, finance=fin, code=code))
+    mix = D.Mix()
+    if a.mix:
+        dp, fin, look, code = (int(x) for x in a.mix.split(","))
+        mix = replace(mix, docparse=dp, finance=fin, finance_lookup=look, code=code)
+    args = replace(TrainArgs(), steps=a.steps, seed=a.seed, lr=a.lr, mix=mix)
     log = lambda s: print(s, flush=True)  # noqa: E731
     log(f"corpus sha256 {D.corpus_sha(corpus)}; device {a.device}; torch {torch.__version__}")
     D.eval_keys()  # computed once, inherited by the data workers
@@ -286,16 +295,15 @@ def main(argv: list[str] | None = None) -> int:
         args = replace(args, steps=steps)
     # 2. the run
     t0 = time.time()
-    model, rows = train(args, a.tokenizer, corpus, a.device, a.workers, log, compile=a.compile)
+    deadline = t0 + a.time_budget + 90 if a.time_budget else None
+    model, rows = train(args, a.tokenizer, corpus, a.device, a.workers, log, compile=a.compile, deadline=deadline)
     train_s = time.time() - t0
-    tok = load_tokenizer(a.tokenizer)
-    t1 = time.time()
-    acc = heldout_accuracy(model, tok, a.device, a.eval_n) if a.eval_n else {}
-    log(json.dumps({"heldout_torch_greedy": acc, "eval_s": round(time.time() - t1, 1)}))
     save_checkpoint(model, a.out)
     for f in TOKENIZER_FILES:
         if (a.tokenizer / f).is_file():
             shutil.copy(a.tokenizer / f, a.out / f)
+    from evalgate.suites import SUITES_DIR, content_hash
+
     train_log = {
         "recipe": "evalgate.hybrid.train", "seed": a.seed, "args": _jsonable(asdict(args)),
         "repro_args": _jsonable(asdict(replace(REPRO, seed=a.seed))), "repro": repro_rows,
@@ -304,8 +312,14 @@ def main(argv: list[str] | None = None) -> int:
         "repro_data_sha256": _sha_batches(a.tokenizer, corpus, replace(REPRO, seed=a.seed)),
         "device": torch.cuda.get_device_name() if a.device.startswith("cuda") else a.device,
         "torch": torch.__version__, "python": sys.version.split()[0],
-        "train_seconds": round(train_s, 1), "compile": a.compile, "benchmark": bench, "log": rows, "heldout_torch_greedy": acc,
+        "suites_content_hash": {s: content_hash(SUITES_DIR / s) for s in ("docparse", "finance")},
+        "train_seconds": round(train_s, 1), "compile": a.compile, "benchmark": bench, "log": rows,
     }
+    (a.out / "train_log.json").write_text(json.dumps(train_log, indent=1) + "\n")
+    t1 = time.time()
+    acc = heldout_accuracy(model, load_tokenizer(a.tokenizer), a.device, a.eval_n) if a.eval_n else {}
+    log(json.dumps({"heldout_torch_greedy": acc, "eval_s": round(time.time() - t1, 1)}))
+    train_log["heldout_torch_greedy"] = acc
     (a.out / "train_log.json").write_text(json.dumps(train_log, indent=1) + "\n")
     return 0
 
