@@ -3,7 +3,11 @@
 ``python -m evalgate.hybrid.verify CKPT`` loads ``CKPT`` in ``vllm.LLM`` (float32, eager) and in torch, then
 compares, on a few prompts: the log-probabilities vLLM reports for every prompt token (``prompt_logprobs``)
 against torch's, and greedy continuations token by token. A layout mismatch (weight order in ``in_proj``,
-grouping, residuals, the MTP wiring) shows up as large differences. Prints one JSON line.
+grouping, residuals) shows up as large differences. Prints one JSON line.
+
+``python -m evalgate.hybrid.verify CKPT --mtp K`` instead runs vLLM with the checkpoint's MTP layer as the
+drafter (``speculative_config: {method: mtp, num_speculative_tokens: K}``) and prints its speculative-decoding
+counters: accepted drafts show that vLLM wires the MTP layer as it was trained.
 """
 
 from __future__ import annotations
@@ -61,5 +65,26 @@ def compare(ckpt: Path, max_tokens: int = 16, extra_engine_args: dict | None = N
             "greedy_agreement": f"{agree}/{total}", "outputs": [o.outputs[0].text for o in outs]}
 
 
+def mtp_counters(ckpt: Path, k: int = 1, max_tokens: int = 48) -> dict:
+    """vLLM's spec-decode counters (and outputs) for greedy generation of ``PROMPTS`` with MTP drafting."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    if not (os.path.exists("/dev/nvidia0") or os.environ.get("CUDA_VISIBLE_DEVICES")):
+        os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=str(ckpt), dtype="float32", enforce_eager=True, max_model_len=2048, seed=0,
+              kv_cache_memory_bytes=256 * 1024**2, enable_prefix_caching=False, disable_log_stats=False,
+              speculative_config={"method": "mtp", "num_speculative_tokens": k})
+    outs = llm.generate(list(PROMPTS[:2]), SamplingParams(temperature=0.0, max_tokens=max_tokens), use_tqdm=False)
+    counters = {}
+    for m in llm.get_metrics():
+        if m.name.startswith("vllm:spec_decode") and hasattr(m, "value"):
+            counters[m.name.removeprefix("vllm:")] = float(m.value)
+    return {"spec_decode": counters, "outputs": [o.outputs[0].text for o in outs]}
+
+
 if __name__ == "__main__":
-    print(json.dumps(compare(Path(sys.argv[1]))))
+    if len(sys.argv) > 3 and sys.argv[2] == "--mtp":
+        print(json.dumps(mtp_counters(Path(sys.argv[1]), int(sys.argv[3]))))
+    else:
+        print(json.dumps(compare(Path(sys.argv[1]))))
