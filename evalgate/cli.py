@@ -94,7 +94,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         with engine_progress(out / "logs" / f"{role}.log", f"{role} {cfg.name}", [s.name for s in suites]):
             runs[role] = evaluate_config(cfg, suites, limit=args.limit, store=store,
                                          log_path=out / "logs" / f"{role}.log", timeout_s=args.timeout,
-                                         reference=runs.get("baseline"))
+                                         reference=runs.get("baseline"), logprob_items=args.logprob_items)
         timings[f"{role}:total"] = time.monotonic() - t1
         timings.update({f"{role}:{k}": v for k, v in runs[role].timings.items()})
         write_json_atomic(out / f"{role}.json", {"config": cfg.name, "effective": runs[role].effective,
@@ -169,6 +169,8 @@ def _check_run_args(args: argparse.Namespace) -> None:
     """Command-line values of ``run`` that argparse's types let through (before anything is loaded)."""
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"must be >= 1, got {args.limit}", field="--limit")
+    if args.logprob_items < 0:
+        raise ConfigError(f"must be >= 0, got {args.logprob_items}", field="--logprob-items")
     if not (0 < args.timeout < float("inf")):  # also rejects nan
         raise ConfigError(f"must be a number of seconds > 0, got {args.timeout}", field="--timeout")
     if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
@@ -271,6 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default=None, help="run directory (default: runs/<config>-<UTC time>)")
     r.add_argument("--thresholds", default=str(THRESHOLDS_FILE), help="thresholds file")
     r.add_argument("--timeout", type=float, default=3 * 3600, help="seconds per engine run (default 3 h)")
+    r.add_argument("--logprob-items", type=int, default=8, metavar="N",
+                   help="items per task scored for the logit divergence (teacher forcing; costly on CPU; 0 = off)")
     r.set_defaults(func=cmd_run)
 
     m = sub.add_parser("model", help="the embedded default model")
