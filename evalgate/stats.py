@@ -223,6 +223,16 @@ def _bootstrap_means(
     return means
 
 
+def _codes(clusters: Sequence[Hashable | None] | None, n: int) -> tuple[np.ndarray, int]:
+    """Cluster codes and their number G. A single cluster (all items from one document, as in a 3-item run)
+    carries no between-cluster variance to estimate, so its items are then treated as independent."""
+    codes = cluster_codes(clusters, n)
+    g = int(codes.max()) + 1
+    if g < 2:
+        return np.arange(n, dtype=np.int64), n
+    return codes, g
+
+
 def _power_se(n: int, exact_binary: bool, discordant: int, stderr: float) -> float:
     """SE (points) for power and MDE; see ``PairedComparison.se_power``."""
     floor = 100.0 / n
@@ -241,8 +251,7 @@ def power_se(
     b, c = _check_pair(baseline, candidate)
     n = int(b.size)
     d = c - b
-    codes = cluster_codes(clusters, n)
-    g = int(codes.max()) + 1
+    codes, g = _codes(clusters, n)
     clustered = g < n
     binary = bool(np.isin(b, (0.0, 1.0)).all() and np.isin(c, (0.0, 1.0)).all())
     changed = int(np.count_nonzero(d))
@@ -288,7 +297,8 @@ def paired_comparison(
         rng: the only source of randomness; same generator state -> same result.
         n_resamples: bootstrap resamples B, >= 1.
         clusters: optional, length n: item i's cluster label (hashable; ``None`` = its own
-            cluster). Clusters are resampled whole and enter the standard error (Miller 2024).
+            cluster). Clusters are resampled whole and enter the standard error (Miller 2024). With a
+            single cluster the items are treated as independent (nothing else can be estimated).
         interval: ``"bootstrap"`` (``ci_low``/``ci_high`` = the bootstrap interval) or
             ``"auto"`` (Newcombe for unclustered 0/1 scores, else the wider of bootstrap and t).
 
@@ -308,8 +318,7 @@ def paired_comparison(
     alpha = float(alpha)
     n = int(b.size)
     d = c - b
-    codes = cluster_codes(clusters, n)
-    g = int(codes.max()) + 1
+    codes, g = _codes(clusters, n)
     clustered = g < n
 
     means: np.ndarray | None = None

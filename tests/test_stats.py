@@ -347,3 +347,10 @@ def test_invalid_interval_and_clusters() -> None:
         paired_comparison(np.array([0.0, 1.0]), np.array([1.0, 1.0]), alpha=0.05, rng=_rng(), interval="x")
     with pytest.raises(ValueError, match="3 labels for 2 items"):
         paired_comparison(np.array([0.0, 1.0]), np.array([1.0, 1.0]), alpha=0.05, rng=_rng(), clusters=["a"] * 3)
+
+
+def test_a_single_cluster_is_treated_as_independent_items() -> None:
+    base, cand = np.array([1.0, 0.0, 1.0]), np.array([0.0, 0.0, 1.0])
+    one_doc = paired_comparison(base, cand, alpha=0.05, rng=_rng(), interval="auto", clusters=["s0"] * 3)
+    plain = paired_comparison(base, cand, alpha=0.05, rng=_rng(), interval="auto")
+    assert one_doc == plain and one_doc.method == NEWCOMBE_METHOD and one_doc.ci_low < one_doc.ci_high
