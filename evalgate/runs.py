@@ -93,13 +93,17 @@ def compare_runs(run_a: Path, run_b: Path, thresholds_path: Path, out_dir: Path)
                              f"(content hash {hashes_a[suite][:12]} vs {hashes_b[suite][:12]})")
     tasks_a, tasks_b = _tasks(run_a, res_a), _tasks(run_b, res_b)
     thresholds = load_thresholds(thresholds_path)
+    # Run B's candidate is gated: its config name picks per-config margins, its expectation the lossless check.
+    cand_b_meta = man_b.get("candidate", {})
+    config, expect = res_b.get("config"), cand_b_meta.get("expect", "lossy")
     try:
-        comparisons = compare_tasks(tasks_a, tasks_b, thresholds)
+        comparisons = compare_tasks(tasks_a, tasks_b, thresholds, config=config)
     except StoreError as exc:
         raise StoreError(f"runs are not comparable ({run_a} vs {run_b}): {exc}") from exc
     eff_a, eff_b = res_a.get("effective", {}), res_b.get("effective", {})
     decision = decide([(c.suite, c.task, c.comparison) for c in comparisons], thresholds,
-                      baseline_effective=eff_a, candidate_effective=eff_b)
+                      baseline_effective=eff_a, candidate_effective=eff_b, config=config, expect=expect,
+                      outputs={c.task: c.agreement() for c in comparisons})
     cand_a, cand_b = man_a.get("candidate", {}), man_b.get("candidate", {})
     vers_a, vers_b = man_a.get("versions", {}), man_b.get("versions", {})
     manifest = {
