@@ -147,7 +147,10 @@ def test_docparse_garbage_and_empty() -> None:
     ("text", "value"),
     [(" 1470", 1470.0), (" $1,470", 1470.0), (" (1,234)", -1234.0), (" -1,234.5", -1234.5),
      (" 12.5%", 12.5), ("The change is 1,470 thousand.", 1470.0), (" 2020\nAnswer: 2021", 2021.0),
-     ("Answer: 500 - 30 = 470\nQuestion: 7", 470.0), (" \u22123.2", -3.2), (" .5", 0.5), ("none", None)],
+     ("Answer: 500 - 30 = 470\nQuestion: 7", 470.0), (" \u22123.2", -3.2), (" .5", 0.5), ("none", None),
+     # the working the few-shot examples show: the result is the line's last number, not the year
+     (" Revenue 2023 = 1,125", 1125.0), (" (440 - 347) / 347 * 100 = 26.8\n\nStatement: 2022", 26.8),
+     ("\n 3,022 - 2,817 = 205", 205.0)],
 )
 def test_finance_number_extraction(text: str, value: float | None) -> None:
     assert FIN.extract_number(text) == value

@@ -184,9 +184,10 @@ def extract_number(text: str) -> float | None:
     """The answer number in a generation, or None if it holds no number.
 
     If the text contains ``Answer:``, the last number on the line after its first occurrence;
-    otherwise (or if that line has none) the first number of the text. (The prompt itself ends
-    in ``Answer:``, so a plain generation is scored by its first number.) Commas, ``$``, ``%``
-    and signs are handled; ``(1,234)`` reads as -1234.
+    otherwise the last number on the first line that holds one. The prompt ends in ``Answer:`` and
+    its examples show the working ending in the result (``Revenue 2023 = 1,125``, ``(440 - 347) /
+    347 * 100 = 26.8``), so the result is the line's last number, never its first (a year).
+    Commas, ``$``, ``%`` and signs are handled; ``(1,234)`` reads as -1234.
     """
     idx = text.find("Answer:")
     if idx >= 0:
@@ -194,8 +195,11 @@ def extract_number(text: str) -> float | None:
         found = list(_NUMBER.finditer(line))
         if found:
             return _value(found[-1])
-    m = _NUMBER.search(text)
-    return _value(m) if m else None
+    for line in text.split("\n"):
+        found = list(_NUMBER.finditer(line))
+        if found:
+            return _value(found[-1])
+    return None
 
 
 def is_match(pred: float | None, gold: float) -> bool:
