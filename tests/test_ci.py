@@ -15,7 +15,8 @@ import pytest
 from evalgate.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
-GATEABLE = ["async-sched", "bf16", "cline-recipe", "flashinfer-mamba", "fp16-state", "mtp1", "mtp3", "ngram", "omp1"]
+GATEABLE = ["async-sched", "cline-recipe", "dense/bf16", "dense/fp16-state", "dense/ngram", "flashinfer-mamba",
+            "fp16-state", "mtp1", "mtp3", "omp1"]
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -48,11 +49,11 @@ def _changed(repo: Path, capsys: pytest.CaptureFixture[str], base: str = "main")
 
 
 def test_a_changed_config_is_gated(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with (repo / "configs" / "bf16.yaml").open("a") as fh:
+    with (repo / "configs" / "dense" / "bf16.yaml").open("a") as fh:
         fh.write("  max_num_seqs: 8\n")
     code, names, err = _changed(repo, capsys)
-    assert (code, names) == (0, ["bf16"])
-    assert "evalgate: bf16: config changed" in err
+    assert (code, names) == (0, ["dense/bf16"])
+    assert "evalgate: dense/bf16: config changed" in err
 
 
 def test_a_changed_parent_gates_its_children(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -64,13 +65,14 @@ def test_a_changed_parent_gates_its_children(repo: Path, capsys: pytest.CaptureF
 def test_a_changed_baseline_gates_every_config_against_it(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (repo / "configs" / "baseline.yaml").write_text((repo / "configs" / "baseline.yaml").read_text() + "# x\n")
     _, names, _ = _changed(repo, capsys)
-    assert names == GATEABLE  # baseline itself has nothing to be gated against
+    # baseline itself has nothing to be gated against; the dense family has its own baseline (configs/dense/)
+    assert names == [n for n in GATEABLE if not n.startswith("dense/")]
 
 
 def test_suite_or_threshold_changes_gate_everything(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (repo / "thresholds.yaml").write_text((repo / "thresholds.yaml").read_text() + "# x\n")
     _, names, err = _changed(repo, capsys)
-    assert names == GATEABLE and "bf16: thresholds.yaml changed" in err
+    assert names == GATEABLE and "dense/bf16: thresholds.yaml changed" in err
 
 
 def test_added_config_is_gated_and_a_deleted_one_is_not(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:

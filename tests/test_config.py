@@ -120,13 +120,20 @@ def test_unknown_config_name_suggests(tmp_path: Path) -> None:
 
 def test_shipped_configs_all_load_and_extend_baseline() -> None:
     names = list_configs(CONFIGS_DIR)
-    for required in ("baseline", "bf16", "ngram", "fp16-state", "mtp1", "mtp3", "async-sched", "flashinfer-mamba",
-                     "omp1", "cline-recipe"):
+    for required in ("baseline", "fp16-state", "mtp1", "mtp3", "async-sched", "flashinfer-mamba", "omp1",
+                     "cline-recipe", "dense/baseline", "dense/bf16", "dense/ngram", "dense/fp16-state"):
         assert required in names
+    # The seed's switches act on evalgate's own hybrid (Mamba2 + attention, MTP head); Gemma is the dense family.
     base = load_config("baseline", CONFIGS_DIR, check_engine_args=False)
+    assert base.model == "embedded:nemotron-h-tiny"
     assert base.engine_args["dtype"] == "float32" and base.baseline is None
+    assert base.engine_args["mamba_ssm_cache_dtype"] == "float32"
     fp16 = load_config("fp16-state", CONFIGS_DIR, check_engine_args=False)
     assert fp16.engine_args["mamba_ssm_cache_dtype"] == "float16" and fp16.baseline == "baseline"
+    assert fp16.model == "embedded:nemotron-h-tiny"
+    bf16 = load_config("dense/bf16", CONFIGS_DIR, check_engine_args=False)
+    assert bf16.model == "embedded:gemma-3-270m" and bf16.engine_args["dtype"] == "bfloat16"
+    assert bf16.chain[-1].name == "baseline.yaml" and bf16.chain[-1].parent.name == "dense"
     assert load_config("mtp3", CONFIGS_DIR, check_engine_args=False).engine_args["speculative_config"] == {
         "method": "mtp", "num_speculative_tokens": 3}
     assert load_config("omp1", CONFIGS_DIR, check_engine_args=False).env == {"OMP_NUM_THREADS": "1"}

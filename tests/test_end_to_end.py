@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def bf16_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
     out = tmp_path_factory.mktemp("bf16")
-    code = main(["run", "--config", "bf16", "--limit", str(LIMIT), "--out", str(out)])
+    code = main(["run", "--config", "dense/bf16", "--limit", str(LIMIT), "--out", str(out)])
     return code, out
 
 
@@ -80,7 +80,7 @@ def test_stored_items_reproduce_the_verdict(bf16_run: tuple[int, Path]) -> None:
             assert t["loss_p"] == pytest.approx(want)
         # Power floor: one discordant item in n, so MDE >= (z_{1-alpha} + z_power) * 100 / n.
         assert t["mde"] >= z * 100 / LIMIT - 1e-9
-        margin = thresholds.for_task(t["suite"], t["task"], "bf16").margin
+        margin = thresholds.for_task(t["suite"], t["task"], "dense/bf16").margin
         assert t["margin"] == margin and t["mde"] > margin
         blocked = t["ci_low"] < -margin and t["loss_shown"]
         assert t["verdict"] == ("BLOCK" if blocked else "INCONCLUSIVE")
@@ -110,7 +110,7 @@ def test_report_is_written_and_self_contained(bf16_run: tuple[int, Path]) -> Non
 
 def test_switch_the_cpu_engine_ignores_is_no_op(tmp_path: Path, bf16_run: tuple[int, Path]) -> None:
     """An SSM-state dtype cannot act on Gemma (no Mamba layers): NO-OP, exit 4, never a silent PASS."""
-    code = main(["run", "--config", "fp16-state", "--limit", str(LIMIT), "--out", str(tmp_path)])
+    code = main(["run", "--config", "dense/fp16-state", "--limit", str(LIMIT), "--out", str(tmp_path)])
     doc = json.loads((tmp_path / "verdict.json").read_text())
     assert (code, doc["verdict"]) == (4, "NO-OP")
     manifest = json.loads((tmp_path / "manifest.json").read_text())
@@ -124,7 +124,7 @@ def test_engine_that_cannot_start_is_a_runtime_error(tmp_path: Path, capsys: pyt
                                                      bf16_run: tuple[int, Path]) -> None:
     """An engine that cannot allocate its KV cache (1 TiB asked) dies at start: exit 3 with vLLM's reason."""
     cfg = tmp_path / "huge-kv.yaml"
-    cfg.write_text("extends: baseline\nengine_args:\n  kv_cache_memory_bytes: 1099511627776\n")
+    cfg.write_text("extends: dense/baseline\nengine_args:\n  kv_cache_memory_bytes: 1099511627776\n")
     out = tmp_path / "run"
     code = main(["run", "--config", str(cfg), "--limit", str(LIMIT), "--out", str(out)])
     err = capsys.readouterr().err.strip().splitlines()[-1]

@@ -31,7 +31,7 @@ def _journal_lines(journal_dir: Path, before: set[Path]) -> int:
 def test_killed_run_resumes_from_the_journal(tmp_path: Path) -> None:
     # A fresh sampling seed gives configs that nothing in the store has seen (greedy: outputs unchanged).
     seed = random.SystemRandom().randrange(1, 2**31)
-    (tmp_path / "base.yaml").write_text(f"extends: {ROOT / 'configs' / 'baseline.yaml'}\nsampling: {{seed: {seed}}}\n")
+    (tmp_path / "base.yaml").write_text(f"extends: {ROOT / 'configs' / 'dense' / 'baseline.yaml'}\nsampling: {{seed: {seed}}}\n")
     (tmp_path / "cand.yaml").write_text("extends: base\nengine_args: {dtype: bfloat16}\n")
     journal_dir = evalgate_home() / "store" / "journal"
     journal_dir.mkdir(parents=True, exist_ok=True)

@@ -48,7 +48,7 @@ def test_triggers_runner_label_and_jobs() -> None:
     assert {"configs", "cpu_configs", "gpu_runner", "limit"} <= set(on["workflow_dispatch"]["inputs"])
     gpu, cpu = wf["jobs"]["gate-gpu"], wf["jobs"]["embedded-cpu"]
     assert gpu["runs-on"] == "${{ inputs.gpu_runner || vars.EVALGATE_GPU_RUNNER || 'gpu' }}"
-    assert cpu["runs-on"] == "ubuntu-latest" and "bf16" in cpu["env"]["GATE_CONFIGS"]
+    assert cpu["runs-on"] == "ubuntu-latest" and "fp16-state" in cpu["env"]["GATE_CONFIGS"]
     assert gpu["steps"][0]["with"]["fetch-depth"] == 0  # changed-configs needs the merge base
     assert wf["permissions"] == {"contents": "read"}
 
@@ -84,7 +84,7 @@ def test_cpu_job_runs_locally_and_produces_the_artifacts(tmp_path: Path) -> None
     pytest.importorskip("vllm", reason="needs vLLM (pip install 'evalgate[cpu]')")
     job = _workflow()["jobs"]["embedded-cpu"]
     env = {k: _resolve(str(v)) for k, v in job["env"].items() if k.startswith("GATE_")}
-    assert env["GATE_CONFIGS"] == "bf16"
+    assert env["GATE_CONFIGS"] == "fp16-state"
     env.update(GATE_LIMIT="3", GATE_SUITES="finance", GATE_REPORTS=str(tmp_path / "reports"))
     summary = tmp_path / "step-summary.md"
     full = {**os.environ, **env, "GITHUB_STEP_SUMMARY": str(summary),
@@ -95,7 +95,7 @@ def test_cpu_job_runs_locally_and_produces_the_artifacts(tmp_path: Path) -> None
             proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]], cwd=ROOT,
                                   env=full, capture_output=True, text=True, timeout=1800)
             rc = rc or proc.returncode
-    run = tmp_path / "reports" / "bf16"
+    run = tmp_path / "reports" / "fp16-state"
     doc = json.loads((run / "verdict.json").read_text())
     assert rc == (0 if doc["verdict"] in ("PASS", "NO-OP") else 1), proc.stdout[-2000:] + proc.stderr[-2000:]
     assert [t["task"] for t in doc["tasks"]] == ["finance_tableqa"] and doc["tasks"][0]["n"] == 3
@@ -104,5 +104,5 @@ def test_cpu_job_runs_locally_and_produces_the_artifacts(tmp_path: Path) -> None
     junit = ET.parse(run / "verdict.junit.xml").getroot()
     assert [c.get("name") for c in junit.iter("testcase")] == ["finance_tableqa"]
     md = (run / "summary.md").read_text()
-    assert f"evalgate {doc['verdict']}: bf16 vs baseline" in md and md in summary.read_text()
-    assert (tmp_path / "reports" / "exit-codes.tsv").read_text().startswith("bf16\t")
+    assert f"evalgate {doc['verdict']}: fp16-state vs baseline" in md and md in summary.read_text()
+    assert (tmp_path / "reports" / "exit-codes.tsv").read_text().startswith("fp16-state\t")
