@@ -269,7 +269,10 @@ def task_evidence(pairs: Sequence[tuple[ItemResult, ItemResult]], spec: SpecDeco
     if cand_h.degenerate > base_h.degenerate:
         failures.append(f"degenerate (repeated-unit) outputs: {100 * base_h.degenerate:.0f}% baseline, "
                         f"{100 * cand_h.degenerate:.0f}% candidate")
-    return {"health": {"baseline": asdict(base_h), "candidate": asdict(cand_h)}, "divergence": asdict(div),
+    # verdict.json is strict JSON: NaN (a task without a format metric) becomes null.
+    health = {side: {k: (None if isinstance(v, float) and v != v else v) for k, v in asdict(h).items()}
+              for side, h in (("baseline", base_h), ("candidate", cand_h))}
+    return {"health": health, "divergence": asdict(div),
             "logit": logit, "contradictions": contradictions(spec, div, cand_h, base_h), "failures": failures}
 
 

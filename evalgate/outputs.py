@@ -42,7 +42,8 @@ def task_evidence(t: dict[str, Any]) -> str:
     """One line of evidence for a task: Δ, its interval, the lower bound against the margin, and flips."""
     level = f"{100 * t.get('ci_level', 0.9):.0f}%"
     lb = t.get("lower_bound", t.get("ci_low"))
-    rel = "<" if t.get("verdict") == "BLOCK" else "\u2265"
+    # The relation as it is, not as the verdict suggests (an INCONCLUSIVE bound can lie below -margin).
+    rel = "<" if lb is not None and lb < -t["margin"] else "\u2265"
     mde = f", MDE {pts(t['mde'], signed=False)} pts" if t.get("mde") is not None else ""
     return (f"\u0394 {pts(t['delta'])} pts, {level} CI [{pts(t['ci_low'])}, {pts(t['ci_high'])}], "
             f"lower bound {pts(lb)} {rel} {_MINUS}margin {_MINUS}{pts(t['margin'], signed=False)} pts{mde} "

@@ -104,3 +104,13 @@ def test_task_evidence_fails_degenerate_and_nonfinite_candidates() -> None:
     assert ev["divergence"]["identical_share"] == 0.5
     clean = task_evidence(list(zip(base, base)), None)
     assert clean["failures"] == [] and clean["logit"] is None
+
+
+def test_task_evidence_is_strict_json() -> None:
+    import json
+
+    from evalgate.evidence import task_evidence
+
+    ev = task_evidence([(item(0, "a"), item(0, "a"))], None)  # no format metric: unparseable is unknown
+    assert ev["health"]["candidate"]["unparseable"] is None
+    json.dumps(ev, allow_nan=False)

@@ -93,3 +93,12 @@ def test_report_has_plot_filters_without_script_and_escapes_every_output() -> No
     # Flipped items come before the config diff and the manifest.
     assert html.index('class="item regressed"') < html.index("<h2>Engine config</h2>") < html.index("Run manifest")
     assert EVIL_IMG not in html and EVIL_SCRIPT not in html
+
+
+def test_evidence_line_states_the_true_relation_of_bound_and_margin() -> None:
+    from evalgate.outputs import task_evidence
+
+    t = {"verdict": "INCONCLUSIVE", "delta": 0.0, "ci_low": -11.9, "ci_high": 11.9, "lower_bound": -11.9,
+         "margin": 6.0, "n": 20, "ci_level": 0.9}
+    assert "lower bound \u221211.9 < \u2212margin \u22126.0 pts" in task_evidence(t)
+    assert "\u2265" in task_evidence({**t, "lower_bound": -1.0, "ci_low": -1.0})
