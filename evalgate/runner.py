@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from evalgate.config import EngineConfig
 from evalgate.engine import READBACK_VERSION
-from evalgate.errors import EngineError, StoreError
+from evalgate.errors import ConfigError, EngineError, StoreError
 from evalgate.model import model_fingerprint, resolve_model
 from evalgate.results import ItemResult, TaskResult
 from evalgate.store import GenerationJournal, ResultStore, content_key, read_json, tasks_from_json, tasks_to_json, write_json_atomic
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from evalgate.suites import Suite
 
 LOG_TAIL_LINES = 8
+CONFIG_ERROR_EXIT = 2  # the worker's exit code when vLLM refuses an engine-arg value before loading the model
+CONFIG_ERROR_TAG = "evalgate-config-error:"
 
 
 @dataclass
@@ -158,6 +160,12 @@ def _run_worker(spec: dict[str, Any], cfg: EngineConfig, log_path: Path, timeout
         except KeyboardInterrupt:
             _kill_group(proc)
             raise
+    if rc == CONFIG_ERROR_EXIT:
+        # The worker's pre-flight (EngineArgs -> engine config, no model loaded) refused a value.
+        lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        msg = next((ln.split(CONFIG_ERROR_TAG, 1)[1].strip() for ln in reversed(lines) if CONFIG_ERROR_TAG in ln),
+                   "vLLM rejected the engine args")
+        raise ConfigError(f"vLLM rejected a value: {msg}", path=cfg.path, field="engine_args")
     if rc != 0:
         how = f"was killed by signal {-rc} ({_signal_hint(-rc)})" if rc < 0 else f"exited with code {rc}"
         raise EngineError(f"engine for {cfg.name} {how}; last log lines: {_tail(log_path)} (log: {log_path})")
@@ -226,6 +234,10 @@ def _worker_main(spec_path: str) -> int:
     prepare_process_env({})
     sampling = Sampling(**spec["sampling"])
     t0 = time.monotonic()
+    problem = _check_engine_values(spec["model"], spec["engine_args"])
+    if problem:
+        print(f"{CONFIG_ERROR_TAG} {problem}", flush=True)
+        return CONFIG_ERROR_EXIT
     engine = VllmEngine(spec["model"], spec["engine_args"], sampling)
     start_s = time.monotonic() - t0
     effective = engine.effective_config()
@@ -257,6 +269,23 @@ def _worker_main(spec_path: str) -> int:
         print(f"evalgate: suite {suite['name']} done in {suite_s:.1f} s ({lm.generated - generated} generated, "
               f"{lm.reused - reused} reused from the journal)", flush=True)
     return 0
+
+
+def _check_engine_values(model: str, engine_args: dict[str, Any]) -> str | None:
+    """vLLM's own validation of the engine-arg values, without loading the model: None if they are accepted.
+
+    ``EngineArgs(...).create_engine_config()`` builds and checks the whole engine config (types, choices,
+    limits against the model's config) in about a second; a wrong value is then a config error (exit 2) with
+    vLLM's reason, not an engine crash (exit 3) after the model has loaded.
+    """
+    from vllm.engine.arg_utils import EngineArgs
+
+    try:
+        EngineArgs(model=model, **engine_args).create_engine_config()
+    except (TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+        first = " ".join(str(exc).split())
+        return f"{type(exc).__name__}: {first[:400]}"
+    return None
 
 
 def _evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None,

@@ -54,3 +54,15 @@ def test_mtp_drafts_accepted_but_outputs_diverge_is_blocked_with_evidence(tmp_pa
     identical = [t["evidence"]["divergence"]["identical_share"] for t in doc["tasks"]]
     assert min(identical) < 0.95
     assert (code, doc["verdict"]) == (1, "BLOCK")
+
+
+def test_a_value_vllm_refuses_is_a_config_error_not_an_engine_crash(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Engine-arg names are checked in seconds; values by vLLM itself before the model loads: exit 2, not 3."""
+    cfg = tmp_path / "bad-dtype.yaml"
+    cfg.write_text(f"extends: {Path(__file__).resolve().parent.parent / 'configs' / 'baseline.yaml'}\n"
+                   "engine_args:\n  dtype: fp16\n")
+    code = main(["run", "--config", str(cfg), "--out", str(tmp_path / "run"), *ARGS])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2
+    assert err.startswith(f"evalgate: error: {cfg}: engine_args: vLLM rejected a value:") and "fp16" in err
