@@ -279,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("model", help="the embedded default model")
     msub = m.add_subparsers(dest="model_command", required=True)
-    mp = msub.add_parser("prepare", help="convert the packaged Gemma 3 270M GGUF to a local checkpoint")
+    mp = msub.add_parser("prepare", help="convert the packaged Gemma 3 270M GGUF (the dense family's model) to a local checkpoint; the hybrid ships ready")
     mp.add_argument("--force", action="store_true", help="convert again even if done")
     mp.set_defaults(func=cmd_model_prepare)
 
