@@ -308,10 +308,12 @@ def _evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None,
     keys: dict[tuple[str, int], str] = {}
     for task in suite["tasks"]:
         metric = suite["metrics"][task]
-        items = [_item(task, s, metric, lm.records, sampling) for s in out["samples"].get(task, [])]
+        items = []
         for s in out["samples"].get(task, []):
             context, gen_kwargs = s["arguments"][0]
-            keys[(task, int(s["doc_id"]))] = request_key(context, *request_params(gen_kwargs, sampling))
+            key = request_key(context, *request_params(gen_kwargs, sampling))
+            keys[(task, int(s["doc_id"]))] = key
+            items.append(_item(task, s, metric, lm.records.get(key, {})))
         results[task] = TaskResult(task=task, suite=suite["name"], metric=metric,
                                    items=tuple(sorted(items, key=lambda i: i.item_id)))
     return results, keys
@@ -361,12 +363,9 @@ def _logit_evidence(engine: Any, records: dict[str, Any], tasks: dict[str, TaskR
     return out
 
 
-def _item(task: str, sample: dict[str, Any], metric: str, records: dict[str, Any], sampling: Any) -> ItemResult:
-    from evalgate.engine import request_key, request_params
-
+def _item(task: str, sample: dict[str, Any], metric: str, gen: dict[str, Any]) -> ItemResult:
+    """One logged lm-eval sample as an ``ItemResult``; ``gen`` is its generation record (token count, finish)."""
     metrics = {k: float(sample[k]) for k in sample.get("metrics", []) if isinstance(sample.get(k), (int, float))}
-    context, gen_kwargs = sample["arguments"][0]
-    gen = records.get(request_key(context, *request_params(gen_kwargs, sampling)), {})
     return ItemResult(
         task=task, item_id=int(sample["doc_id"]), item_hash=str(sample["doc_hash"]),
         prompt=str(sample["arguments"][0][0]), target=str(sample["target"]),
