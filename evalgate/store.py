@@ -22,7 +22,7 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +46,14 @@ def content_key(factors: dict[str, Any]) -> str:
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write ``obj`` as JSON to ``path`` atomically (temp file in the same directory, fsync, ``os.replace``)."""
+    """Write ``obj`` as JSON to ``path`` atomically (temp file in the same directory, fsync, ``os.replace``).
+
+    The file gets the permissions of any newly created file (``0o666`` less the process umask, so
+    ``0o644`` under the usual umask 022): run directories are meant to be shared, and a JSON file
+    should not be private while the HTML report beside it is not.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    fd, tmp = _create_temp(path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(obj, fh, indent=1, ensure_ascii=False, allow_nan=True)
@@ -58,6 +63,23 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _create_temp(path: Path) -> tuple[int, str]:
+    """A new, exclusively created temp file next to ``path``: ``(fd, name)``.
+
+    ``tempfile.mkstemp`` always creates mode 0600; opening with ``O_CREAT | O_EXCL`` and mode 0666
+    lets the kernel apply the umask (and any default ACL) exactly as for a normal file, without
+    reading or changing the process-wide umask (which would race with other threads).
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    for _ in range(100):
+        tmp = str(path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{path.parent}: no free temporary file name for {path.name}")
 
 
 def read_json(path: Path, what: str) -> Any:

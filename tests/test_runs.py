@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -91,3 +92,17 @@ def test_report_rerenders_every_output_from_verdict_json(tmp_path: Path, capsys:
 def test_report_without_verdict_is_a_runtime_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", str(tmp_path)]) == 3
     assert "verdict not found" in capsys.readouterr().err
+
+
+def test_every_file_of_a_compare_run_directory_honours_the_umask(tmp_path: Path) -> None:
+    """JSON (atomic writes) and the rendered outputs get the same permissions: 0o644 under umask 022."""
+    a, b = _runs(tmp_path, [0.0] * 5 + [1.0] * 15)
+    out = tmp_path / "cmp"
+    saved = os.umask(0o022)
+    try:
+        assert main(["compare", str(a), str(b), "--out", str(out)]) == 1
+    finally:
+        os.umask(saved)
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in out.iterdir()}
+    assert modes == {name: oct(0o644) for name in ("baseline.json", "candidate.json", "manifest.json", "verdict.json",
+                                                  "report.html", "verdict.junit.xml", "summary.md")}

@@ -98,6 +98,47 @@ def test_write_json_atomic_replaces_whole_file(tmp_path: Path) -> None:
     assert [q.name for q in p.parent.iterdir()] == ["x.json"]
 
 
+@pytest.fixture
+def umask():
+    """Set the process umask for one test (restored after)."""
+    saved = os.umask(0o022)
+    os.umask(saved)
+    yield os.umask
+    os.umask(saved)
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o002, 0o077, 0o027])
+def test_write_json_atomic_honours_the_umask_like_a_plain_file(tmp_path: Path, umask, mask: int) -> None:
+    umask(mask)
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")  # what open() gives any new file under this umask
+    p = tmp_path / "x.json"
+    write_json_atomic(p, {"a": 1})
+    want = 0o666 & ~mask
+    assert oct(p.stat().st_mode & 0o777) == oct(want) == oct(plain.stat().st_mode & 0o777)
+    write_json_atomic(p, {"a": 2})  # a replaced file gets the same mode again
+    assert oct(p.stat().st_mode & 0o777) == oct(want)
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["plain.txt", "x.json"]
+
+
+def test_store_entries_follow_the_umask(tmp_path: Path, umask) -> None:
+    umask(0o022)
+    path = ResultStore(tmp_path / "store").put(KEY, payload(1))
+    assert oct(path.stat().st_mode & 0o777) == oct(0o644)
+
+
+def test_write_json_atomic_never_overwrites_a_foreign_temp_file(tmp_path: Path, monkeypatch) -> None:
+    """The temp name is created exclusively: an existing file of that name is skipped, not truncated."""
+    names = iter(["aaaaaaaaaaaa", "bbbbbbbbbbbb"])
+    monkeypatch.setattr(store_mod.secrets, "token_hex", lambda n: next(names))
+    squatter = tmp_path / ".x.json.aaaaaaaaaaaa.tmp"
+    squatter.write_text("someone else's")
+    write_json_atomic(tmp_path / "x.json", {"a": 1})
+    assert squatter.read_text() == "someone else's"
+    assert json.loads((tmp_path / "x.json").read_text()) == {"a": 1}
+    assert sorted(q.name for q in tmp_path.iterdir()) == [".x.json.aaaaaaaaaaaa.tmp", "x.json"]
+
+
 # ------------------------------------------------------------------------------------------ corruption
 
 
