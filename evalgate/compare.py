@@ -47,10 +47,22 @@ class TaskComparison:
     identical_outputs: int
     differing_outputs: tuple[int, ...] = ()
 
-    def agreement(self) -> OutputAgreement:
-        """The output agreement the gate's lossless check reads (differing items by ``item_id``)."""
-        return OutputAgreement(self.identical_outputs, len(self.pairs),
-                               tuple(self.pairs[i][0].item_id for i in self.differing_outputs))
+    def agreement(self, near_tie: float = 0.0) -> OutputAgreement:
+        """The output agreement the gate's lossless check reads (differing items by ``item_id``).
+
+        Args:
+            near_tie: nats; a differing item whose candidate ``decode.tie_gap`` is at most this is a tie-flip.
+        The decode-time KL is token-weighted over the candidate items' ``decode`` evidence (None if none has it).
+        """
+        differing = [self.pairs[i] for i in self.differing_outputs]
+        ties = tuple(b.item_id for b, c in differing
+                     if c.decode and c.decode.get("tie_gap") is not None and c.decode["tie_gap"] <= near_tie)
+        measured = [c.decode for _, c in self.pairs
+                    if c.decode and not c.decode.get("nonfinite") and math.isfinite(c.decode["kl_mean"])]
+        positions = sum(d["positions"] for d in measured)
+        kl = sum(d["kl_mean"] * d["positions"] for d in measured) / positions if positions else None
+        return OutputAgreement(self.identical_outputs, len(self.pairs), tuple(b.item_id for b, _ in differing),
+                               tie_flips=ties, kl_mean=kl)
 
 
 def pair_items(base: TaskResult, cand: TaskResult) -> list[tuple[ItemResult, ItemResult]]:

@@ -91,13 +91,18 @@ def _has_cuda() -> bool:
 @dataclass
 class Generation:
     """One completion: ``text`` (untrusted), ``n_tokens`` generated, vLLM's ``finish_reason`` ("stop"/"length"),
-    and the token ids of prompt and output (to score the same sequence under another engine)."""
+    the token ids of prompt and output (to score the same sequence under another engine), and
+    ``top_logprobs``: per output position, ``[[token id, logprob], ...]`` (the engine's top-k next-token
+    log-probs, natural log, plus the generated token's), recorded while decoding. Decode-time log-probs see
+    what prefill scoring cannot (an SSM state stored in FP16 between steps, a speculative-decoding path);
+    ``evidence.decode_divergence`` compares them along the tokens both sides generated alike."""
 
     text: str
     n_tokens: int
     finish_reason: str | None
     prompt_token_ids: list[int]
     token_ids: list[int]
+    top_logprobs: list[list[list[float]]] | None = None
 
 
 class VllmEngine:
@@ -118,17 +123,22 @@ class VllmEngine:
         self.requested = dict(engine_args)
         self.llm = LLM(model=model, disable_log_stats=False, **engine_args)
 
-    def generate(self, prompts: list[str], *, max_tokens: int, stop: list[str]) -> list[Generation]:
-        """Greedy (or the config's) completions of ``prompts``, one batch, order preserved."""
+    def generate(self, prompts: list[str], *, max_tokens: int, stop: list[str], logprobs: int = 0) -> list[Generation]:
+        """Greedy (or the config's) completions of ``prompts``, one batch, order preserved.
+
+        ``logprobs`` > 0 records the top-``logprobs`` next-token log-probs at every output position (vLLM's raw
+        log-probs: computed from the logits before sampling, so they do not change which token is generated).
+        """
         from vllm import SamplingParams
 
         params = SamplingParams(
             temperature=self.sampling.temperature, top_p=self.sampling.top_p, seed=self.sampling.seed,
-            max_tokens=max_tokens, stop=stop or None,
+            max_tokens=max_tokens, stop=stop or None, logprobs=logprobs or None,
         )
         outs = self.llm.generate(prompts, params, use_tqdm=False)
         return [Generation(o.outputs[0].text, len(o.outputs[0].token_ids), o.outputs[0].finish_reason,
-                           list(o.prompt_token_ids or []), list(o.outputs[0].token_ids)) for o in outs]
+                           list(o.prompt_token_ids or []), list(o.outputs[0].token_ids),
+                           _top_logprobs(o.outputs[0].logprobs) if logprobs else None) for o in outs]
 
     def score(self, sequences: list[tuple[list[int], list[int]]], k: int) -> list[list[dict[int, float]]]:
         """Teacher-forced log-probs: for each (prompt ids, output ids), the top-``k`` next-token log-probs at every
@@ -192,6 +202,21 @@ class VllmEngine:
         return out
 
 
+def _top_logprobs(positions: Any) -> list[list[list[float]]]:
+    """vLLM's per-position ``{token id: Logprob}`` as ``[[token id, logprob rounded to 1e-6], ...]`` (JSON-able;
+    NaN and inf are kept: they are evidence)."""
+    out = []
+    for pos in positions or []:
+        out.append([[int(t), _round(float(lp.logprob))] for t, lp in (pos or {}).items()])
+    return out
+
+
+def _round(x: float) -> float:
+    import math
+
+    return round(x, 6) if math.isfinite(x) else x
+
+
 def _lookup(vc: Any, key: str) -> Any:
     if key == "speculative_config":
         sc = vc.speculative_config
@@ -246,13 +271,14 @@ def request_params(gen_kwargs: dict[str, Any], sampling: Sampling) -> tuple[list
 CHUNK = 32  # prompts per engine call: the unit of progress that a killed run keeps
 
 
-def make_lm(engine: VllmEngine, journal: Any = None) -> Any:
+def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0) -> Any:
     """An lm-eval ``LM`` that answers ``generate_until`` requests with ``engine``.
 
     Args:
         engine: the started engine.
         journal: a ``store.GenerationJournal`` (optional). Requests already in it are answered from it;
             new generations are appended after every chunk of ``CHUNK`` prompts.
+        logprobs: top-k decode-time log-probs to record per output position (0: none).
     The adapter's ``records`` maps request key -> generation for every request it answered, and
     ``reused``/``generated`` count where they came from.
     """
@@ -283,7 +309,8 @@ def make_lm(engine: VllmEngine, journal: Any = None) -> Any:
                 items = list(prompts.items())
                 for start in range(0, len(items), CHUNK):
                     chunk = items[start:start + CHUNK]
-                    gens = engine.generate([p for _, p in chunk], max_tokens=max_toks, stop=list(stop))
+                    gens = engine.generate([p for _, p in chunk], max_tokens=max_toks, stop=list(stop),
+                                           logprobs=logprobs)
                     new = {k: vars(g) for (k, _), g in zip(chunk, gens)}
                     if journal is not None:
                         journal.append(new)

@@ -238,12 +238,92 @@ def logit_divergence(base: list[dict[int, float]], cand: list[dict[int, float]],
                            nonfinite=nonfinite, kl_by_position=tuple(round(k, 6) for k in kls))
 
 
+@dataclass(frozen=True)
+class DecodeDivergence:
+    """Candidate vs baseline next-token distributions recorded *while decoding*, along the tokens both generated alike.
+
+    Up to and including the first differing token both engines saw the same context, so their distributions
+    there are directly comparable. Unlike teacher-forced prefill scoring (``LogitDivergence``) this sees
+    decode-time switches: an SSM state stored in FP16 between steps, a speculative-decoding path, a decode kernel.
+
+    Attributes:
+        common_prefix: leading output tokens identical on both sides (= the output length when identical).
+        positions: positions compared: the common prefix, plus the first differing position when both sides
+            have one.
+        kl_mean, kl_max: KL(baseline || candidate) per compared position, nats (``position_kl``, a lower bound).
+        top1_agreement: share of compared positions whose top-ranked token is the same on both sides.
+        max_abs_dlogprob: max |log p_base(t) - log p_cand(t)| over compared positions, t = the baseline's token,
+            where both sides list t.
+        nonfinite: the candidate recorded a NaN or +inf log-prob anywhere in its output (always a failure).
+        tie_gap: at the first differing position, log p_base(baseline's token) - log p_base(candidate's token)
+            under the *baseline* engine, nats: how close to a tie the flip was (0 = exact tie). ``inf`` when the
+            baseline did not list the candidate's token in its top-k, or one output is a prefix of the other;
+            None when the outputs are identical.
+        kl_by_position: KL at each compared position (the divergence-against-position curve).
+    """
+
+    common_prefix: int
+    positions: int
+    kl_mean: float
+    kl_max: float
+    top1_agreement: float
+    max_abs_dlogprob: float
+    nonfinite: bool
+    tie_gap: float | None
+    kl_by_position: tuple[float, ...]
+
+
+def decode_divergence(base_ids: Sequence[int], base_lps: Sequence[Sequence[Sequence[float]]],
+                      cand_ids: Sequence[int], cand_lps: Sequence[Sequence[Sequence[float]]]) -> DecodeDivergence | None:
+    """Compare two greedy generations of the same prompt by their decode-time top-k log-probs.
+
+    Args:
+        base_ids, cand_ids: output token ids of baseline and candidate.
+        base_lps, cand_lps: per output position ``[[token id, logprob], ...]`` (``engine.Generation.top_logprobs``),
+            one entry per output token.
+    Returns:
+        None when either side recorded no log-probs or generated nothing (nothing to compare).
+    """
+    import math
+
+    if not base_ids or not cand_ids or not base_lps or not cand_lps:
+        return None
+    n_b, n_c = min(len(base_ids), len(base_lps)), min(len(cand_ids), len(cand_lps))
+    prefix = 0
+    while prefix < min(n_b, n_c) and base_ids[prefix] == cand_ids[prefix]:
+        prefix += 1
+    compared = min(prefix + 1, n_b, n_c)
+    nonfinite = any(math.isnan(lp) or lp == math.inf for pos in cand_lps for _, lp in pos)
+    kls, agree, dmax = [], 0, 0.0
+    for j in range(compared):
+        b = {int(t): float(lp) for t, lp in base_lps[j]}
+        c = {int(t): float(lp) for t, lp in cand_lps[j] if math.isfinite(lp)}
+        kls.append(position_kl(b, c) if b and c else math.inf)
+        agree += bool(b and c) and max(b, key=b.__getitem__) == max(c, key=c.__getitem__)
+        t = int(base_ids[j])
+        if t in b and t in c:
+            dmax = max(dmax, abs(b[t] - c[t]))
+    tie_gap: float | None = None
+    if prefix < min(n_b, n_c):
+        b = {int(t): float(lp) for t, lp in base_lps[prefix]}
+        tb, tc = int(base_ids[prefix]), int(cand_ids[prefix])
+        tie_gap = b[tb] - b[tc] if tb in b and tc in b else math.inf
+    elif n_b != n_c or list(base_ids) != list(cand_ids):
+        tie_gap = math.inf  # one output stops where the other goes on: not a numerical tie we can see
+    if not kls:
+        return None
+    return DecodeDivergence(common_prefix=prefix, positions=len(kls), kl_mean=sum(kls) / len(kls), kl_max=max(kls),
+                            top1_agreement=agree / len(kls), max_abs_dlogprob=dmax, nonfinite=nonfinite,
+                            tie_gap=tie_gap, kl_by_position=tuple(float(f"{k:.3g}") for k in kls))
+
+
 def task_evidence(pairs: Sequence[tuple[ItemResult, ItemResult]], spec: SpecDecodeHealth | None) -> dict[str, Any]:
     """Everything this module knows about one task, as JSON-able data for the verdict document.
 
     Returns:
-        ``{"health": {"baseline", "candidate"}, "divergence", "logit", "contradictions", "failures"}``; ``logit``
-        aggregates the per-item ``LogitDivergence`` (None when no item was scored); ``failures`` lists what
+        ``{"health": {"baseline", "candidate"}, "divergence", "logit", "decode", "contradictions", "failures"}``;
+        ``logit`` aggregates the per-item ``LogitDivergence`` (teacher-forced prefill; None when no item was
+        scored), ``decode`` the per-item ``DecodeDivergence`` (``decode_summary``); ``failures`` lists what
         always fails a candidate: NaN/inf log-probs, and more degenerate (repeated-token) outputs than the baseline.
     """
     base_h = output_health([b for b, _ in pairs])
@@ -263,7 +343,10 @@ def task_evidence(pairs: Sequence[tuple[ItemResult, ItemResult]], spec: SpecDeco
                  / max(1, sum(d["positions"] for d in scored)),
                  "max_abs_dlogprob": max(d["max_abs_dlogprob"] for d in scored),
                  "nonfinite_items": sum(bool(d["nonfinite"]) for d in scored), "kl_by_position": curve}
+    decode = decode_summary(pairs)
     failures = []
+    if decode and decode["nonfinite_items"]:
+        failures.append(f"{decode['nonfinite_items']} item(s) with NaN/inf log-probs while the candidate decoded")
     if logit and logit["nonfinite_items"]:
         failures.append(f"{logit['nonfinite_items']} item(s) with NaN/inf log-probs under the candidate engine")
     if cand_h.degenerate > base_h.degenerate:
@@ -273,7 +356,52 @@ def task_evidence(pairs: Sequence[tuple[ItemResult, ItemResult]], spec: SpecDeco
     health = {side: {k: (None if isinstance(v, float) and v != v else v) for k, v in asdict(h).items()}
               for side, h in (("baseline", base_h), ("candidate", cand_h))}
     return {"health": health, "divergence": asdict(div),
-            "logit": logit, "contradictions": contradictions(spec, div, cand_h, base_h), "failures": failures}
+            "logit": logit, "decode": decode, "contradictions": contradictions(spec, div, cand_h, base_h),
+            "failures": failures}
+
+
+CURVE_POSITIONS = 256  # output positions kept in a task's KL-against-position curve
+
+
+def decode_summary(pairs: Sequence[tuple[ItemResult, ItemResult]]) -> dict[str, Any] | None:
+    """Task-level summary of the candidates' ``decode`` evidence (None when no item has any).
+
+    Returns:
+        ``{"items", "positions", "kl_mean", "kl_max", "top1_agreement", "max_abs_dlogprob", "nonfinite_items",
+        "unscored_items", "mean_common_prefix", "tie_gaps", "kl_by_position", "items_by_position"}``: KL (nats) and top-1 agreement
+        are token-weighted over every compared position of every item; ``tie_gaps`` maps each differing item's
+        ``item_id`` to its ``tie_gap`` (None for inf: not a near-tie); the curve is the mean KL over the items
+        compared at each output position (first ``CURVE_POSITIONS``), with how many items that mean covers.
+        ``nonfinite_items`` counts items whose candidate recorded a NaN/+inf log-prob (always a failure); those and
+        any other item with an infinite KL (``unscored_items``) are left out of the means.
+    """
+    import math
+
+    scored = [(b, c.decode) for b, c in pairs if c.decode]
+    if not scored:
+        return None
+    finite = [(b, d) for b, d in scored if not d["nonfinite"] and all(math.isfinite(k) for k in d["kl_by_position"])]
+    positions = sum(d["positions"] for _, d in finite)
+    kl_sum = sum(sum(d["kl_by_position"]) for _, d in finite)
+    curve, counts = [], []
+    for j in range(min(CURVE_POSITIONS, max((len(d["kl_by_position"]) for _, d in finite), default=0))):
+        vals = [d["kl_by_position"][j] for _, d in finite if j < len(d["kl_by_position"])]
+        curve.append(sum(vals) / len(vals))
+        counts.append(len(vals))
+    return {
+        "items": len(scored), "positions": positions,
+        "kl_mean": kl_sum / positions if positions else None,
+        "kl_max": max((d["kl_max"] for _, d in finite), default=None),
+        "top1_agreement": (sum(d["top1_agreement"] * d["positions"] for _, d in finite) / positions
+                           if positions else None),
+        "max_abs_dlogprob": max((d["max_abs_dlogprob"] for _, d in finite), default=None),
+        "nonfinite_items": sum(bool(d["nonfinite"]) for _, d in scored),
+        "unscored_items": len(scored) - len(finite),
+        "mean_common_prefix": sum(d["common_prefix"] for _, d in scored) / len(scored),
+        "tie_gaps": {str(b.item_id): (d["tie_gap"] if math.isfinite(d["tie_gap"]) else None)
+                     for b, d in scored if d["tie_gap"] is not None},
+        "kl_by_position": curve, "items_by_position": counts,
+    }
 
 
 def as_dict(obj: Any) -> dict[str, Any] | None:

@@ -17,7 +17,9 @@ configured power:
 Task verdicts, in this order:
 
 1. BLOCK if the config is declared ``expect: lossless`` and fewer than ``min_identical_share`` of
-   the items have byte-identical greedy outputs (the differing items are listed).
+   the items have agreeing greedy outputs (byte-identical, or first differing at a near-tie: a token the
+   baseline itself ranked within ``near_tie_logprob`` nats of its own), or the mean decode-time KL along
+   the common prefixes exceeds ``max_kl_mean`` (the differing items are listed).
 2. BLOCK if ``LB`` is NaN (fail closed).
 3. PASS if ``LB >= -m`` and the run is powered (non-inferiority shown by a run able to show it).
 4. BLOCK if ``LB < -m`` and the loss test rejects: a loss is shown and is not shown to stay
@@ -60,7 +62,8 @@ RULE_NON_INFERIOR = "non-inferiority: LB >= -margin and MDE <= margin"
 RULE_LOSS = "loss shown: LB < -margin and loss test significant (Holm)"
 RULE_UNDERPOWERED = "power: MDE > margin"
 RULE_UNDECIDED = "undecided: LB < -margin, loss test not significant (Holm)"
-RULE_LOSSLESS = "lossless: identical greedy outputs < min_identical_share"
+RULE_LOSSLESS = "lossless: agreeing greedy outputs < min_identical_share"
+RULE_LOSSLESS_KL = "lossless: decode-time KL > max_kl_mean"
 RULE_UNDEFINED = "undefined lower bound (fail closed)"
 
 
@@ -75,21 +78,34 @@ class Verdict(str, Enum):
 
 @dataclass(frozen=True)
 class OutputAgreement:
-    """How many items of a task have byte-identical greedy outputs on both sides.
+    """How far a task's greedy outputs agree on both sides (the evidence a lossless config is gated on).
 
     Attributes:
-        identical: items with identical outputs.
+        identical: items with byte-identical outputs.
         n: items compared.
         differing: ``item_id`` of every item whose outputs differ, ascending.
+        tie_flips: the differing items whose first differing token was a near-tie under the baseline's
+            decode-time log-probs (``evidence.DecodeDivergence.tie_gap`` <= the tolerance): numerics, not a
+            changed model. They count as agreeing.
+        kl_mean: token-weighted mean decode-time KL(baseline || candidate) along the common prefixes, nats;
+            None when not measured (then only identity is gated).
     """
 
     identical: int
     n: int
     differing: tuple[int, ...] = ()
+    tie_flips: tuple[int, ...] = ()
+    kl_mean: float | None = None
+
+    @property
+    def agreeing(self) -> int:
+        """Items that agree: identical, or differing only after a near-tie."""
+        return self.identical + len(self.tie_flips)
 
     @property
     def share(self) -> float:
-        return self.identical / self.n if self.n else math.nan
+        """``agreeing / n`` (0..1); NaN for no items."""
+        return self.agreeing / self.n if self.n else math.nan
 
 
 @dataclass(frozen=True)
@@ -175,7 +191,7 @@ def _p(x: float) -> str:
 
 def _task_decision(suite: str, task: str, cmp: PairedComparison, thr: TaskThreshold, *, power: float,
                    loss_alpha: float, loss_shown: bool, agreement: OutputAgreement | None,
-                   required_share: float) -> TaskDecision:
+                   required_share: float, max_kl_mean: float = math.inf) -> TaskDecision:
     if math.isfinite(cmp.alpha) and not math.isclose(cmp.alpha, thr.alpha, rel_tol=1e-9):
         raise ValueError(
             f"{suite}/{task}: comparison was computed at alpha={cmp.alpha:g} but the threshold "
@@ -195,14 +211,25 @@ def _task_decision(suite: str, task: str, cmp: PairedComparison, thr: TaskThresh
     loss = (f"one-sided loss p={_p(cmp.p_loss)} {relation} {loss_alpha:.3g} after Holm"
             + (f", {cmp.loss_test}" if cmp.loss_test else ""))
     powered = math.isfinite(task_mde) and task_mde <= m
-    if agreement is not None and not agreement.share >= required_share:
-        shown = ", ".join(str(i) for i in agreement.differing[:_LIST_DIFFERING])
-        more = len(agreement.differing) - _LIST_DIFFERING
+    kl_over = agreement is not None and agreement.kl_mean is not None and not agreement.kl_mean <= max_kl_mean
+    if agreement is not None and (not agreement.share >= required_share or kl_over):
+        flips = set(agreement.tie_flips)
+        real = [i for i in agreement.differing if i not in flips]
+        shown = ", ".join(str(i) for i in real[:_LIST_DIFFERING])
+        more = len(real) - _LIST_DIFFERING
         shown += f" and {more} more" if more > 0 else ""
-        verdict, rule = Verdict.BLOCK, RULE_LOSSLESS
-        reason = (f"declared lossless, but greedy outputs differ on {agreement.n - agreement.identical} of "
-                  f"{agreement.n} items ({100 * agreement.share:.1f}% identical < "
-                  f"{100 * required_share:.1f}% required); differing items: {shown or 'none listed'} {evidence}")
+        ties = f", {len(flips)} more differ only after a near-tie" if flips else ""
+        kl = "" if agreement.kl_mean is None else f"; decode-time KL {agreement.kl_mean:.2g} nats/token"
+        if not agreement.share >= required_share:
+            verdict, rule = Verdict.BLOCK, RULE_LOSSLESS
+            reason = (f"declared lossless, but greedy outputs differ on {len(real)} of {agreement.n} items{ties} "
+                      f"({100 * agreement.share:.1f}% agree < {100 * required_share:.1f}% required{kl}); "
+                      f"differing items: {shown or 'none listed'} {evidence}")
+        else:
+            verdict, rule = Verdict.BLOCK, RULE_LOSSLESS_KL
+            reason = (f"declared lossless, but the candidate's next-token distributions moved: decode-time KL "
+                      f"{agreement.kl_mean:.2g} nats/token > {max_kl_mean:g} allowed, along the tokens both "
+                      f"generated alike ({100 * agreement.share:.1f}% of outputs agree) {evidence}")
     elif math.isnan(cmp.lower_bound):
         verdict, rule = Verdict.BLOCK, RULE_UNDEFINED
         reason = f"lower bound is undefined (NaN), so non-inferiority is not shown {evidence}"
@@ -272,7 +299,8 @@ def decide(
             agreement = outputs[task]
         decisions.append(_task_decision(suite, task, cmp, thr, power=thresholds.power, loss_alpha=level,
                                         loss_shown=rejected, agreement=agreement,
-                                        required_share=thresholds.identical_share_for(config)))
+                                        required_share=thresholds.identical_share_for(config),
+                                        max_kl_mean=thresholds.max_kl_mean))
     tasks = tuple(decisions)
 
     if dict(baseline_effective) == dict(candidate_effective):

@@ -100,3 +100,55 @@ def delta_plot(doc: dict[str, Any]) -> Markup:
                      f'<text x="{x(v)}" y="{axis_y + 16}" text-anchor="middle" fill="#57606a">{label}</text>')
     parts.append("</svg>")
     return Markup("".join(parts))
+
+
+CURVE_W, CURVE_H, CURVE_PAD_L, CURVE_PAD_B = 560, 150, 64, 28
+_KL_FLOOR = 1e-8  # nats: drawn at the bottom of the log axis (identical distributions give 0)
+
+
+def kl_curve(task: dict[str, Any]) -> Markup:
+    """An inline SVG of one task's decode-time KL against output position (state errors grow with length).
+
+    Reads ``task["evidence"]["decode"]``: ``kl_by_position`` (mean KL in nats over the items compared at each
+    token position) and ``items_by_position`` (how many items that mean covers: items leave the curve when their
+    outputs diverge or end). The y axis is log10 KL from 1e-8 (zero is drawn there) to the largest value.
+    Returns an empty string when the task has no decode evidence.
+    """
+    decode = (task.get("evidence") or {}).get("decode") or {}
+    values = [v for v in decode.get("kl_by_position") or [] if _finite(v) is not None]
+    if not values:
+        return Markup("")
+    counts = decode.get("items_by_position") or []
+    top = max(0.0, math.ceil(math.log10(max(max(values), _KL_FLOOR))))
+    bottom = math.log10(_KL_FLOOR)
+    x0, x1, y0, y1 = CURVE_PAD_L, CURVE_W - 10, CURVE_H - CURVE_PAD_B, 18
+    n = len(values)
+
+    def x(j: float) -> float:
+        return round(x0 + j / max(n - 1, 1) * (x1 - x0), 1)
+
+    def y(v: float) -> float:
+        lv = math.log10(max(v, _KL_FLOOR))
+        return round(y0 - (lv - bottom) / (top - bottom) * (y0 - y1), 1)
+
+    label = escape(f"{task.get('suite')} / {task.get('task')}")
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="plot" role="img" width="{CURVE_W}" height="{CURVE_H}" '
+             f'viewBox="0 0 {CURVE_W} {CURVE_H}" font-family="system-ui, sans-serif" font-size="11">',
+             f"<title>{label}: decode-time KL(baseline \u2016 candidate) by output token position</title>",
+             f'<text x="{x0}" y="12" fill="#57606a">{label}: mean KL (nats, log scale) by output token</text>',
+             f'<line x1="{x0}" x2="{x1}" y1="{y0}" y2="{y0}" stroke="#8c959f"/>',
+             f'<line x1="{x0}" x2="{x0}" y1="{y1}" y2="{y0}" stroke="#8c959f"/>']
+    for e in range(int(bottom), int(top) + 1, 2):
+        parts.append(f'<text x="{x0 - 4}" y="{y(10.0 ** e) + 4}" text-anchor="end" fill="#57606a">1e{e}</text>'
+                     f'<line x1="{x0}" x2="{x1}" y1="{y(10.0 ** e)}" y2="{y(10.0 ** e)}" stroke="#eaeef2"/>')
+    points = " ".join(f"{x(j)},{y(v)}" for j, v in enumerate(values))
+    parts.append(f'<polyline fill="none" stroke="#0969da" stroke-width="1.5" points="{points}"/>')
+    for j, v in enumerate(values):
+        covered = counts[j] if j < len(counts) else "?"
+        parts.append(f'<circle cx="{x(j)}" cy="{y(v)}" r="1.6" fill="#0969da"><title>token {j}: KL {v:.3g} nats '
+                     f'over {covered} item(s)</title></circle>')
+    for j in sorted({0, n // 2, n - 1}):
+        parts.append(f'<text x="{x(j)}" y="{y0 + 14}" text-anchor="middle" fill="#57606a">{j}</text>')
+    parts.append(f'<text x="{x1}" y="{y0 + 26}" text-anchor="end" fill="#57606a">output token position</text>')
+    parts.append("</svg>")
+    return Markup("".join(parts))

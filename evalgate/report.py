@@ -18,7 +18,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from evalgate.compare import TaskComparison
 from evalgate.evidence import as_dict, spec_decode_health, task_evidence
 from evalgate.gate import escalate, MISSING, Decision, TaskDecision, effective_diff
-from evalgate.plot import delta_plot
+from evalgate.plot import delta_plot, kl_curve
 
 DOCUMENT_VERSION = 1
 
@@ -84,7 +84,8 @@ def _decision_fields(td: TaskDecision) -> dict[str, Any]:
                         "newcombe": [_num(cmp.newcombe_low), _num(cmp.newcombe_high)]},
         "lossless": None if agree is None else {
             "identical": agree.identical, "n": agree.n, "share": agree.share,
-            "required_share": td.required_share, "differing_items": list(agree.differing)},
+            "required_share": td.required_share, "differing_items": list(agree.differing),
+            "tie_flips": list(agree.tie_flips), "kl_mean": agree.kl_mean},
     }
 
 
@@ -135,6 +136,7 @@ def _env() -> Environment:
         else (f"{x:+.1f}" if signed else f"{x:.1f}").replace("-", "\u2212")
     env.globals["highlight"] = _highlight
     env.globals["delta_plot"] = delta_plot
+    env.globals["kl_curve"] = kl_curve
     env.globals["review_items"] = review_items
     return env
 

@@ -25,7 +25,10 @@ class ItemResult:
         metrics: every per-item metric lm-eval computed, by name.
         n_tokens: tokens the engine generated for this item (None when unknown).
         divergence: for a candidate item, ``evidence.LogitDivergence`` as a dict (KL along the baseline's
-            output under the candidate engine); None when not measured.
+            output under the candidate engine, teacher-forced prefill); None when not measured.
+        decode: for a candidate item, ``evidence.DecodeDivergence`` as a dict (decode-time log-probs of both
+            engines along the tokens they generated alike, and how close to a tie the first flip was); None
+            when not measured.
         finish_reason: vLLM's reason the generation ended: "stop" (a stop string or EOS) or "length"
             (hit ``max_tokens``: the output is truncated); None when unknown.
         cluster: the item's source document (the suite's ``doc_group``); items with the same
@@ -45,6 +48,7 @@ class ItemResult:
     finish_reason: str | None = None
     cluster: str | None = None
     divergence: dict[str, Any] | None = None
+    decode: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

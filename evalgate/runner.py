@@ -72,7 +72,10 @@ def versions() -> dict[str, str]:
     return out
 
 
-LOGPROBS_K = 5  # top-k next-token log-probs kept per output position for the logit divergence
+LOGPROBS_K = 5  # top-k next-token log-probs kept per output position (decode-time and teacher-forced divergence)
+# Version of what a generation journal record holds; part of the journal key, so older records are not reused.
+# 2: decode-time top-k log-probs (``top_logprobs``).
+JOURNAL_FORMAT = 2
 # Items per task scored for the logit divergence. Teacher forcing costs a full-vocabulary log-softmax at every
 # prompt position (measured: ~30 prompt tokens/s for Gemma's 262k vocabulary on a loaded 2-core CPU), so the
 # evidence comes from the first items of each task rather than all of them.
@@ -91,8 +94,9 @@ def evaluate_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None
         store: the result cache.
         log_path: where the worker's stdout/stderr go.
         timeout_s: wall-clock limit for the worker, in seconds.
-        reference: the baseline's run, for a candidate: the worker then scores the baseline's outputs under
-            the candidate engine (logit divergence). None for a baseline, which scores its own outputs.
+        reference: the baseline's run, for a candidate: the worker then compares each item's decode-time
+            log-probs with the baseline's (decode divergence) and scores the baseline's outputs under the candidate
+            engine (teacher-forced logit divergence). None for a baseline, which scores its own outputs.
         logprob_items: how many items per task (the first, by item id) get the logit divergence; 0 = none.
     Raises:
         EngineError: the worker failed, was killed or timed out (with the tail of its log).
@@ -102,11 +106,14 @@ def evaluate_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None
     vers = versions()
     fingerprint = model_fingerprint(model_path)
     # Generations are journaled per config (not per suite): a killed run resumes item by item.
-    journal_key = content_key({"config": cfg.identity(), "model_fingerprint": fingerprint, "versions": vers})
+    journal_key = content_key({"config": cfg.identity(), "model_fingerprint": fingerprint, "versions": vers,
+                               "journal_format": JOURNAL_FORMAT})
     keys = {s.name: content_key({
         "config": cfg.identity(), "model_fingerprint": fingerprint,
         "suite": s.name, "suite_hash": s.content_hash, "tasks": list(s.tasks), "limit": limit, "versions": vers,
-        "readback_version": READBACK_VERSION,
+        "readback_version": READBACK_VERSION, "journal_format": JOURNAL_FORMAT,
+        # A candidate's items carry evidence measured against this baseline's generations.
+        "reference": None if reference is None else Path(reference.journal).name, "logprob_items": logprob_items,
     }) for s in suites}
     cached = {name: e for name, key in keys.items() if (e := store.get(key)) is not None}
     missing = [s for s in suites if s.name not in cached]
@@ -243,7 +250,8 @@ def _worker_main(spec_path: str) -> int:
     effective = engine.effective_config()
     print(f"evalgate: engine started in {start_s:.1f} s; effective config: {json.dumps(effective)}", flush=True)
     store = ResultStore(Path(spec["store"]))
-    lm = make_lm(engine, GenerationJournal(Path(spec["journal"])))
+    lm = make_lm(engine, GenerationJournal(Path(spec["journal"])), logprobs=LOGPROBS_K)
+    reference = None if spec.get("reference") is None else GenerationJournal(Path(spec["reference"]["journal"])).load()
     from evalgate.suites import content_hash
 
     for suite in spec["suites"]:
@@ -257,6 +265,8 @@ def _worker_main(spec_path: str) -> int:
         after = engine.spec_decode_counters()
         suite_s = time.monotonic() - t1
         t2 = time.monotonic()
+        if reference is not None:
+            tasks = _decode_evidence(reference, lm.records, tasks, keys)
         tasks = _logit_evidence(engine, lm.records, tasks, keys, spec)
         score_s = time.monotonic() - t2
         store.put(suite["key"], {
@@ -317,6 +327,31 @@ def _evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None,
         results[task] = TaskResult(task=task, suite=suite["name"], metric=metric,
                                    items=tuple(sorted(items, key=lambda i: i.item_id)))
     return results, keys
+
+
+def _decode_evidence(reference: dict[str, Any], records: dict[str, Any], tasks: dict[str, TaskResult],
+                     keys: dict[tuple[str, int], str]) -> dict[str, TaskResult]:
+    """Attach ``evidence.decode_divergence`` (candidate vs baseline decode-time log-probs) to every candidate item.
+
+    ``reference`` is the baseline's generation journal, ``records`` this engine's; both are keyed by request key,
+    so the same prompt, stop strings and token budget are compared. Items missing on either side stay without.
+    """
+    import dataclasses
+
+    from evalgate.evidence import as_dict, decode_divergence
+
+    out = {}
+    for name, t in tasks.items():
+        items = []
+        for item in t.items:
+            key = keys.get((name, item.item_id), "")
+            base, cand = reference.get(key), records.get(key)
+            if base and cand and base.get("top_logprobs") and cand.get("top_logprobs"):
+                found = decode_divergence(base["token_ids"], base["top_logprobs"], cand["token_ids"], cand["top_logprobs"])
+                item = dataclasses.replace(item, decode=as_dict(found))
+            items.append(item)
+        out[name] = dataclasses.replace(t, items=tuple(items))
+    return out
 
 
 def _logit_evidence(engine: Any, records: dict[str, Any], tasks: dict[str, TaskResult],

@@ -64,6 +64,15 @@ def _merged(a: Any, b: Any) -> Any:
     return a if a == b else f"{a} \u2192 {b}"
 
 
+def _without_evidence(tasks: dict[str, Any]) -> dict[str, Any]:
+    """``tasks`` with each item's log-prob evidence removed: run B's was measured against run B's own baseline,
+    not against run A's candidate, so it says nothing about this pair (identity and scores still do)."""
+    import dataclasses
+
+    return {name: dataclasses.replace(t, items=tuple(dataclasses.replace(i, divergence=None, decode=None)
+                                                    for i in t.items)) for name, t in tasks.items()}
+
+
 def compare_runs(run_a: Path, run_b: Path, thresholds_path: Path, out_dir: Path) -> dict[str, Any]:
     """Gate run B's candidate against run A's candidate and write a run directory for the comparison.
 
@@ -91,7 +100,7 @@ def compare_runs(run_a: Path, run_b: Path, thresholds_path: Path, out_dir: Path)
         if hashes_a[suite] != hashes_b[suite]:
             raise StoreError(f"runs are not comparable: suite '{suite}' differs between {run_a} and {run_b} "
                              f"(content hash {hashes_a[suite][:12]} vs {hashes_b[suite][:12]})")
-    tasks_a, tasks_b = _tasks(run_a, res_a), _tasks(run_b, res_b)
+    tasks_a, tasks_b = _tasks(run_a, res_a), _without_evidence(_tasks(run_b, res_b))
     thresholds = load_thresholds(thresholds_path)
     # Run B's candidate is gated: its config name picks per-config margins, its expectation the lossless check.
     cand_b_meta = man_b.get("candidate", {})
@@ -103,7 +112,7 @@ def compare_runs(run_a: Path, run_b: Path, thresholds_path: Path, out_dir: Path)
     eff_a, eff_b = res_a.get("effective", {}), res_b.get("effective", {})
     decision = decide([(c.suite, c.task, c.comparison) for c in comparisons], thresholds,
                       baseline_effective=eff_a, candidate_effective=eff_b, config=config, expect=expect,
-                      outputs={c.task: c.agreement() for c in comparisons})
+                      outputs={c.task: c.agreement(thresholds.near_tie_logprob) for c in comparisons})
     cand_a, cand_b = man_a.get("candidate", {}), man_b.get("candidate", {})
     vers_a, vers_b = man_a.get("versions", {}), man_b.get("versions", {})
     manifest = {

@@ -9,9 +9,14 @@ Schema (margins are in points, i.e. percentage points of a task's primary metric
     on_inconclusive: warn        # optional, "block" (default: exit 1) or "warn" (exit 5)
     bootstrap_resamples: 10000   # optional, int >= 1000
     seed: 0                      # optional, int >= 0, seeds the bootstrap
-    lossless:
-      min_identical_share: 0.95  # optional, 0..1 (default 0.95): for configs with expect: lossless,
-                                 # the share of items whose greedy outputs must be byte-identical
+    lossless:                    # for configs with expect: lossless (spec decoding, async scheduling)
+      min_identical_share: 0.95  # optional, 0..1 (default 0.95): share of items whose greedy outputs must
+                                 # agree: byte-identical, or diverging first at a near-tie (below)
+      near_tie_logprob: 0.01     # optional, nats >= 0 (default 0.01): a divergence whose first differing
+                                 # token was within this of the baseline's own token, under the baseline's
+                                 # decode-time log-probs, is a numerical tie-flip, not a changed model
+      max_kl_mean: 0.001         # optional, nats >= 0 (default 0.001): mean decode-time KL(baseline ||
+                                 # candidate) per token along the outputs' common prefix
     default:
       margin: 2.0                # required. Non-inferiority margin in points, >= 0
     configs:                     # optional, per candidate config (name as in configs/)
@@ -33,7 +38,8 @@ Precedence for a task's margin and alpha, lowest to highest (the most specific e
     < configs.<config>.suites.<suite> < configs.<config>.tasks.<task>
 
 so a config's flat entry does not override a suite's or task's margin, but a config's own suite or
-task entry does. ``min_identical_share``: ``configs.<config>`` > ``lossless``. Every problem raises ``ConfigError(message, path=file,
+task entry does. ``min_identical_share``: ``configs.<config>`` > ``lossless``; ``near_tie_logprob`` and
+``max_kl_mean`` are set under ``lossless`` only. Every problem raises ``ConfigError(message, path=file,
 field=dotted.field)`` with a one-line message; nothing is silently defaulted or ignored (unknown
 keys and duplicate keys are errors; ``check_names`` rejects names that match no suite, task or
 config).
@@ -60,6 +66,10 @@ DEFAULT_SEED = 0
 DEFAULT_POWER = 0.8
 DEFAULT_ON_INCONCLUSIVE = "block"
 DEFAULT_MIN_IDENTICAL_SHARE = 0.95
+# A flip at a gap this small (nats) is what FP32 reduction-order noise can cause; an MTP path that corrupts
+# the state moves the distribution by 0.02-0.75 nats of KL per token (measured on the embedded hybrid).
+DEFAULT_NEAR_TIE_LOGPROB = 0.01
+DEFAULT_MAX_KL_MEAN = 0.001
 ON_INCONCLUSIVE = ("warn", "block")
 MIN_BOOTSTRAP_RESAMPLES = 1_000
 MAX_MARGIN = 100.0  # points: a margin above the whole scale gates nothing
@@ -69,7 +79,7 @@ _TOP_KEYS = ("alpha", "power", "on_inconclusive", "bootstrap_resamples", "seed",
 _DEFAULT_KEYS = ("margin",)
 _LEVEL_KEYS = ("margin", "alpha")
 _CONFIG_KEYS = ("margin", "alpha", "min_identical_share", "suites", "tasks")
-_LOSSLESS_KEYS = ("min_identical_share",)
+_LOSSLESS_KEYS = ("min_identical_share", "near_tie_logprob", "max_kl_mean")
 _ABSENT = object()
 
 
@@ -111,7 +121,8 @@ class Thresholds:
 
     Attributes beyond the file's keys: ``power`` (target power of every task, 0.5..1),
     ``on_inconclusive`` (``"warn"`` or ``"block"``), ``min_identical_share`` (the ``lossless``
-    default, 0..1), ``configs`` (per-config overrides).
+    default, 0..1), ``near_tie_logprob`` and ``max_kl_mean`` (the ``lossless`` tolerances, nats),
+    ``configs`` (per-config overrides).
     """
 
     alpha: float
@@ -125,6 +136,8 @@ class Thresholds:
     on_inconclusive: str = DEFAULT_ON_INCONCLUSIVE
     min_identical_share: float = DEFAULT_MIN_IDENTICAL_SHARE
     configs: Mapping[str, LevelOverride] = field(default_factory=lambda: MappingProxyType({}))
+    near_tie_logprob: float = DEFAULT_NEAR_TIE_LOGPROB
+    max_kl_mean: float = DEFAULT_MAX_KL_MEAN
 
     def for_task(self, suite: str, task: str, config: str | None = None) -> TaskThreshold:
         """Margin (points) and alpha for ``task`` of ``suite`` when gating candidate ``config``.
@@ -310,12 +323,17 @@ class _Validator:
             raise self.fail(f"must be one of {', '.join(choices)}, got {_show(value)}", dotted)
         return str(value)
 
-    def lossless(self, value: Any) -> float:
-        if value is None:
-            return DEFAULT_MIN_IDENTICAL_SHARE
-        entry = self.mapping(value, "lossless", _LOSSLESS_KEYS)
-        return self.share(entry.get("min_identical_share", DEFAULT_MIN_IDENTICAL_SHARE),
-                          "lossless.min_identical_share")
+    def lossless(self, value: Any) -> tuple[float, float, float]:
+        """``(min_identical_share, near_tie_logprob, max_kl_mean)`` of the ``lossless`` entry."""
+        entry = {} if value is None else self.mapping(value, "lossless", _LOSSLESS_KEYS)
+        return (self.share(entry.get("min_identical_share", DEFAULT_MIN_IDENTICAL_SHARE), "lossless.min_identical_share"),
+                self.nats(entry.get("near_tie_logprob", DEFAULT_NEAR_TIE_LOGPROB), "lossless.near_tie_logprob"),
+                self.nats(entry.get("max_kl_mean", DEFAULT_MAX_KL_MEAN), "lossless.max_kl_mean"))
+
+    def nats(self, value: Any, dotted: str) -> float:
+        if not self._is_number(value) or not (0.0 <= value < math.inf):
+            raise self.fail(f"must be a finite number of nats >= 0, got {_show(value)}", dotted)
+        return float(value)
 
     def integer(self, value: Any, dotted: str, minimum: int) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -364,7 +382,8 @@ def load_thresholds(path: Path) -> Thresholds:
             types (a boolean is not a number), margin negative/NaN/inf/> 100, alpha outside
             (0, 0.5), ``bootstrap_resamples`` not an int >= 1000, ``seed`` not an int >= 0,
             ``power`` outside [0.5, 1), ``on_inconclusive`` not warn/block, a
-            ``min_identical_share`` outside [0, 1].
+            ``min_identical_share`` outside [0, 1], ``lossless.near_tie_logprob`` or
+            ``lossless.max_kl_mean`` negative, NaN or infinite.
     """
     path = Path(path)
     v = _Validator(path)
@@ -376,6 +395,7 @@ def load_thresholds(path: Path) -> Thresholds:
     default = v.mapping(doc["default"], "default", _DEFAULT_KEYS)
     if "margin" not in default:
         raise v.fail("default.margin is required (points, e.g. 2.0)", "default.margin")
+    share, near_tie, max_kl = v.lossless(doc.get("lossless"))
     return Thresholds(
         alpha=v.alpha(doc["alpha"], "alpha"),
         default_margin=v.margin(default["margin"], "default.margin"),
@@ -391,6 +411,8 @@ def load_thresholds(path: Path) -> Thresholds:
         power=v.power(doc.get("power", DEFAULT_POWER), "power"),
         on_inconclusive=v.choice(doc.get("on_inconclusive", DEFAULT_ON_INCONCLUSIVE), "on_inconclusive",
                                  ON_INCONCLUSIVE),
-        min_identical_share=v.lossless(doc.get("lossless")),
+        min_identical_share=share,
         configs=v.levels(doc.get("configs"), "configs"),
+        near_tie_logprob=near_tie,
+        max_kl_mean=max_kl,
     )

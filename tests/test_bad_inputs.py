@@ -205,6 +205,8 @@ CASES: list[Case] = [
     _thr("on-inconclusive-invalid", "on_inconclusive", "'shrug'"),
     _thr("lossless-share-above-one", "lossless.min_identical_share", "0 <= share <= 1"),
     _thr("lossless-unknown-key", "lossless.min_identical", "did you mean 'min_identical_share'"),
+    _thr("lossless-near-tie-negative", "lossless.near_tie_logprob", "nats >= 0, got -0.1"),
+    _thr("lossless-max-kl-string", "lossless.max_kl_mean", "nats >= 0, got 'small'"),
     _thr("configs-unknown-config", "configs.no-such-config", "unknown config"),
     _thr("configs-unknown-suite", "configs.cand.suites.nosuch", "unknown suite"),
     _thr("configs-margin-negative", "configs.cand.margin", ">= 0"),

@@ -114,3 +114,99 @@ def test_task_evidence_is_strict_json() -> None:
     ev = task_evidence([(item(0, "a"), item(0, "a"))], None)  # no format metric: unparseable is unknown
     assert ev["health"]["candidate"]["unparseable"] is None
     json.dumps(ev, allow_nan=False)
+
+
+def _lps(*dists: dict[int, float]) -> list[list[list[float]]]:
+    """Per-position ``[[token, logprob], ...]`` as the engine records them, from probabilities."""
+    return [[[t, math.log(p)] for t, p in d.items()] for d in dists]
+
+
+def test_decode_divergence_compares_the_common_prefix_and_the_first_flip() -> None:
+    from evalgate.evidence import decode_divergence
+
+    same = {1: 0.5, 2: 0.3}                  # rest 0.2
+    moved = {1: 0.4, 2: 0.4}                 # rest 0.2
+    tie_b = {3: 0.40, 4: 0.39, 5: 0.1}       # baseline's own near-tie between tokens 3 and 4
+    tie_c = {4: 0.41, 3: 0.38, 5: 0.1}
+    # Baseline generates 1 1 3 9, candidate 1 1 4 8: identical for two tokens, flip at position 2.
+    d = decode_divergence([1, 1, 3, 9], _lps(same, same, tie_b, {9: 0.9}),
+                          [1, 1, 4, 8], _lps(same, moved, tie_c, {8: 0.9}))
+    assert d is not None
+    assert (d.common_prefix, d.positions) == (2, 3)  # position 3 has different contexts: not compared
+    kl1 = 0.5 * math.log(0.5 / 0.4) + 0.3 * math.log(0.3 / 0.4)
+    kl2 = 0.40 * math.log(0.40 / 0.38) + 0.39 * math.log(0.39 / 0.41) + 0.1 * math.log(0.1 / 0.1) \
+        + 0.11 * math.log(0.11 / 0.11)
+    assert d.kl_by_position == pytest.approx((0.0, kl1, kl2), rel=1e-2, abs=1e-12)
+    assert d.kl_mean == pytest.approx((kl1 + kl2) / 3, rel=1e-2)
+    assert d.kl_max == pytest.approx(kl1, rel=1e-2)
+    # Top-1: position 1 ties 1/2 under the candidate, the first listed (1) wins -> agree; position 2 flips.
+    assert d.top1_agreement == pytest.approx(2 / 3)
+    assert d.max_abs_dlogprob == pytest.approx(math.log(0.5 / 0.4))
+    assert d.tie_gap == pytest.approx(math.log(0.40 / 0.39))
+    assert not d.nonfinite
+
+
+def test_decode_divergence_identical_prefix_and_missing_tokens() -> None:
+    from evalgate.evidence import decode_divergence
+
+    p = {1: 0.6, 2: 0.3}
+    d = decode_divergence([1, 1], _lps(p, p), [1, 1], _lps(p, p))
+    assert d is not None and (d.common_prefix, d.positions, d.tie_gap, d.kl_mean) == (2, 2, None, 0.0)
+    # Candidate picks a token the baseline did not list in its top-k: not a near-tie.
+    far = decode_divergence([1], _lps(p), [7], _lps({7: 0.9}))
+    assert far is not None and far.tie_gap == math.inf and far.common_prefix == 0
+    # One output is a prefix of the other (a stop came earlier): not a tie we can see.
+    short = decode_divergence([1, 1, 2], _lps(p, p, p), [1, 1], _lps(p, p))
+    assert short is not None and short.tie_gap == math.inf and short.positions == 2
+    nan = decode_divergence([1], _lps(p), [1], [[[1, float("nan")]]])
+    assert nan is not None and nan.nonfinite
+    assert decode_divergence([], [], [1], _lps(p)) is None
+    assert decode_divergence([1], _lps(p), [1], []) is None
+
+
+def test_decode_summary_is_token_weighted_and_gates_nonfinite() -> None:
+    from dataclasses import asdict, replace
+
+    from evalgate.evidence import decode_divergence, task_evidence
+
+    p, q = {1: 0.5, 2: 0.3}, {1: 0.4, 2: 0.4}
+    d_long = decode_divergence([1, 1, 1], _lps(p, p, p), [1, 1, 1], _lps(q, q, q))   # 3 positions, KL k each
+    d_short = decode_divergence([1], _lps(p), [1], _lps(p))                          # 1 position, KL 0
+    k = 0.5 * math.log(0.5 / 0.4) + 0.3 * math.log(0.3 / 0.4)
+    base = [item(0, "a"), item(1, "b")]
+    cand = [replace(item(0, "a"), decode=asdict(d_long)), replace(item(1, "b"), decode=asdict(d_short))]
+    ev = task_evidence(list(zip(base, cand)), None)["decode"]
+    assert ev["items"] == 2 and ev["positions"] == 4
+    assert ev["kl_mean"] == pytest.approx(3 * k / 4, rel=1e-2)   # token-weighted, not the mean of item means
+    assert ev["kl_by_position"] == pytest.approx([k / 2, k, k], rel=1e-2)
+    assert ev["items_by_position"] == [2, 1, 1]
+    assert ev["nonfinite_items"] == 0 and ev["tie_gaps"] == {}
+    bad = decode_divergence([1], _lps(p), [1], [[[1, float("nan")]]])
+    cand_bad = [replace(item(0, "a"), decode=asdict(bad)), cand[1]]
+    ev_bad = task_evidence(list(zip(base, cand_bad)), None)
+    assert ev_bad["decode"]["nonfinite_items"] == 1
+    assert "1 item(s) with NaN/inf log-probs while the candidate decoded" in ev_bad["failures"]
+
+
+def test_agreement_counts_tie_flips_by_tolerance() -> None:
+    from dataclasses import asdict, replace
+
+    import numpy as np
+
+    from evalgate.compare import compare_tasks
+    from evalgate.evidence import decode_divergence
+    from evalgate.results import TaskResult
+    from evalgate.thresholds import Thresholds
+
+    tie = decode_divergence([3], _lps({3: 0.40, 4: 0.39}), [4], _lps({4: 0.41, 3: 0.38}))  # gap ln(40/39) = 0.0253
+    far = decode_divergence([3], _lps({3: 0.9, 4: 0.01}), [4], _lps({4: 0.9}))              # gap ln(90) = 4.5
+    base = [item(0, "x"), item(1, "y"), item(2, "z")]
+    cand = [replace(item(0, "x2"), decode=asdict(tie)), replace(item(1, "y2"), decode=asdict(far)), item(2, "z")]
+    thr = Thresholds(alpha=0.05, default_margin=2.0)
+    (c,) = compare_tasks({"t": TaskResult("t", "s", "m", tuple(base))}, {"t": TaskResult("t", "s", "m", tuple(cand))}, thr)
+    assert c.agreement(0.03).tie_flips == (0,) and c.agreement(0.03).agreeing == 2
+    assert c.agreement(0.02).tie_flips == () and c.agreement(0.02).share == pytest.approx(1 / 3)
+    assert c.agreement(5.0).tie_flips == (0, 1)
+    # Decode KL: token-weighted over measured items (one position each); item 2 has no evidence.
+    expected = (tie.kl_mean + far.kl_mean) / 2
+    assert c.agreement().kl_mean == pytest.approx(expected) and np.isfinite(expected) and expected > 0

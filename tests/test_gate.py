@@ -264,7 +264,7 @@ def test_lossless_config_blocks_when_outputs_differ(thresholds: Thresholds) -> N
                candidate_effective=CAND_CFG, expect="lossless", outputs=agree)
     t = d.tasks[0]
     assert t.verdict is Verdict.BLOCK and t.rule.startswith("lossless")
-    assert "outputs differ on 4 of 40 items (90.0% identical < 95.0% required); differing items: 3, 8, 12, 30" in t.reason
+    assert "outputs differ on 4 of 40 items (90.0% agree < 95.0% required); differing items: 3, 8, 12, 30" in t.reason
     ok = {"fields": OutputAgreement(identical=39, n=40, differing=(7,))}
     d = decide([("docparse", "fields", cmp(-1.0))], thresholds, baseline_effective=BASE_CFG,
                candidate_effective=CAND_CFG, expect="lossless", outputs=ok)
@@ -272,6 +272,39 @@ def test_lossless_config_blocks_when_outputs_differ(thresholds: Thresholds) -> N
     with pytest.raises(ValueError, match="declared lossless but no output agreement"):
         decide([("docparse", "fields", cmp(-1.0))], thresholds, baseline_effective=BASE_CFG,
                candidate_effective=CAND_CFG, expect="lossless")
+
+
+def test_lossless_counts_near_tie_flips_as_agreeing(thresholds: Thresholds) -> None:
+    # 36 identical + 2 flips at a near-tie = 38/40 = 95 % agree: exactly the required share, so not blocked.
+    agree = OutputAgreement(identical=36, n=40, differing=(3, 8, 12, 30), tie_flips=(8, 30), kl_mean=1e-6)
+    assert agree.agreeing == 38 and agree.share == pytest.approx(0.95)
+    d = decide([("docparse", "fields", cmp(-1.0))], thresholds, baseline_effective=BASE_CFG,
+               candidate_effective=CAND_CFG, expect="lossless", outputs={"fields": agree})
+    assert d.tasks[0].verdict is Verdict.PASS
+    # One tie-flip fewer: 37/40 = 92.5 % < 95 %; only the two real divergences are listed as differing.
+    fewer = replace(agree, tie_flips=(8,))
+    d = decide([("docparse", "fields", cmp(-1.0))], thresholds, baseline_effective=BASE_CFG,
+               candidate_effective=CAND_CFG, expect="lossless", outputs={"fields": fewer})
+    t = d.tasks[0]
+    assert t.verdict is Verdict.BLOCK and t.rule == "lossless: agreeing greedy outputs < min_identical_share"
+    assert "differ on 3 of 40 items, 1 more differ only after a near-tie (92.5% agree" in t.reason
+    assert "differing items: 3, 12, 30 " in t.reason
+
+
+def test_lossless_blocks_on_decode_kl_even_with_identical_outputs(thresholds: Thresholds) -> None:
+    # Every output identical, but the next-token distributions moved by more than max_kl_mean (0.001 nats).
+    moved = OutputAgreement(identical=40, n=40, kl_mean=0.02)
+    d = decide([("docparse", "fields", cmp(0.0))], thresholds, baseline_effective=BASE_CFG,
+               candidate_effective=CAND_CFG, expect="lossless", outputs={"fields": moved})
+    t = d.tasks[0]
+    assert t.verdict is Verdict.BLOCK and t.rule == "lossless: decode-time KL > max_kl_mean"
+    assert "KL 0.02 nats/token > 0.001 allowed" in t.reason
+    # At the tolerance exactly it passes; unmeasured KL (None) gates identity only.
+    for kl in (0.001, None):
+        d = decide([("docparse", "fields", cmp(0.0))], thresholds, baseline_effective=BASE_CFG,
+                   candidate_effective=CAND_CFG, expect="lossless",
+                   outputs={"fields": OutputAgreement(identical=40, n=40, kl_mean=kl)})
+        assert d.tasks[0].verdict is Verdict.PASS, kl
 
 
 def test_config_level_thresholds_apply(thresholds: Thresholds) -> None:

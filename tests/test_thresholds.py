@@ -231,7 +231,7 @@ FULL = """\
 alpha: 0.05
 power: 0.9
 on_inconclusive: warn
-lossless: {min_identical_share: 0.99}
+lossless: {min_identical_share: 0.99, near_tie_logprob: 0.002, max_kl_mean: 0.0}
 default: {margin: 2.0}
 suites:
   coding: {margin: 5.0}
@@ -251,8 +251,10 @@ configs:
 def test_schema_v2_values_and_defaults(tmp_path: Path) -> None:
     t = load_thresholds(_write(tmp_path, FULL))
     assert (t.power, t.on_inconclusive, t.min_identical_share) == (0.9, "warn", 0.99)
+    assert (t.near_tie_logprob, t.max_kl_mean) == (0.002, 0.0)
     d = load_thresholds(_write(tmp_path, BASE, "plain.yaml"))
     assert (d.power, d.on_inconclusive, d.min_identical_share, dict(d.configs)) == (0.8, "block", 0.95, {})
+    assert (d.near_tie_logprob, d.max_kl_mean) == (0.01, 0.001)
 
 
 def test_config_precedence_chain(tmp_path: Path) -> None:
@@ -291,6 +293,9 @@ BAD_V2 = [
     (BASE + "on_inconclusive: true\n", "on_inconclusive", "got true (a boolean)"),
     (BASE + "lossless: {min_identical_share: 1.5}\n", "lossless.min_identical_share", "0 <= share <= 1, got 1.5"),
     (BASE + "lossless: {min_identical: 0.9}\n", "lossless.min_identical", "did you mean 'min_identical_share'?"),
+    (BASE + "lossless: {near_tie_logprob: .nan}\n", "lossless.near_tie_logprob", "got nan"),
+    (BASE + "lossless: {max_kl_mean: .inf}\n", "lossless.max_kl_mean", "got inf"),
+    (BASE + "lossless: {max_kl_mean: true}\n", "lossless.max_kl_mean", "got true"),
     (BASE + "lossless: 0.9\n", "lossless", "must be a mapping, got 0.9"),
     (BASE + "configs:\n  fp16-state: {margn: 3}\n", "configs.fp16-state.margn", "did you mean 'margin'?"),
     (BASE + "configs:\n  fp16-state: {}\n", "configs.fp16-state", "empty entry"),
