@@ -142,10 +142,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     a, b = Path(args.run_a), Path(args.run_b)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    args.run_dir = Path(args.out) if args.out else Path("runs") / f"compare-{a.name}-vs-{b.name}-{stamp}"
-    doc = compare_runs(a, b, Path(args.thresholds), args.run_dir)
+    out = Path(args.out) if args.out else Path("runs") / f"compare-{a.name}-vs-{b.name}-{stamp}"
+    # A refusal (a missing or malformed run, incomparable runs) happens before anything is written. With --out,
+    # CI asked for that directory and gets an error summary there; without it, no directory of our own naming (nor
+    # runs/) is left behind, only the one-line error. Once the comparison has started writing, the error joins it.
+    if args.out:
+        args.run_dir = out
+    try:
+        doc = compare_runs(a, b, Path(args.thresholds), out)
+    except BaseException:
+        if out.is_dir():
+            args.run_dir = out
+        raise
     print(render_terminal(doc))
-    print(f"report: {args.run_dir / 'report.html'}")
+    print(f"report: {out / 'report.html'}")
     return int(_VERDICT_EXIT[doc["verdict"]])
 
 

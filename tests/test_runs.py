@@ -106,3 +106,49 @@ def test_every_file_of_a_compare_run_directory_honours_the_umask(tmp_path: Path)
     modes = {p.name: oct(p.stat().st_mode & 0o777) for p in out.iterdir()}
     assert modes == {name: oct(0o644) for name in ("baseline.json", "candidate.json", "manifest.json", "verdict.json",
                                                   "report.html", "verdict.junit.xml", "summary.md")}
+
+
+@pytest.mark.parametrize("case", ["items differ", "run missing", "suite differs"])
+def test_compare_refusal_without_out_leaves_no_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str], case: str) -> None:
+    """Without --out a refused comparison (exit 3) writes nothing: no runs/, no runs/compare-*/."""
+    if case == "items differ":
+        a = write_run(tmp_path / "a", "x", "bfloat16", {"t": task("t", "s", ["1"] * 4, [1.0] * 4)})
+        b = write_run(tmp_path / "b", "y", "float16", {"t": task("t", "s", ["1"] * 5, [1.0] * 5)})
+    else:
+        a, b = _runs(tmp_path, [1.0] * 4)
+        if case == "run missing":
+            b = tmp_path / "nope"
+        else:
+            m = json.loads((b / "manifest.json").read_text())
+            m["suites"][0]["content_hash"] = "cd" * 32
+            write_json_atomic(b / "manifest.json", m)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert main(["compare", str(a), str(b)]) == 3
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert list(work.iterdir()) == []
+
+
+def test_compare_without_out_writes_runs_compare_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = _runs(tmp_path, [0.0] * 5 + [1.0] * 15)
+    monkeypatch.chdir(tmp_path)
+    assert main(["compare", str(a), str(b)]) == 1
+    (made,) = (tmp_path / "runs").iterdir()
+    assert made.name.startswith("compare-a-vs-b-")
+    assert json.loads((made / "verdict.json").read_text())["verdict"] == "BLOCK"
+
+
+def test_compare_failing_after_it_started_writing_leaves_the_error_beside_its_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure once the run directory exists (here: rendering) still leaves an error summary for CI there."""
+    import evalgate.runs as runs_mod
+
+    a, b = _runs(tmp_path, [0.0] * 5 + [1.0] * 15)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(runs_mod, "write_outputs", lambda doc, out: (_ for _ in ()).throw(OSError(28, "disk full")))
+    assert main(["compare", str(a), str(b)]) == 3
+    (made,) = (tmp_path / "runs").iterdir()
+    assert (made / "verdict.json").is_file() and "ERROR" in (made / "summary.md").read_text()
+    assert ET.parse(made / "verdict.junit.xml").getroot().get("errors") == "1"
