@@ -34,6 +34,14 @@ def test_fp16_state_is_applied_not_a_no_op(tmp_path: Path) -> None:
     assert doc["verdict"] != "NO-OP" and code == {"PASS": 0, "BLOCK": 1, "INCONCLUSIVE": 5}[doc["verdict"]]
     # transformers 5 names Mamba layers linear_attention: that is why vLLM CPU keeps the float16 request
     assert manifest["baseline"]["effective"]["model"]["layer_kinds"] == ["full_attention", "linear_attention", "mlp"]
+    # The FP16 state acts at decode time: the decode-time log-probs move (measured max |Δlogprob| ~8e-5, KL ~1e-9
+    # nats/token on these items) while one teacher-forced prefill pass stays at float noise (~1e-17).
+    for t in doc["tasks"]:
+        dec, pre = t["evidence"]["decode"], t["evidence"]["logit"]
+        assert dec["items"] == t["n"] and dec["nonfinite_items"] == 0
+        assert 0 < dec["kl_mean"] < 1e-4 and dec["top1_agreement"] == 1.0
+        assert pre["kl_mean"] < 1e-12
+    assert max(t["evidence"]["decode"]["max_abs_dlogprob"] for t in doc["tasks"]) > 1e-5
 
 
 def test_async_scheduling_is_forced_off_on_cpu_so_no_op(tmp_path: Path) -> None:
@@ -54,6 +62,16 @@ def test_mtp_drafts_accepted_but_outputs_diverge_is_blocked_with_evidence(tmp_pa
     identical = [t["evidence"]["divergence"]["identical_share"] for t in doc["tasks"]]
     assert min(identical) < 0.95
     assert (code, doc["verdict"]) == (1, "BLOCK")
+    # Decode-time evidence: with the same context on both sides, MTP moves the target model's next-token
+    # distribution (measured 0.91 nats/token on docparse, first flip after ~2 tokens, no near-tie) and on
+    # finance produces NaN log-probs and a stream of token 0 from the second token on.
+    by_task = {t["task"]: t for t in doc["tasks"]}
+    docparse = by_task["docparse_fields"]
+    assert docparse["evidence"]["decode"]["kl_mean"] > 0.1 and docparse["lossless"]["tie_flips"] == []
+    assert docparse["evidence"]["decode"]["mean_common_prefix"] < 5
+    finance = by_task["finance_tableqa"]
+    assert finance["evidence"]["decode"]["nonfinite_items"] > 0
+    assert any("NaN/inf log-probs while the candidate decoded" in r for r in doc["reasons"])
 
 
 def test_a_value_vllm_refuses_is_a_config_error_not_an_engine_crash(tmp_path: Path,

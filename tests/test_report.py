@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from evalgate.compare import compare_tasks
 from evalgate.gate import decide
@@ -64,3 +65,25 @@ def test_terminal_table_has_one_row_per_task_and_the_verdict() -> None:
     assert doc["verdict"] == "BLOCK"
     assert "s/t" in text and text.splitlines()[4] == "VERDICT: BLOCK"
     assert f"{doc['tasks'][0]['delta']:+.1f}" in text
+
+
+def test_kl_curve_plots_each_position_on_a_log_axis_and_escapes_names() -> None:
+    import re
+
+    from evalgate.plot import CURVE_H, CURVE_PAD_B, kl_curve
+
+    task = {"suite": "s<x>", "task": "t&1", "evidence": {"decode": {
+        "kl_by_position": [0.0, 1e-6, 1e-2, 1.0], "items_by_position": [4, 4, 3, 1]}}}
+    svg = str(kl_curve(task))
+    assert "<x>" not in svg and "s&lt;x&gt; / t&amp;1" in svg
+    (points,) = re.findall(r'<polyline [^>]*points="([^"]+)"', svg)
+    ys = [float(p.split(",")[1]) for p in points.split()]
+    assert len(ys) == 4
+    # log10 axis from 1e-8 (KL 0 is drawn there, on the x axis) to 1e0: equal steps per decade.
+    bottom = CURVE_H - CURVE_PAD_B
+    assert ys[0] == bottom
+    per_decade = (ys[0] - ys[3]) / 8
+    assert ys[1] == pytest.approx(bottom - 2 * per_decade, abs=0.2)
+    assert ys[2] == pytest.approx(bottom - 6 * per_decade, abs=0.2)
+    assert "token 2: KL 0.01 nats over 3 item(s)" in svg
+    assert str(kl_curve({"suite": "s", "task": "t", "evidence": {"decode": None}})) == ""
