@@ -104,7 +104,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     comparisons = compare_tasks(runs["baseline"].tasks, runs["candidate"].tasks, thresholds, config=cand.name)
     decision = decide([(c.suite, c.task, c.comparison) for c in comparisons], thresholds,
                       baseline_effective=runs["baseline"].effective, candidate_effective=runs["candidate"].effective,
-                      config=cand.name, expect=cand.expect, outputs={c.task: c.agreement() for c in comparisons})
+                      config=cand.name, expect=cand.expect, outputs={c.task: c.agreement(thresholds.near_tie_logprob) for c in comparisons})
     timings["compare"] = time.monotonic() - t2
     manifest = {
         "created": stamp, "model": cand.model, "limit": args.limit, "versions": versions(),
