@@ -213,12 +213,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print(f"pilot: {pilot} (config {name}); margin {args.margin:g} pts, power {thresholds.power:g}")
     print(f"{'suite/task':34} {'n':>5} {'changed':>7} {'SE':>6} {'MDE':>6} {'alpha':>6} {'items needed':>13}")
     for t in plans:
-        need = "-" if t.items_needed is None else str(t.items_needed)
+        need = "-" if t.items_needed is None else ("\u2265" if t.basis == "floor" else "") + str(t.items_needed)
         if t.clusters_needed is not None:
             need += f" ({t.clusters_needed} docs)"
         print(f"{t.suite + '/' + t.task:34} {t.n:>5} {t.changed:>7} {t.se:>6.2f} {t.mde:>6.2f} {t.alpha:>6.3g} {need:>13}")
-    if any(t.changed == 0 for t in plans):
-        print("note: a task with no changed item assumes one (the SE floor 100/n); a larger pilot sharpens the estimate")
+    floors = [t for t in plans if t.basis == "floor"]
+    if floors:
+        print(f"\u2265N: no item changed in the pilot ({', '.join(t.task for t in floors)}), so there is no discordance to "
+              "extrapolate from: N is a floor, not an estimate. No run of fewer items is powered for this margin "
+              "(the SE is never below 100/N), and N suffice only if (almost) no item changes; a larger pilot "
+              "that sees changes gives an estimate")
     return int(ExitCode.PASS)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from evalgate.errors import StoreError
 from evalgate.gate import OutputAgreement
 from evalgate.results import ItemResult, TaskResult
-from evalgate.power import items_needed, mde
+from evalgate.power import items_needed, items_needed_basis, mde
 from evalgate.stats import PairedComparison, flipped_items, paired_comparison, power_se
 from evalgate.thresholds import Thresholds
 
@@ -126,8 +126,12 @@ class TaskPlan:
         alpha, power, margin: the levels and margin (points) planned for.
         se: the pilot's standard error for power (points; ``stats.power_se``).
         mde: the pilot's own MDE (points).
-        items_needed: items for ``MDE <= margin`` (None for margin 0).
+        items_needed: items for ``MDE <= margin`` (None for margin 0); never fewer than
+            ``power.items_floor``.
         clusters_needed: source documents needed when items come in clusters (else None).
+        basis: ``"discordance"`` (extrapolated from the pilot's changed items) or ``"floor"`` (no item
+            changed: ``items_needed`` is a lower bound, not an estimate; ``power.items_needed``); None
+            without a figure.
     """
 
     suite: str
@@ -142,6 +146,7 @@ class TaskPlan:
     mde: float
     items_needed: int | None
     clusters_needed: int | None
+    basis: str | None = None
 
 
 def plan_tasks(baseline: dict[str, TaskResult], candidate: dict[str, TaskResult], thresholds: Thresholds,
@@ -151,7 +156,9 @@ def plan_tasks(baseline: dict[str, TaskResult], candidate: dict[str, TaskResult]
     Per task: ``v = n * SE^2`` (SE from ``stats.power_se``: the null SE of the discordant share for
     unclustered 0/1 scores, else the clustered SE; floored at one changed item) and
     ``items_needed = ceil(v * (z_{1-alpha} + z_power)^2 / margin^2)`` (``evalgate.power``), with the
-    task's alpha (``thresholds.for_task``) and ``thresholds.power``. Holm's correction is not
+    task's alpha (``thresholds.for_task``) and ``thresholds.power``, never below the SE floor's
+    ``ceil(100 * (z_{1-alpha} + z_power) / margin)``; a task with no changed item gets that floor, marked
+    ``basis="floor"`` (nothing to extrapolate from). Holm's correction is not
     included: it only touches the loss test, not the MDE. Raises StoreError like ``compare_tasks``.
     """
     if set(baseline) != set(candidate):
@@ -166,8 +173,8 @@ def plan_tasks(baseline: dict[str, TaskResult], candidate: dict[str, TaskResult]
                                   np.array([p[1].score for p in pairs], dtype=float),
                                   [getattr(p[0], "cluster", None) for p in pairs])
         n = len(pairs)
-        need = items_needed(se, n, margin, alpha, thresholds.power)
+        need = items_needed(se, n, margin, alpha, thresholds.power, discordant=changed)
         clusters = math.ceil(need * g / n) if need is not None and g < n else None
         out.append(TaskPlan(baseline[name].suite, name, n, g, changed, alpha, thresholds.power, margin, se,
-                            mde(se, alpha, thresholds.power), need, clusters))
+                            mde(se, alpha, thresholds.power), need, clusters, items_needed_basis(need, changed)))
     return out

@@ -50,6 +50,46 @@ def task_evidence(t: dict[str, Any]) -> str:
             f"(n={t['n']}; {t.get('n_regressed', 0)} regressed, {t.get('n_improved', 0)} improved)")
 
 
+FLOOR_NOTE = ("\u2265N (floor): no item changed in this run, so there is no discordance to extrapolate from; N is not "
+              "an estimate but the fewest items with which any run can be powered for the margin (the SE is never "
+              "below 100/N), enough only if (almost) no item changes")
+
+
+def items_needed(t: dict[str, Any]) -> tuple[int | None, str | None]:
+    """``(items, basis)`` for MDE <= margin of a task of the verdict document; basis ``"discordance"`` (an estimate)
+    or ``"floor"`` (no item changed: a lower bound, see ``power.items_needed``); ``(None, None)`` without a figure.
+
+    A document written before ``items_needed_basis`` existed is recomputed from its own statistics (its stored
+    figure extrapolated the SE floor when no item changed).
+    """
+    from evalgate import power
+
+    need, basis = t.get("items_needed"), t.get("items_needed_basis")
+    if need is not None and basis is None:
+        try:
+            need = power.items_needed(t["se_power"], t["n"], t["margin"], t["alpha"], t["power"],
+                                      discordant=t.get("discordant"))
+        except (KeyError, TypeError, ValueError):
+            pass
+        basis = power.items_needed_basis(need, t.get("discordant"))
+    return need, basis
+
+
+def items_needed_short(t: dict[str, Any]) -> str | None:
+    """``"needs ≈110 items"`` or ``"needs ≥125 items (floor)"`` for an under-powered task (MDE > margin), else None.
+    A ``(floor)`` figure is explained by :data:`FLOOR_NOTE`."""
+    need, basis = items_needed(t)
+    mde = t.get("mde")
+    if need is None or mde is None or not mde > t["margin"]:
+        return None
+    return f"needs \u2265{need} items (floor)" if basis == "floor" else f"needs \u2248{need} items"
+
+
+def floor_note(doc: dict[str, Any]) -> str | None:
+    """:data:`FLOOR_NOTE` when some under-powered task of ``doc`` shows a ``(floor)`` items-needed figure, else None."""
+    return FLOOR_NOTE if any((items_needed_short(t) or "").endswith("(floor)") for t in doc["tasks"]) else None
+
+
 def render_junit(doc: dict[str, Any]) -> str:
     """JUnit XML for ``doc``: a ``<testsuite>`` per suite, a ``<testcase>`` per task (``xml.etree``)."""
     m = doc.get("manifest", {})
@@ -138,10 +178,14 @@ def render_markdown(doc: dict[str, Any], report_link: str = HTML_NAME) -> str:
     for t in doc["tasks"]:
         ci = f"{100 * t.get('ci_level', 0.9):.0f}% [{pts(t['ci_low'])}, {pts(t['ci_high'])}]"
         mde = pts(t.get("mde"), signed=False)
+        need = items_needed_short(t)
+        mde += f"; {need}" if need else ""
         out.append(f"| {_md(t['suite'])} / {_md(t['task'])} | {t['n']} | {pts(t['baseline'], signed=False)} | "
                    f"{pts(t['candidate'], signed=False)} | {pts(t['delta'])} | {ci} | {mde} | "
                    f"{pts(t['margin'], signed=False)} | {t.get('n_regressed', 0)} / {t.get('n_improved', 0)} | "
                    f"**{_md(t['verdict'])}** |")
+    if floor_note(doc):
+        out += ["", f"_{_md(FLOOR_NOTE)}._"]
     diff = doc.get("effective_diff") or []
     out += ["", "**Effective engine config** (as the engine applied it), baseline \u2192 candidate:"]
     out += [f"- {_md(r['key'])}: {_md(r['baseline'])} \u2192 {_md(r['candidate'])}" for r in diff] or \

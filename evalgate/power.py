@@ -25,6 +25,12 @@ Items needed for a margin m: with per-item variance ``v = n * SE^2`` (points^2, 
 clusters included), ``n_needed = ceil(v * (z_{1-alpha} + z_{power})^2 / m^2)``. With a 3 % flip
 rate (v = 10^4 * 0.03 = 300) and m = 1 point that is 1,855 items, against about 23,200 for an
 unpaired comparison of two independent runs at 75 % accuracy (v = 2 * 10^4 * 0.75 * 0.25 = 3,750).
+The SE floor holds at every size, so no run of N items has ``MDE < (z_{1-alpha} + z_{power}) * 100 / N``:
+at least ``ceil(100 * (z_{1-alpha} + z_{power}) / m)`` items are needed whatever the pilot says
+(``items_floor``; 125 for m = 2). A pilot in which no item changed measured no variance at all (its SE
+is the floor ``100 / n``, an assumption); extrapolating that floor would only restate the pilot's size
+(``10^4 k^2 / (n m^2)``: 5,152 items after 3 items, 387 after 40). ``items_needed`` then returns
+the floor, a lower bound rather than an estimate, and ``describe_items_needed`` says so.
 
 Holm. ``holm_levels`` is Holm's step-down procedure (S. Holm, "A simple sequentially rejective
 multiple test procedure", Scand. J. Statist. 6(2), 1979, 65-70), in its weighted form when the
@@ -40,7 +46,8 @@ from dataclasses import dataclass
 
 from scipy.stats import norm
 
-__all__ = ["HolmResult", "items_needed", "mde", "holm_levels", "se_floor", "z_sum"]
+__all__ = ["HolmResult", "describe_items_needed", "items_floor", "items_needed", "items_needed_basis", "mde",
+           "holm_levels", "se_floor", "z_sum"]
 
 
 def _check_level(name: str, value: float, lo: float, hi: float) -> float:
@@ -81,24 +88,80 @@ def mde(se: float, alpha: float, power: float) -> float:
     return k * se
 
 
-def items_needed(se: float, n: int, margin: float, alpha: float, power: float) -> int | None:
+def items_floor(margin: float, alpha: float, power: float) -> int | None:
+    """The fewest items with which any run can have ``MDE <= margin``: ``ceil(100 * k / margin)``,
+    ``k = z_{1-alpha} + z_{power}``.
+
+    The SE for power is never below ``100 / N`` (one changed item in N, ``se_floor``), so a run of N
+    items has ``MDE >= k * 100 / N`` even when no item changes. Returns None for a margin of 0 (no
+    finite run). Raises ValueError for a negative margin or levels out of range.
+    """
+    k = z_sum(alpha, power)
+    if margin < 0:
+        raise ValueError(f"margin must be >= 0, got {margin!r}")
+    if margin == 0:
+        return None
+    return max(1, math.ceil(100.0 * k / margin - 1e-9))
+
+
+def items_needed(se: float, n: int, margin: float, alpha: float, power: float, *,
+                 discordant: int | None = None) -> int | None:
     """Items for which ``MDE <= margin``, extrapolating a run of ``n`` items with standard error
-    ``se`` (points): ``ceil(n * se^2 * (z_{1-alpha} + z_{power})^2 / margin^2)``.
+    ``se`` (points): ``max(ceil(n * se^2 * (z_{1-alpha} + z_{power})^2 / margin^2), items_floor)``.
+
+    Args:
+        discordant: items whose score changed in that run, when known. With 0 the run measured no
+            variance (its ``se`` is the assumed floor ``100 / n``), so nothing can be extrapolated:
+            the result is ``items_floor(margin, ...)``, a lower bound that suffices only if (almost) no
+            item changes in the larger run either (``items_needed_basis`` names which it is).
 
     Returns None when it cannot be computed (``se`` NaN, or a margin of 0: no finite run can
-    show non-inferiority within a zero margin). Raises ValueError for n < 1, se < 0, margin < 0
-    or levels out of range.
+    show non-inferiority within a zero margin). Raises ValueError for n < 1, se < 0, margin < 0,
+    discordant < 0 or levels out of range.
     """
     k = z_sum(alpha, power)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be an int >= 1, got {n!r}")
     if margin < 0:
         raise ValueError(f"margin must be >= 0, got {margin!r}")
+    if discordant is not None and (isinstance(discordant, bool) or not isinstance(discordant, int) or discordant < 0):
+        raise ValueError(f"discordant must be an int >= 0, got {discordant!r}")
     if math.isnan(se) or margin == 0:
         return None
     if se < 0:
         raise ValueError(f"se must be >= 0, got {se!r}")
-    return max(1, math.ceil(n * se * se * k * k / (margin * margin) - 1e-9))
+    floor = items_floor(margin, alpha, power)
+    assert floor is not None  # margin > 0
+    if discordant == 0:
+        return floor
+    return max(floor, math.ceil(n * se * se * k * k / (margin * margin) - 1e-9))
+
+
+def items_needed_basis(needed: int | None, discordant: int | None) -> str | None:
+    """What an ``items_needed`` result is: ``"floor"`` (no item changed in the pilot: a lower bound from
+    the SE floor, not an estimate), ``"discordance"`` (extrapolated from the changes observed) or None
+    (no result)."""
+    if needed is None:
+        return None
+    return "floor" if discordant == 0 else "discordance"
+
+
+def describe_items_needed(needed: int | None, *, n: int, discordant: int | None) -> str:
+    """The items-needed figure in words that say what it is, for reasons, reports and ``evalgate plan``.
+
+    ``"about 110 items at this run's discordance (5 of 40 items changed)"`` for an estimate;
+    ``"at least 125 items (a floor, not an estimate: no item changed in 40, so there is no discordance
+    to extrapolate from; no smaller run is powered for this margin, and 125 suffice only if (almost) no
+    item changes)"`` when nothing changed; ``"unknown"`` when there is no figure.
+    """
+    if needed is None:
+        return "unknown"
+    if discordant == 0:
+        return (f"at least {needed} items (a floor, not an estimate: no item changed in {n}, so there is no "
+                f"discordance to extrapolate from; no smaller run is powered for this margin, and {needed} suffice "
+                f"only if (almost) no item changes)")
+    changed = "" if discordant is None else f" ({discordant} of {n} items changed)"
+    return f"about {needed} items at this run's discordance{changed}"
 
 
 @dataclass(frozen=True)

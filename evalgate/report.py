@@ -18,7 +18,9 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from evalgate.compare import TaskComparison
 from evalgate.evidence import as_dict, spec_decode_health, task_evidence
 from evalgate.gate import escalate, MISSING, Decision, TaskDecision, effective_diff
+from evalgate.outputs import floor_note, items_needed_short
 from evalgate.plot import delta_plot, kl_curve
+from evalgate.power import items_needed, items_needed_basis
 
 DOCUMENT_VERSION = 1
 
@@ -75,7 +77,7 @@ def _decision_fields(td: TaskDecision) -> dict[str, Any]:
     """Power, the rule applied and the cross-check intervals of one task (points; None for NaN)."""
     cmp, agree = td.comparison, td.lossless
     return {
-        "mde": _num(td.mde), "power": _num(td.power), "rule": td.rule, "items_needed": td.items_needed,
+        "mde": _num(td.mde), "power": _num(td.power), "rule": td.rule, **_items_needed(td),
         "discordant": cmp.n_regressed + cmp.n_improved, "n_clusters": cmp.n_clusters,
         "loss_p": _num(cmp.p_loss), "loss_test": cmp.loss_test, "loss_alpha": _num(td.loss_alpha),
         "loss_shown": td.loss_shown, "se_power": _num(cmp.se_power),
@@ -87,6 +89,19 @@ def _decision_fields(td: TaskDecision) -> dict[str, Any]:
             "required_share": td.required_share, "differing_items": list(agree.differing),
             "tie_flips": list(agree.tie_flips), "kl_mean": agree.kl_mean},
     }
+
+
+def _items_needed(td: TaskDecision) -> dict[str, Any]:
+    """``items_needed`` (items for MDE <= margin) and ``items_needed_basis``: ``"discordance"`` when extrapolated
+    from the items that changed, ``"floor"`` when none changed (a lower bound, not an estimate; ``power``)."""
+    cmp = td.comparison
+    changed = cmp.n_regressed + cmp.n_improved
+    alpha = cmp.alpha if math.isfinite(cmp.alpha) else td.threshold.alpha
+    if cmp.n >= 1 and 0 < td.power < 1 and 0 < alpha < 0.5:
+        need = items_needed(cmp.se_power, cmp.n, td.threshold.margin, alpha, td.power, discordant=changed)
+    else:
+        need = td.items_needed
+    return {"items_needed": need, "items_needed_basis": items_needed_basis(need, changed)}
 
 
 def _flip(c: TaskComparison, i: int, kind: str) -> dict[str, Any]:
@@ -138,6 +153,8 @@ def _env() -> Environment:
     env.globals["delta_plot"] = delta_plot
     env.globals["kl_curve"] = kl_curve
     env.globals["review_items"] = review_items
+    env.globals["items_needed_short"] = items_needed_short
+    env.globals["floor_note"] = floor_note
     return env
 
 

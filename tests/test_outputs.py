@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -102,3 +103,44 @@ def test_evidence_line_states_the_true_relation_of_bound_and_margin() -> None:
          "margin": 6.0, "n": 20, "ci_level": 0.9}
     assert "lower bound \u221211.9 < \u2212margin \u22126.0 pts" in task_evidence(t)
     assert "\u2265" in task_evidence({**t, "lower_bound": -1.0, "ci_low": -1.0})
+
+
+def _underpowered_doc(changed: int) -> dict:
+    """10 items, margin 2 (MDE far above it): ``changed`` items regress, the rest are identical."""
+    base = {"t": task("t", "s", ["a"] * 10, [1.0] * 10)}
+    cand = {"t": task("t", "s", ["b"] * changed + ["a"] * (10 - changed), [0.0] * changed + [1.0] * (10 - changed))}
+    doc = document(base, cand)
+    assert doc["tasks"][0]["rule"].startswith("power"), doc["tasks"][0]["rule"]
+    return doc
+
+
+def test_items_needed_without_discordance_is_shown_as_a_floor() -> None:
+    from scipy.stats import norm
+
+    doc = _underpowered_doc(0)
+    t = doc["tasks"][0]
+    floor = math.ceil(100 * (norm.ppf(0.95) + norm.ppf(0.8)) / 2.0)
+    assert (t["items_needed"], t["items_needed_basis"], t["discordant"]) == (floor, "floor", 0) == (125, "floor", 0)
+    html, md = render_html(doc), render_markdown(doc)
+    for text in (html, md):
+        assert "needs \u2265125 items (floor)" in text and "no discordance to extrapolate from" in text
+        assert "\u2248" not in text
+    # A document stored before items_needed_basis existed carried the extrapolated floor, 10^4 K^2/(n m^2) = 1546:
+    # it is recomputed from the document's own statistics.
+    old = {**doc, "tasks": [{**t, "items_needed": 1546}]}
+    del old["tasks"][0]["items_needed_basis"]
+    (row,) = [line for line in render_markdown(old).splitlines() if line.startswith("| s / t |")]
+    assert "needs \u2265125 items (floor)" in row and "1546" not in row
+
+
+def test_items_needed_with_discordance_is_shown_as_an_estimate() -> None:
+    doc = _underpowered_doc(1)
+    t = doc["tasks"][0]
+    assert (t["discordant"], t["items_needed_basis"]) == (1, "discordance")
+    # One of 10 changed: SE = 100 * sqrt(0.1 / 10) = 10 (= the floor 100/10), extrapolated n * SE^2 * K^2 / m^2.
+    from scipy.stats import norm
+
+    k = norm.ppf(0.95) + norm.ppf(0.8)
+    assert t["items_needed"] == math.ceil(10 * 10.0**2 * k**2 / 2.0**2) == 1546
+    assert f"needs \u2248{t['items_needed']} items" in render_html(doc)
+    assert "(floor)" not in render_markdown(doc) and "no discordance" not in render_markdown(doc)

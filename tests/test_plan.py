@@ -104,3 +104,23 @@ def test_compare_uses_clusters_and_lists_differing_outputs() -> None:
     assert comps["b"].comparison.n_clusters == 100 and comps["a"].comparison.n_clusters == 400
     agree = comps["a"].agreement()
     assert (agree.identical, agree.n, agree.differing) == (399, 400, (399,))
+
+
+def test_plan_without_any_change_reports_the_floor_not_an_estimate(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """40 identical items: nothing to extrapolate from; the figure is the floor ceil(100 K / m), whatever n is."""
+    k = z_sum(0.05, 0.8)
+    thr = Thresholds(alpha=0.05, default_margin=2.0)
+    for n in (3, 40):
+        base = {"a": _task("a", "s", [1.0] * n)}
+        (p,) = plan_tasks(base, base, thr, margin=2.0)
+        assert (p.changed, p.items_needed, p.basis) == (0, math.ceil(100 * k / 2.0), "floor") == (0, 125, "floor")
+    base, cand = _pilot()
+    assert {p.basis for p in plan_tasks(base, cand, thr, margin=1.0)} == {"discordance"}
+    run = tmp_path / "run"
+    for role in ("baseline", "candidate"):
+        write_json_atomic(run / f"{role}.json", {"config": role, "effective": {}, "tasks": tasks_to_json(
+            {"a": _task("a", "s", [1.0] * 40)})})
+    assert main(["plan", "--config", "x", "--margin", "2", "--from", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "\u2265125" in out and "N is a floor, not an estimate" in out and "387" not in out

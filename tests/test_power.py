@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from evalgate.power import holm_levels, items_needed, mde, se_floor, z_sum
+from evalgate.power import (describe_items_needed, holm_levels, items_floor, items_needed, items_needed_basis, mde,
+                            se_floor, z_sum)
 
 
 def test_mde_closed_form_and_its_power() -> None:
@@ -46,6 +47,56 @@ def test_items_needed_makes_mde_reach_the_margin() -> None:
     assert mde(se_at(need), 0.05, 0.8) <= margin + 1e-9 < mde(se_at(need - 1), 0.05, 0.8)
     assert items_needed(se_pilot, n_pilot, 0.0, 0.05, 0.8) is None
     assert items_needed(math.nan, n_pilot, 1.0, 0.05, 0.8) is None
+
+
+K = norm.ppf(0.95) + norm.ppf(0.8)  # 1.6449 + 0.8416, independent of evalgate.power
+
+
+def test_items_floor_is_the_fewest_items_whose_se_floor_reaches_the_margin() -> None:
+    assert items_floor(2.0, 0.05, 0.8) == math.ceil(100 * K / 2.0) == 125
+    assert items_floor(1.0, 0.05, 0.8) == math.ceil(100 * K) == 249
+    for m in (0.5, 1.0, 2.0, 3.0, 5.0):
+        n = items_floor(m, 0.05, 0.8)
+        # With no item changing, a run of N items has MDE = K * 100 / N (the SE floor): N is powered, N-1 is not.
+        assert K * 100 / n <= m < K * 100 / (n - 1)
+    assert items_floor(0.0, 0.05, 0.8) is None
+    with pytest.raises(ValueError, match="margin"):
+        items_floor(-1.0, 0.05, 0.8)
+
+
+def test_no_discordance_gives_the_floor_not_an_extrapolation_of_the_pilot_size() -> None:
+    # No item changed: the pilot's SE is the assumed floor 100/n. Extrapolating it would say 10^4 K^2 / (n m^2),
+    # a number that only restates the pilot's size (5,153 after 3 items, 387 after 40).
+    for n in (3, 40, 400):
+        old = math.ceil(n * (100 / n) ** 2 * K**2 / 4.0 - 1e-9)
+        assert old == math.ceil(1e4 * K**2 / (n * 4.0) - 1e-9)
+        assert items_needed(se_floor(n), n, 2.0, 0.05, 0.8, discordant=0) == 125
+        assert items_needed_basis(125, 0) == "floor"
+    assert math.ceil(1e4 * K**2 / (3 * 4.0)) == 5153 and math.ceil(1e4 * K**2 / (40 * 4.0)) == 387
+
+
+def test_items_needed_is_never_below_the_floor() -> None:
+    # One discordant item in 400 (rate p = 1/400), margin 1: the extrapolation says ceil(1e4 p K^2) = 155, but a run
+    # of 155 items has SE >= 100/155, so its MDE >= K * 100/155 = 1.6 > 1. The floor, 249, is what it takes.
+    n, p = 400, 1 / 400
+    se = 100 * math.sqrt(p / n)
+    assert math.ceil(1e4 * p * K**2) == 155
+    need = items_needed(se, n, 1.0, 0.05, 0.8, discordant=1)
+    assert need == 249 and items_needed_basis(need, 1) == "discordance"
+    se_at = lambda N: max(100 * math.sqrt(p / N), 100 / N)  # noqa: E731 - stats._power_se at rate p
+    assert K * se_at(need) <= 1.0 < K * se_at(155)
+    with pytest.raises(ValueError, match="discordant"):
+        items_needed(se, n, 1.0, 0.05, 0.8, discordant=-1)
+
+
+def test_describe_items_needed_says_what_the_figure_is() -> None:
+    floor = describe_items_needed(125, n=3, discordant=0)
+    assert floor.startswith("at least 125 items (a floor, not an estimate: no item changed in 3")
+    assert "no smaller run is powered for this margin" in floor and "about" not in floor
+    assert describe_items_needed(1855, n=400, discordant=12) == \
+        "about 1855 items at this run's discordance (12 of 400 items changed)"
+    assert describe_items_needed(None, n=3, discordant=0) == "unknown"
+    assert items_needed_basis(None, 0) is None
 
 
 @pytest.mark.parametrize(("args", "match"), [((-1.0, 10, 1.0, 0.05, 0.8), "se"), ((1.0, 0, 1.0, 0.05, 0.8), "n"),
