@@ -340,13 +340,14 @@ def escalate(decision: Decision, failures: Mapping[str, Sequence[str]]) -> Decis
     return dataclasses.replace(decision, verdict=Verdict.BLOCK, reasons=(*found, *decision.reasons))
 
 
-def _flatten(mapping: Mapping, prefix: str, out: dict[str, Any]) -> None:
-    for key, value in mapping.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            _flatten(value, dotted + ".", out)
-        else:
-            out[dotted] = value
+def _walk(a: Any, b: Any, prefix: str, out: dict[str, tuple[Any, Any]]) -> None:
+    """Record in ``out`` every dotted key under which ``a`` and ``b`` differ; descend only where both are mappings,
+    so a switch going from ``None`` to a mapping is one row (``None`` -> the mapping), not one per sub-key."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping) and (a or not prefix) and (b or not prefix):
+        for key in sorted(set(a) | set(b), key=str):
+            _walk(a.get(key, MISSING), b.get(key, MISSING), f"{prefix}{key}" if not prefix else f"{prefix}.{key}", out)
+    elif a is MISSING or b is MISSING or a != b:
+        out[prefix] = (a, b)
 
 
 def effective_diff(
@@ -354,17 +355,11 @@ def effective_diff(
 ) -> dict[str, tuple[Any, Any]]:
     """Keys whose values differ: ``{dotted_key: (baseline_value, candidate_value)}``.
 
-    Nested mappings are flattened to dotted keys (``"compilation_config.level"``); a key
-    present on one side only has ``MISSING`` (repr ``<absent>``) on the other. Keys are sorted.
-    Empty when the configurations are equal.
+    Nested mappings present on both sides are descended into (dotted keys such as
+    ``"compilation_config.level"``); a key present on one side only has ``MISSING`` (repr ``<absent>``) on the
+    other; a mapping on one side against a non-mapping (e.g. ``None``) on the other is one entry holding both.
+    Keys are sorted. Empty when the configurations are equal.
     """
-    base: dict[str, Any] = {}
-    cand: dict[str, Any] = {}
-    _flatten(baseline_effective, "", base)
-    _flatten(candidate_effective, "", cand)
     diff: dict[str, tuple[Any, Any]] = {}
-    for key in sorted(base.keys() | cand.keys()):
-        b, c = base.get(key, MISSING), cand.get(key, MISSING)
-        if b is MISSING or c is MISSING or b != c:
-            diff[key] = (b, c)
-    return diff
+    _walk(baseline_effective, candidate_effective, "", diff)
+    return dict(sorted(diff.items()))

@@ -195,8 +195,13 @@ def test_effective_diff_flattens_and_sorts() -> None:
 
 def test_effective_diff_missing_keys() -> None:
     diff = effective_diff({"a": 1, "n": {"x": 1}}, {"a": 1, "b": None, "n": {}})
-    assert diff == {"b": (MISSING, None), "n": (MISSING, {}), "n.x": (1, MISSING)}
+    assert diff == {"b": (MISSING, None), "n": ({"x": 1}, {})}
     assert repr(MISSING) == "<absent>"
+    # A switch turned on from None is one row holding the whole mapping, not a row per sub-key.
+    spec = {"method": "mtp", "num_speculative_tokens": 1}
+    assert effective_diff({"speculative_config": None}, {"speculative_config": spec}) == {
+        "speculative_config": (None, spec)}
+    assert effective_diff({"s": {"k": 1, "m": "a"}}, {"s": {"k": 3, "m": "a"}}) == {"s.k": (1, 3)}
 
 
 def test_effective_diff_equal_is_empty() -> None:
