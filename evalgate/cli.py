@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
+import math
 import sys
 import time
 import traceback
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import Any, NoReturn, Sequence
 
 from evalgate.errors import ConfigError, EvalgateError, ExitCode
 
@@ -196,7 +197,8 @@ def _near(ref: str, config_path: Path, configs_dir: Path) -> str:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    """Items each task needs so that MDE <= --margin, from a pilot run's discordance (exit 0)."""
+    """Items each task needs so that MDE <= --margin, from a pilot run's discordance, against the items its suite
+    holds: a task that needs more cannot be powered at that margin, and the line says which margin it can (exit 0)."""
     from evalgate.compare import plan_tasks
     from evalgate.store import read_json, tasks_from_json
     from evalgate.thresholds import load_thresholds
@@ -209,14 +211,29 @@ def cmd_plan(args: argparse.Namespace) -> int:
     sides = {role: read_json(pilot / f"{role}.json", f"{role} results") for role in ("baseline", "candidate")}
     tasks = {role: tasks_from_json(d.get("tasks", {}) if isinstance(d, dict) else {}, pilot / f"{role}.json")
              for role, d in sides.items()}
-    plans = plan_tasks(tasks["baseline"], tasks["candidate"], thresholds, margin=args.margin, config=name)
+    available, unknown = _suite_sizes(tasks["baseline"])
+    plans = plan_tasks(tasks["baseline"], tasks["candidate"], thresholds, margin=args.margin, config=name,
+                       available=available)
     print(f"pilot: {pilot} (config {name}); margin {args.margin:g} pts, power {thresholds.power:g}")
-    print(f"{'suite/task':34} {'n':>5} {'changed':>7} {'SE':>6} {'MDE':>6} {'alpha':>6} {'items needed':>13}")
+    print(f"{'suite/task':34} {'n':>5} {'changed':>7} {'SE':>6} {'MDE':>6} {'alpha':>6} {'items needed':>13} "
+          f"{'suite has':>9}")
     for t in plans:
         need = "-" if t.items_needed is None else ("\u2265" if t.basis == "floor" else "") + str(t.items_needed)
         if t.clusters_needed is not None:
             need += f" ({t.clusters_needed} docs)"
-        print(f"{t.suite + '/' + t.task:34} {t.n:>5} {t.changed:>7} {t.se:>6.2f} {t.mde:>6.2f} {t.alpha:>6.3g} {need:>13}")
+        have = "?" if t.available is None else str(t.available)
+        print(f"{t.suite + '/' + t.task:34} {t.n:>5} {t.changed:>7} {t.se:>6.2f} {t.mde:>6.2f} {t.alpha:>6.3g} {need:>13} "
+              f"{have:>9}")
+    for t in plans:
+        if t.exceeds_suite:
+            least = "at least " if t.basis == "floor" else ""
+            basis = "if no item changes" if t.basis == "floor" else "at this discordance"
+            fix = (f"raise the margin to {math.ceil(t.min_margin * 10 - 1e-9) / 10:.1f} pts or more (the whole suite's "
+                   f"MDE {basis}) or add items") if t.min_margin is not None else "raise the margin or add items"
+            print(f"{t.suite}/{t.task}: needs {least}{t.items_needed} items; suite has {t.available}: cannot be powered "
+                  f"at a {args.margin:g}-point margin; {fix}")
+    for task, why in unknown.items():
+        print(f"{task}: suite size unknown ({why}); cannot check the items needed against it")
     floors = [t for t in plans if t.basis == "floor"]
     if floors:
         print(f"\u2265N: no item changed in the pilot ({', '.join(t.task for t in floors)}), so there is no discordance to "
@@ -224,6 +241,24 @@ def cmd_plan(args: argparse.Namespace) -> int:
               "(the SE is never below 100/N), and N suffice only if (almost) no item changes; a larger pilot "
               "that sees changes gives an estimate")
     return int(ExitCode.PASS)
+
+
+def _suite_sizes(tasks: dict[str, Any]) -> tuple[dict[str, int], dict[str, str]]:
+    """Items each task's suite holds (``suites.count_items``, from the current ``suites/``): ``(sizes, unknown)``,
+    ``unknown`` mapping a task to why its size could not be had (suite gone, data not generated locally)."""
+    from evalgate.suites import count_items, default_suites_dir, load_suite
+
+    sizes: dict[str, int] = {}
+    unknown: dict[str, str] = {}
+    loaded: dict[str, Any] = {}
+    for name, t in sorted(tasks.items()):
+        try:
+            if t.suite not in loaded:
+                loaded[t.suite] = load_suite(t.suite, default_suites_dir())
+            sizes[name] = count_items(loaded[t.suite], name)
+        except ConfigError as exc:
+            unknown[name] = str(exc)
+    return sizes, unknown
 
 
 def _latest_run(config: str) -> Path:
@@ -319,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_argument("--json", action="store_true", help="print a JSON list instead of one name per line")
     cc.set_defaults(func=cmd_changed_configs)
 
-    pl = sub.add_parser("plan", help="items needed per task for a margin, from a pilot run's discordance")
+    pl = sub.add_parser("plan", help="items needed per task for a margin, from a pilot run's discordance, against each suite's size")
     pl.add_argument("--config", required=True, help="the candidate config the pilot ran")
     pl.add_argument("--margin", type=float, required=True, help="non-inferiority margin, points")
     pl.add_argument("--from", dest="from_dir", default=None,

@@ -11,6 +11,7 @@ with ``interval="auto"``).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,7 +19,7 @@ import numpy as np
 from evalgate.errors import StoreError
 from evalgate.gate import OutputAgreement
 from evalgate.results import ItemResult, TaskResult
-from evalgate.power import items_needed, items_needed_basis, mde
+from evalgate.power import items_needed, items_needed_basis, mde, mde_at
 from evalgate.stats import PairedComparison, flipped_items, paired_comparison, power_se
 from evalgate.thresholds import Thresholds
 
@@ -132,6 +133,9 @@ class TaskPlan:
         basis: ``"discordance"`` (extrapolated from the pilot's changed items) or ``"floor"`` (no item
             changed: ``items_needed`` is a lower bound, not an estimate; ``power.items_needed``); None
             without a figure.
+        available: items the task's suite holds (``suites.count_items``), None when unknown.
+        min_margin: the smallest margin (points) a run of all ``available`` items is powered for at the
+            pilot's discordance (``power.mde_at``), None when ``available`` is unknown.
     """
 
     suite: str
@@ -147,10 +151,18 @@ class TaskPlan:
     items_needed: int | None
     clusters_needed: int | None
     basis: str | None = None
+    available: int | None = None
+    min_margin: float | None = None
+
+    @property
+    def exceeds_suite(self) -> bool:
+        """More items are needed than the suite holds: no run of this suite is powered at this margin."""
+        return self.items_needed is not None and self.available is not None and self.items_needed > self.available
 
 
 def plan_tasks(baseline: dict[str, TaskResult], candidate: dict[str, TaskResult], thresholds: Thresholds,
-               *, margin: float, config: str | None = None) -> list[TaskPlan]:
+               *, margin: float, config: str | None = None,
+               available: Mapping[str, int | None] | None = None) -> list[TaskPlan]:
     """Items each task needs to decide within ``margin`` points, from a pilot run's discordance.
 
     Per task: ``v = n * SE^2`` (SE from ``stats.power_se``: the null SE of the discordant share for
@@ -159,7 +171,8 @@ def plan_tasks(baseline: dict[str, TaskResult], candidate: dict[str, TaskResult]
     task's alpha (``thresholds.for_task``) and ``thresholds.power``, never below the SE floor's
     ``ceil(100 * (z_{1-alpha} + z_power) / margin)``; a task with no changed item gets that floor, marked
     ``basis="floor"`` (nothing to extrapolate from). Holm's correction is not
-    included: it only touches the loss test, not the MDE. Raises StoreError like ``compare_tasks``.
+    included: it only touches the loss test, not the MDE. ``available`` (task -> items its suite holds)
+    fills ``TaskPlan.available`` and ``min_margin``. Raises StoreError like ``compare_tasks``.
     """
     if set(baseline) != set(candidate):
         raise StoreError(f"baseline and candidate hold different tasks: {sorted(baseline)} vs {sorted(candidate)}")
@@ -175,6 +188,9 @@ def plan_tasks(baseline: dict[str, TaskResult], candidate: dict[str, TaskResult]
         n = len(pairs)
         need = items_needed(se, n, margin, alpha, thresholds.power, discordant=changed)
         clusters = math.ceil(need * g / n) if need is not None and g < n else None
+        have = (available or {}).get(name)
+        best = mde_at(se, n, have, alpha, thresholds.power, discordant=changed) if have else None
         out.append(TaskPlan(baseline[name].suite, name, n, g, changed, alpha, thresholds.power, margin, se,
-                            mde(se, alpha, thresholds.power), need, clusters, items_needed_basis(need, changed)))
+                            mde(se, alpha, thresholds.power), need, clusters, items_needed_basis(need, changed),
+                            have, best))
     return out

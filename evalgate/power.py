@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from scipy.stats import norm
 
 __all__ = ["HolmResult", "describe_items_needed", "items_floor", "items_needed", "items_needed_basis", "mde",
-           "holm_levels", "se_floor", "z_sum"]
+           "mde_at", "holm_levels", "se_floor", "z_sum"]
 
 
 def _check_level(name: str, value: float, lo: float, hi: float) -> float:
@@ -135,6 +135,24 @@ def items_needed(se: float, n: int, margin: float, alpha: float, power: float, *
     if discordant == 0:
         return floor
     return max(floor, math.ceil(n * se * se * k * k / (margin * margin) - 1e-9))
+
+
+def mde_at(se: float, n: int, n_target: int, alpha: float, power: float, *, discordant: int | None = None) -> float:
+    """MDE (points) a run of ``n_target`` items would have, extrapolating a run of ``n`` items with standard error
+    ``se``: ``(z_{1-alpha} + z_{power}) * max(se * sqrt(n / n_target), 100 / n_target)``; with ``discordant == 0``
+    (nothing measured) the floor ``100 / n_target`` alone. The inverse of :func:`items_needed`: the smallest margin
+    a run of ``n_target`` items is powered for. NaN for a NaN ``se``; ValueError as :func:`items_needed`.
+    """
+    k = z_sum(alpha, power)
+    for name, value in (("n", n), ("n_target", n_target)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    if math.isnan(se):
+        return math.nan
+    if se < 0:
+        raise ValueError(f"se must be >= 0, got {se!r}")
+    floor = 100.0 / n_target
+    return k * (floor if discordant == 0 else max(se * math.sqrt(n / n_target), floor))
 
 
 def items_needed_basis(needed: int | None, discordant: int | None) -> str | None:

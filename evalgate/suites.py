@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,8 @@ import yaml
 
 from evalgate.errors import ConfigError
 
-__all__ = ["SUITES_DIR", "Suite", "content_hash", "default_suites_dir", "list_suites", "load_suite", "task_manager"]
+__all__ = ["SUITES_DIR", "Suite", "content_hash", "count_items", "default_suites_dir", "list_suites", "load_suite",
+           "task_manager"]
 
 SUITES_ENV = "EVALGATE_SUITES"
 SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
@@ -182,6 +184,44 @@ def list_suites(suites_dir: Path | str | None = None) -> list[Suite]:
                                   path=root, field="task")
             owner[t] = s.name
     return suites
+
+
+def count_items(suite: Suite, task: str) -> int:
+    """How many items ``task`` of ``suite`` has: the size of the split lm-eval evaluates (``test_split``, else
+    ``validation_split``), without ``--limit``.
+
+    Generates the data the way lm-eval does for a ``custom_dataset`` task (the suite's own function, e.g.
+    ``utils.load_data``, called with the YAML's ``metadata`` and ``dataset_kwargs``), so it is offline and takes
+    about a second; lm-eval itself is not imported.
+
+    Raises:
+        ConfigError: the suite has no such task, the task does not generate its data (``custom_dataset``: a hub
+            dataset's size is not known offline), or generating it fails (naming the file and the error).
+    """
+    for path in sorted(p for p in suite.path.iterdir() if p.is_file() and p.suffix in _YAML_SUFFIXES):
+        cfg = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # noqa: S506 (SafeLoader)
+        if isinstance(cfg, dict) and cfg.get("task") == task:
+            break
+    else:
+        raise ConfigError(f"suite {suite.name!r} has no task {task!r}", path=suite.path)
+    ref = cfg.get("custom_dataset")
+    if not isinstance(ref, str) or "." not in ref:
+        raise ConfigError("the task does not generate its data (no custom_dataset): its size is not known offline",
+                          path=path, field="custom_dataset")
+    module_name, func = ref.rsplit(".", 1)
+    module_path = path.parent / f"{module_name.replace('.', '/')}.py"
+    split = cfg.get("test_split") or cfg.get("validation_split")
+    kwargs = {**(cfg.get("metadata") or {}), **(cfg.get("dataset_kwargs") or {})}
+    try:
+        spec = importlib.util.spec_from_file_location(f"evalgate_suite_{suite.name}_{module_name}", module_path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import {module_path}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return len(getattr(module, func)(**kwargs)[split])
+    except Exception as exc:  # noqa: BLE001 - the suite's own code: any failure means "size unknown"
+        raise ConfigError(f"cannot generate the data to count its items ({type(exc).__name__}: {exc})",
+                          path=path, field="custom_dataset") from exc
 
 
 def task_manager(suites_dir: Path | str | None = None) -> Any:

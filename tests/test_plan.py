@@ -124,3 +124,65 @@ def test_plan_without_any_change_reports_the_floor_not_an_estimate(tmp_path: Pat
     assert main(["plan", "--config", "x", "--margin", "2", "--from", str(run)]) == 0
     out = capsys.readouterr().out
     assert "\u2265125" in out and "N is a floor, not an estimate" in out and "387" not in out
+
+
+def _tiny_suites(root: Path, n_items: int) -> Path:
+    """Suite ``s`` (task ``a``, ``n_items`` generated items) and suite ``f`` (task ``b``, data from a hub: size unknown)."""
+    (root / "s").mkdir(parents=True)
+    (root / "s" / "a.yaml").write_text("task: a\ncustom_dataset: !function utils.load_data\n"
+                                       f"dataset_kwargs: {{n: {n_items}}}\ntest_split: test\nmetric_list: [{{metric: m}}]\n")
+    (root / "s" / "utils.py").write_text("def load_data(n, **_):\n    return {'test': [{'id': i} for i in range(n)]}\n")
+    (root / "f").mkdir()
+    (root / "f" / "b.yaml").write_text("task: b\ndataset_path: someone/b\ntest_split: test\nmetric_list: [{metric: m}]\n")
+    return root
+
+
+def test_plan_against_the_suite_size(tmp_path: Path) -> None:
+    base, cand = _pilot()
+    k = z_sum(0.05, 0.8)
+    plans = {p.task: p for p in plan_tasks(base, cand, Thresholds(alpha=0.05, default_margin=2.0), margin=1.0,
+                                           available={"a": 200, "b": None})}
+    a, b = plans["a"], plans["b"]
+    assert (a.items_needed, a.available, a.exceeds_suite) == (1855, 200, True)
+    # The whole suite's MDE at the pilot's 3 % discordance: K * 100 * sqrt(0.03 / 200) = 3.04 points.
+    assert a.min_margin == pytest.approx(k * 100 * math.sqrt(0.03 / 200))
+    assert (b.available, b.min_margin, b.exceeds_suite) == (None, None, False)
+    fits = plan_tasks(base, cand, Thresholds(alpha=0.05, default_margin=2.0), margin=1.0, available={"a": 1855})[0]
+    assert not fits.exceeds_suite
+
+
+def test_cli_plan_says_when_the_suite_is_too_small(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVALGATE_SUITES", str(_tiny_suites(tmp_path / "suites", 50)))
+    run = tmp_path / "run"
+    _write_pilot(run)
+    assert main(["plan", "--config", "x", "--margin", "1", "--from", str(run)]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("s/a "))
+    assert row.split()[-2:] == ["1855", "50"]
+    # Smallest margin 50 items can be powered for at 3 % discordance, rounded up to 0.1 point.
+    k = z_sum(0.05, 0.8)
+    least = math.ceil(10 * k * 100 * math.sqrt(0.03 / 50)) / 10
+    assert least == 6.1
+    assert (f"s/a: needs 1855 items; suite has 50: cannot be powered at a 1-point margin; raise the margin to "
+            f"{least:.1f} pts or more (the whole suite's MDE at this discordance) or add items") in out
+    assert "b: suite size unknown (" in out and "no custom_dataset" in out
+    # Within the suite's size: no such line.
+    assert main(["plan", "--config", "x", "--margin", "7", "--from", str(run)]) == 0
+    assert "cannot be powered" not in capsys.readouterr().out
+
+
+def test_cli_plan_floor_beyond_the_suite(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """No item changed and the floor ceil(100 K / m) = 249 (m = 1) exceeds a 200-item suite."""
+    monkeypatch.setenv("EVALGATE_SUITES", str(_tiny_suites(tmp_path / "suites", 200)))
+    run = tmp_path / "run"
+    for role in ("baseline", "candidate"):
+        write_json_atomic(run / f"{role}.json", {"config": role, "effective": {}, "tasks": tasks_to_json(
+            {"a": _task("a", "s", [1.0] * 40)})})
+    assert main(["plan", "--config", "x", "--margin", "1", "--from", str(run)]) == 0
+    out = capsys.readouterr().out
+    least = math.ceil(10 * z_sum(0.05, 0.8) * 100 / 200) / 10
+    assert least == 1.3
+    assert ("s/a: needs at least 249 items; suite has 200: cannot be powered at a 1-point margin; raise the margin to "
+            "1.3 pts or more (the whole suite's MDE if no item changes) or add items") in out

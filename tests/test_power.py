@@ -10,7 +10,7 @@ import pytest
 from scipy.stats import norm
 
 from evalgate.power import (describe_items_needed, holm_levels, items_floor, items_needed, items_needed_basis, mde,
-                            se_floor, z_sum)
+                            mde_at, se_floor, z_sum)
 
 
 def test_mde_closed_form_and_its_power() -> None:
@@ -87,6 +87,19 @@ def test_items_needed_is_never_below_the_floor() -> None:
     assert K * se_at(need) <= 1.0 < K * se_at(155)
     with pytest.raises(ValueError, match="discordant"):
         items_needed(se, n, 1.0, 0.05, 0.8, discordant=-1)
+
+
+def test_mde_at_is_the_smallest_margin_a_run_of_that_size_is_powered_for() -> None:
+    se, n = 100 * math.sqrt(0.03 / 400), 400  # 3 % discordance
+    for target in (50, 200, 1855, 5000):
+        m = mde_at(se, n, target, 0.05, 0.8, discordant=12)
+        assert m == pytest.approx(K * max(se * math.sqrt(n / target), 100 / target), rel=1e-12)
+        assert items_needed(se, n, m, 0.05, 0.8, discordant=12) <= target
+        assert items_needed(se, n, m * 0.99, 0.05, 0.8, discordant=12) > target
+    assert mde_at(se_floor(40), 40, 200, 0.05, 0.8, discordant=0) == pytest.approx(K * 100 / 200)
+    assert math.isnan(mde_at(math.nan, 40, 200, 0.05, 0.8))
+    with pytest.raises(ValueError, match="n_target"):
+        mde_at(se, n, 0, 0.05, 0.8)
 
 
 def test_describe_items_needed_says_what_the_figure_is() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from evalgate.errors import ConfigError, ExitCode
-from evalgate.suites import SUITES_DIR, content_hash, default_suites_dir, list_suites, load_suite
+from evalgate.suites import SUITES_DIR, content_hash, count_items, default_suites_dir, list_suites, load_suite
 
 
 def _utils(suite: str):
@@ -232,6 +232,35 @@ def test_tasks_load_through_lm_eval(task_dict, task: str, n: int, metric: str) -
     assert isinstance(t.doc_to_text(docs[0]), str) and docs[0]["id"]
     scores = t.process_results(docs[0], [""])
     assert scores[metric] == 0.0
+
+
+def test_count_items_matches_what_lm_eval_loads(task_dict) -> None:
+    """The size `evalgate plan` checks against is the number of docs lm-eval evaluates (no --limit)."""
+    for suite in list_suites(SUITES_DIR):
+        for name in suite.tasks:
+            assert count_items(suite, name) == len(list(task_dict[name].test_docs())), name
+
+
+def test_count_items_errors(tmp_path: Path) -> None:
+    root = tmp_path / "suites"
+    (root / "x").mkdir(parents=True)
+    (root / "x" / "gen.yaml").write_text("task: gen\ncustom_dataset: !function utils.load_data\n"
+                                         "dataset_kwargs: {n: 7}\nmetadata: {version: 1.0}\ntest_split: test\n"
+                                         "metric_list: [{metric: acc}]\n")
+    (root / "x" / "hub.yaml").write_text("task: hub\ndataset_path: someone/dataset\ntest_split: test\n"
+                                         "metric_list: [{metric: acc}]\n")
+    (root / "x" / "bad.yaml").write_text("task: bad\ncustom_dataset: !function utils.broken\ntest_split: test\n"
+                                         "metric_list: [{metric: acc}]\n")
+    (root / "x" / "utils.py").write_text("def load_data(n, version, **_):\n    return {'test': list(range(n))}\n\n"
+                                         "def broken(**_):\n    raise RuntimeError('no data today')\n")
+    suite = load_suite("x", root)
+    assert count_items(suite, "gen") == 7  # called with metadata and dataset_kwargs, as lm-eval does
+    with pytest.raises(ConfigError, match="no custom_dataset"):
+        count_items(suite, "hub")
+    with pytest.raises(ConfigError, match="RuntimeError: no data today"):
+        count_items(suite, "bad")
+    with pytest.raises(ConfigError, match="has no task 'nope'"):
+        count_items(suite, "nope")
 
 
 def test_lm_eval_prompt_matches_utils(task_dict) -> None:
