@@ -9,6 +9,8 @@ Layout under ``$EVALGATE_HOME`` (default: the user cache dir, e.g. ``~/.cache/ev
 
     models/gemma-3-270m/            HF checkpoint vLLM loads (config.json, model.safetensors, tokenizer*)
     models/gemma-3-270m/evalgate-model.json   written last: marks a complete conversion, holds file hashes
+    models/qwen3-next-tiny/         ``embedded:qwen3-next-tiny``: a random-weight Qwen3-Next fixture that
+                                    evalgate builds itself, deterministically (evalgate/hybrid/qwen3_next.py)
 
 Nothing here touches a model hub.
 """
@@ -27,7 +29,11 @@ from evalgate.errors import ModelError
 EMBEDDED_MODEL = "embedded:gemma-3-270m"
 # evalgate's own trained Nemotron-H hybrid with an MTP layer, shipped in the package (evalgate/hybrid/).
 HYBRID_MODEL = "embedded:nemotron-h-tiny"
+# A random-weight Qwen3-Next (Gated DeltaNet + attention, MTP head) built on first use (evalgate/hybrid/qwen3_next.py).
+QWEN3_NEXT_MODEL = "embedded:qwen3-next-tiny"
+QWEN3_NEXT_SEED = 0
 _DIRNAME = "gemma-3-270m"
+_QWEN3_NEXT_DIRNAME = "qwen3-next-tiny"
 _MARKER = "evalgate-model.json"
 _MIN_FREE_BYTES = 3 * 1024**3  # GGUF (~250 MB) + fp32 dequantized tensors in RAM + bf16 checkpoint (~540 MB)
 
@@ -57,7 +63,7 @@ def resolve_model(model: str, home: Path | None = None) -> str:
 
     Args:
         model: ``"embedded:gemma-3-270m"``, ``"embedded:nemotron-h-tiny"`` (the packaged checkpoint),
-            a local path, or a hub name (passed through).
+            ``"embedded:qwen3-next-tiny"`` (built on first use), a local path, or a hub name (passed through).
     Returns:
         The path or name to hand to ``vllm.LLM(model=...)``; prepares the embedded model on first use.
     Raises:
@@ -65,6 +71,8 @@ def resolve_model(model: str, home: Path | None = None) -> str:
     """
     if model == EMBEDDED_MODEL:
         return str(prepare_embedded_model(home))
+    if model == QWEN3_NEXT_MODEL:
+        return str(prepare_qwen3_next_model(home))
     if model == HYBRID_MODEL:
         from evalgate.hybrid import CHECKPOINT_DIR
 
@@ -139,6 +147,66 @@ def prepare_embedded_model(home: Path | None = None, *, force: bool = False) -> 
         raise ModelError(f"{target}: converting the embedded model failed: {exc}") from exc
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return target
+
+
+def qwen3_next_model_dir(home: Path | None = None) -> Path:
+    """Where ``embedded:qwen3-next-tiny`` is built (it may not exist yet)."""
+    return (home or evalgate_home()) / "models" / _QWEN3_NEXT_DIRNAME
+
+
+def prepare_qwen3_next_model(home: Path | None = None, *, force: bool = False) -> Path:
+    """Build the tiny Qwen3-Next fixture (``evalgate.hybrid.qwen3_next.build``, seed ``QWEN3_NEXT_SEED``), once.
+
+    A copy is reused when its marker names the current recipe (``qwen3_next.RECIPE_VERSION``) and seed; otherwise
+    it is rebuilt. Takes about a second, 3.7 MB on disk.
+
+    Args:
+        home: evalgate's home directory (default ``evalgate_home()``).
+        force: rebuild even if a complete, current build exists.
+    Returns:
+        The checkpoint directory ``<home>/models/qwen3-next-tiny``.
+    Raises:
+        ModelError: the build fails (missing packaged tokenizer, unwritable home, ...). It is built in a temp dir
+            and renamed into place, the marker written last, so a failure leaves no partial checkpoint; when two
+            processes build at once, the first rename wins and the other uses its result.
+    """
+    from evalgate.hybrid import qwen3_next
+
+    target = qwen3_next_model_dir(home)
+    want = {"source": "evalgate.hybrid.qwen3_next", "recipe": qwen3_next.RECIPE_VERSION, "seed": QWEN3_NEXT_SEED}
+
+    def current() -> bool:
+        try:
+            marker = json.loads((target / _MARKER).read_text())
+        except (OSError, ValueError):
+            return False
+        return all(marker.get(k) == v for k, v in want.items())
+
+    if current() and not force:
+        return target
+    work: Path | None = None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=".prepare-", dir=target.parent))
+        out = qwen3_next.build(work / "checkpoint", QWEN3_NEXT_SEED)
+        (out / _MARKER).write_text(json.dumps({
+            **want, "model_sha256": qwen3_next.file_sha256(out / "model.safetensors"),
+            "fingerprint": _fingerprint_dir(out)}, indent=2))
+        if target.exists():
+            if current() and not force:  # another process finished first: use its (identical) build
+                return target
+            shutil.rmtree(target)
+        try:
+            os.replace(out, target)
+        except OSError:
+            if not current():  # not another process's build landing first: a real failure
+                raise
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise ModelError(f"{target}: building the Qwen3-Next fixture failed: {exc}") from exc
+    finally:
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
     return target
 
 

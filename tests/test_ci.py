@@ -16,7 +16,7 @@ from evalgate.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 GATEABLE = ["async-sched", "cline-recipe", "dense/bf16", "dense/fp16-state", "dense/ngram", "flashinfer-mamba",
-            "fp16-state", "mtp1", "mtp3", "omp1"]
+            "fp16-state", "gdn/fp16-state", "gdn/mtp1", "mtp1", "mtp3", "omp1"]
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -65,8 +65,8 @@ def test_a_changed_parent_gates_its_children(repo: Path, capsys: pytest.CaptureF
 def test_a_changed_baseline_gates_every_config_against_it(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (repo / "configs" / "baseline.yaml").write_text((repo / "configs" / "baseline.yaml").read_text() + "# x\n")
     _, names, _ = _changed(repo, capsys)
-    # baseline itself has nothing to be gated against; the dense family has its own baseline (configs/dense/)
-    assert names == [n for n in GATEABLE if not n.startswith("dense/")]
+    # baseline itself has nothing to be gated against; the dense and GDN families have their own baselines
+    assert names == [n for n in GATEABLE if not n.startswith(("dense/", "gdn/"))]
 
 
 def test_suite_or_threshold_changes_gate_everything(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,414 @@
+"""``embedded:qwen3-next-tiny``: a random-weight Qwen3-Next (Gated DeltaNet + gated attention, MTP head), built
+deterministically, offline, in about a second.
+
+It is a fixture, not a model that knows anything: it exists so that the seed's switches are run on the *other*
+hybrid family vLLM ships (Qwen3-Next / Qwen3.5: GDN linear attention instead of Mamba2, an ``mtp.*`` head) through
+the real engine, on CPU. Its accuracy on the suites is ~0; what it offers is an engine path (GDN kernels, GDN state
+dtype, the Qwen3-Next MTP drafter) and greedy outputs that are varied, so a switch that changes the numerics can
+show up as changed tokens.
+
+Layout written by ``build`` (a Hugging Face checkpoint that vLLM loads as ``Qwen3NextForCausalLM``, and with
+``speculative_config: {method: mtp}`` also as ``Qwen3NextMTP``)::
+
+    config.json             Qwen3NextConfig (transformers' ``qwen3_next``), see ``hf_config()``
+    model.safetensors       bfloat16 (``A_log`` float32), every tensor both vLLM models load (names in the
+                            original Qwen3-Next layout: per-expert ``mlp.experts.E.{gate,up,down}_proj``, fused
+                            ``in_proj_qkvz`` / ``in_proj_ba``); transformers loads the trunk with no missing key
+    tokenizer.json          the 2048-token byte-level BPE of ``embedded:nemotron-h-tiny`` (copied, ``<s>`` first)
+    tokenizer_config.json
+    generation_config.json
+
+Architecture (``hf_config()``): hidden 128, 4 layers ``linear_attention`` x 3 + ``full_attention``; GDN 2 key
+heads / 4 value heads of 64 (vLLM-CPU's GDN kernel wants key dim == value dim, 64 or 128); attention 4 query
+heads / 2 KV heads of 64 with Qwen3-Next's output gate, q/k norm and partial RoPE (1/4 of the head); one MTP layer
+(``mtp.fc(pre_fc_norm_embedding(emb(x[t+1])) || pre_fc_norm_hidden(h[t]))`` -> attention layer -> ``mtp.norm``
+-> shared ``lm_head``). Feed-forward: a dense SwiGLU MLP in layers 1-3 (``mlp_only_layers``) and a small gated
+MoE (4 experts, top-2, plus a shared expert) in layer 0 and in the MTP layer. vLLM needs that MoE: its
+``Qwen3NextForCausalLM`` and ``Qwen3NextMTP`` both raise at construction when no layer is MoE, and the MTP layer's
+MLP kind follows layer index 0's (its ``mlp_only_layers`` test uses the MTP layer's own index, 0).
+1,815,000 parameters (1.50 M trunk, 0.31 M MTP), 3.6 MB.
+
+Precision: ``dtype: bfloat16``. vLLM-CPU 0.32's GDN kernel refuses anything else ("CPU GDN attention requires
+BF16"), so unlike the Nemotron-H fixture this family has no FP32 baseline; the GDN recurrent state can still be
+FP32 (``mamba_ssm_cache_dtype``), which is the switch the FP16-state config flips.
+
+Initialisation: one CPU ``torch.Generator`` seeded with ``seed`` draws every tensor, in sorted-name order.
+Linear weights are N(0, (GAIN / sqrt(fan_in))^2) with GAIN = 2, embeddings N(0, 1), ``lm_head`` with gain 3.
+At transformers' default scale (std 0.02) the next-token distribution is nearly uniform (median top-1 log-prob
+-6.9, uniform is -7.6) and the top two logits differ by ~0.02, below BF16 resolution, so greedy tokens would be
+decided by rounding (or, in the worst case, collapse to one token). At this scale the layers' outputs are as large
+as the residual stream: the next token depends on the context, the median top-1 log-prob is -1.6 to -2.0 and the
+top-1/top-2 gap 0.4 to 0.7, and greedy continuations are varied (31-32 distinct tokens in 32). The file bytes
+depend only on the seed: ``write_safetensors`` fixes the header (sorted keys and metadata) and the tensor order,
+so the same seed gives the same sha256.
+
+``python -m evalgate.hybrid.qwen3_next build OUT [--seed N]`` writes a checkpoint; ``... probe CKPT [--run JSON
+...]`` runs it in vLLM (one engine per ``--run``) and prints greedy outputs, log-probs, the effective engine config,
+spec-decode counters and any parameter the checkpoint left unfilled, as one JSON line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from evalgate.hybrid import CHECKPOINT_DIR
+
+# Bump when anything that changes the built files changes: a prepared copy with another recipe is rebuilt.
+RECIPE_VERSION = 1
+HIDDEN = 128
+LAYER_TYPES = ("linear_attention", "linear_attention", "linear_attention", "full_attention")
+MLP_ONLY_LAYERS = (1, 2, 3)  # layer 0 (and so the MTP layer) is MoE: vLLM requires one MoE layer per model
+VOCAB = 2048
+GAIN = 2.0  # linear weights: std = GAIN / sqrt(fan_in)
+LM_HEAD_GAIN = 3.0  # logits std ~ LM_HEAD_GAIN (the final norm's output has unit RMS)
+FLOAT32_TENSORS = ("A_log",)  # by last name component; every other tensor is stored in bfloat16
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+SAFETENSORS_METADATA = {"format": "pt", "producer": f"evalgate.hybrid.qwen3_next/{RECIPE_VERSION}"}
+
+
+def hf_config() -> dict[str, Any]:
+    """The ``config.json`` written by ``build`` (transformers ``Qwen3NextConfig`` fields, JSON-able)."""
+    return {
+        "architectures": ["Qwen3NextForCausalLM"],
+        "model_type": "qwen3_next",
+        "vocab_size": VOCAB,
+        "hidden_size": HIDDEN,
+        "num_hidden_layers": len(LAYER_TYPES),
+        "layer_types": list(LAYER_TYPES),
+        # gated attention (Qwen3-Next: q_proj also produces a per-channel output gate)
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "partial_rotary_factor": 0.25,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+        "max_position_embeddings": 4096,
+        # Gated DeltaNet
+        "linear_num_key_heads": 2,
+        "linear_num_value_heads": 4,
+        "linear_key_head_dim": 64,
+        "linear_value_head_dim": 64,
+        "linear_conv_kernel_dim": 4,
+        # feed-forward: dense SwiGLU except layer 0 (and the MTP layer): gated MoE with a shared expert
+        "hidden_act": "silu",
+        "intermediate_size": 256,
+        "mlp_only_layers": list(MLP_ONLY_LAYERS),
+        "decoder_sparse_step": 1,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 64,
+        "shared_expert_intermediate_size": 128,
+        "norm_topk_prob": True,
+        "output_router_logits": False,
+        "router_aux_loss_coef": 0.001,
+        # MTP head (mtp.*)
+        "num_nextn_predict_layers": 1,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+        "initializer_range": 0.02,
+        "use_cache": True,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "dtype": "bfloat16",  # vLLM-CPU's GDN kernel runs in bfloat16 only
+    }
+
+
+def tensor_specs(cfg: dict[str, Any] | None = None) -> dict[str, tuple[tuple[int, ...], str, float]]:
+    """Every tensor of the checkpoint: ``{name: (shape, init, scale)}``.
+
+    ``init`` is ``"normal"`` (N(0, scale^2)), ``"zeros"``, ``"ones"``, ``"uniform_log"`` (log of U(1, scale):
+    GDN ``A_log``, A = -exp(A_log)). Norms vLLM implements Gemma-style (``x * (1 + w)``: layer, q/k, final and
+    MTP norms) are zeros, i.e. identity; the GDN output norm multiplies by ``w`` directly, so ones.
+    """
+    c = cfg or hf_config()
+    h, v = c["hidden_size"], c["vocab_size"]
+    nh, nkv, hd = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    nk, nv = c["linear_num_key_heads"], c["linear_num_value_heads"]
+    dk, dv, kc = c["linear_key_head_dim"], c["linear_value_head_dim"], c["linear_conv_kernel_dim"]
+    key_dim, value_dim = nk * dk, nv * dv
+    out: dict[str, tuple[tuple[int, ...], str, float]] = {}
+
+    def lin(name: str, n_out: int, n_in: int, gain: float = GAIN) -> None:
+        out[name] = ((n_out, n_in), "normal", gain / math.sqrt(n_in))
+
+    def norm(name: str, n: int, init: str = "zeros") -> None:
+        out[name] = ((n,), init, 0.0)
+
+    def attention(p: str) -> None:
+        lin(f"{p}.self_attn.q_proj.weight", 2 * nh * hd, h)  # query and output gate, interleaved per head
+        lin(f"{p}.self_attn.k_proj.weight", nkv * hd, h)
+        lin(f"{p}.self_attn.v_proj.weight", nkv * hd, h)
+        lin(f"{p}.self_attn.o_proj.weight", h, nh * hd)
+        norm(f"{p}.self_attn.q_norm.weight", hd)
+        norm(f"{p}.self_attn.k_norm.weight", hd)
+
+    def gdn(p: str) -> None:
+        a = f"{p}.linear_attn"
+        lin(f"{a}.in_proj_qkvz.weight", 2 * key_dim + 2 * value_dim, h)
+        lin(f"{a}.in_proj_ba.weight", 2 * nv, h)
+        out[f"{a}.conv1d.weight"] = ((2 * key_dim + value_dim, 1, kc), "normal", 1.0 / math.sqrt(kc))
+        out[f"{a}.A_log"] = ((nv,), "uniform_log", 16.0)
+        out[f"{a}.dt_bias"] = ((nv,), "ones", 0.0)
+        norm(f"{a}.norm.weight", dv, "ones")
+        lin(f"{a}.out_proj.weight", h, value_dim)
+
+    def mlp(p: str, layer: int) -> None:
+        m = f"{p}.mlp"
+        moe = layer not in c["mlp_only_layers"] and c["num_experts"] > 0 and (layer + 1) % c["decoder_sparse_step"] == 0
+        if not moe:
+            inter = c["intermediate_size"]
+            lin(f"{m}.gate_proj.weight", inter, h)
+            lin(f"{m}.up_proj.weight", inter, h)
+            lin(f"{m}.down_proj.weight", h, inter)
+            return
+        lin(f"{m}.gate.weight", c["num_experts"], h)
+        for e in range(c["num_experts"]):
+            inter = c["moe_intermediate_size"]
+            lin(f"{m}.experts.{e}.gate_proj.weight", inter, h)
+            lin(f"{m}.experts.{e}.up_proj.weight", inter, h)
+            lin(f"{m}.experts.{e}.down_proj.weight", h, inter)
+        inter = c["shared_expert_intermediate_size"]
+        lin(f"{m}.shared_expert.gate_proj.weight", inter, h)
+        lin(f"{m}.shared_expert.up_proj.weight", inter, h)
+        lin(f"{m}.shared_expert.down_proj.weight", h, inter)
+        lin(f"{m}.shared_expert_gate.weight", 1, h)
+
+    def layer(p: str, index: int, kind: str) -> None:
+        norm(f"{p}.input_layernorm.weight", h)
+        norm(f"{p}.post_attention_layernorm.weight", h)
+        (gdn if kind == "linear_attention" else attention)(p)
+        mlp(p, index)
+
+    out["model.embed_tokens.weight"] = ((v, h), "normal", 1.0)
+    for i, kind in enumerate(c["layer_types"]):
+        layer(f"model.layers.{i}", i, kind)
+    norm("model.norm.weight", h)
+    lin("lm_head.weight", v, h, LM_HEAD_GAIN)
+    for i in range(c["num_nextn_predict_layers"]):
+        layer(f"mtp.layers.{i}", i, "full_attention")  # vLLM builds MTP layer i with layer index i
+    lin("mtp.fc.weight", h, 2 * h)
+    norm("mtp.pre_fc_norm_embedding.weight", h)
+    norm("mtp.pre_fc_norm_hidden.weight", h)
+    norm("mtp.norm.weight", h)
+    return out
+
+
+def init_tensors(seed: int = 0) -> dict[str, Any]:
+    """The checkpoint's tensors (``{name: torch.Tensor}``), drawn in float32 from one CPU generator in
+    sorted-name order, then stored in bfloat16 (``A_log`` in float32, as in Qwen's checkpoints and vLLM's
+    parameter): the same ``seed`` gives bit-identical tensors."""
+    import torch
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    out = {}
+    for name, (shape, init, scale) in sorted(tensor_specs().items()):
+        if init == "normal":
+            t = torch.randn(shape, generator=g, dtype=torch.float32) * scale
+        elif init == "zeros":
+            t = torch.zeros(shape, dtype=torch.float32)
+        elif init == "ones":
+            t = torch.ones(shape, dtype=torch.float32)
+        elif init == "uniform_log":
+            t = torch.log(1.0 + (scale - 1.0) * torch.rand(shape, generator=g, dtype=torch.float32))
+        else:  # pragma: no cover - tensor_specs only emits the kinds above
+            raise ValueError(f"{name}: unknown init {init!r}")
+        keep_fp32 = name.rsplit(".", 1)[-1] in FLOAT32_TENSORS
+        out[name] = (t if keep_fp32 else t.to(torch.bfloat16)).contiguous()
+    return out
+
+
+def build(out_dir: Path, seed: int = 0) -> Path:
+    """Write the tiny Qwen3-Next checkpoint (config, float32 weights, tokenizer) into ``out_dir``.
+
+    Args:
+        out_dir: target folder; created if missing. Files of the same names are overwritten, others left alone.
+        seed: initialisation seed; the written files are byte-identical for the same seed (and torch's CPU
+            generator, stable across torch releases so far).
+    Returns:
+        ``out_dir``.
+    Raises:
+        FileNotFoundError: the packaged tokenizer (``evalgate/hybrid/checkpoint/tokenizer*.json``) is missing.
+        OSError: the folder cannot be written.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in TOKENIZER_FILES:
+        src = CHECKPOINT_DIR / name
+        if not src.is_file():
+            raise FileNotFoundError(f"{src}: the packaged tokenizer is missing (broken install?)")
+        shutil.copyfile(src, out_dir / name)
+    cfg = hf_config()
+    (out_dir / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    gen = {"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"],
+           "pad_token_id": cfg["pad_token_id"]}
+    (out_dir / "generation_config.json").write_text(json.dumps(gen, indent=2, sort_keys=True) + "\n")
+    write_safetensors(init_tensors(seed), out_dir / "model.safetensors", {**SAFETENSORS_METADATA, "seed": str(seed)})
+    return out_dir
+
+
+def write_safetensors(tensors: dict[str, Any], path: Path, metadata: dict[str, str]) -> None:
+    """Write ``tensors`` (bfloat16 or float32) as a safetensors file whose bytes depend only on its arguments.
+
+    ``safetensors.torch.save_file`` keeps ``metadata`` in a Rust ``HashMap``, so its key order (and the file's
+    sha256) changes from process to process. Here the header is JSON with sorted keys, tensors are laid out in
+    sorted-name order, little-endian, and the header is space-padded to a multiple of 8 bytes (as the format
+    recommends).
+
+    Raises:
+        ValueError: a tensor is neither bfloat16 nor float32.
+        OSError: ``path`` cannot be written.
+    """
+    import struct
+
+    import numpy as np
+    import torch
+
+    kinds = {torch.bfloat16: ("BF16", torch.int16, "<i2"), torch.float32: ("F32", torch.float32, "<f4")}
+    header: dict[str, Any] = {"__metadata__": dict(sorted(metadata.items()))}
+    blobs, offset = [], 0
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        if t.dtype not in kinds:
+            raise ValueError(f"{name}: {t.dtype}; only bfloat16 and float32 are written")
+        tag, view, np_dtype = kinds[t.dtype]
+        blob = np.ascontiguousarray(t.view(view).numpy(), dtype=np_dtype).tobytes()
+        header[name] = {"dtype": tag, "shape": list(t.shape), "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    with Path(path).open("wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)))
+        fh.write(raw)
+        for blob in blobs:
+            fh.write(blob)
+
+
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of one file's bytes."""
+    h = hashlib.sha256()
+    with Path(path).open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def num_parameters() -> int:
+    """Parameters in the checkpoint (MTP head included): 1,815,000 for recipe 1."""
+    return sum(math.prod(shape) for shape, _, _ in tensor_specs().values())
+
+
+# ---------------------------------------------------------------- engine probe (for tests and humans)
+PROBE_PROMPTS = (
+    "Extract the requested fields from each document as one line of JSON.\n\nDocument:\nAcme Tools Ltd\n"
+    "Invoice # INV-4411\nDate: 2021-03-04\nTotal: $1,204.50\nFields: vendor, invoice_no, date, total\nJSON:",
+    "Statement:\nOrbit Media, income statement (USD thousands)\nItem                    2020     2021\n"
+    "Revenue                1,733    1,392\nQuestion: What was revenue in 2021, in thousands?\nAnswer:",
+    "def fibonacci(n):\n    ",
+    "The quick brown fox",
+)
+PROBE_ENGINE_ARGS = {"dtype": "bfloat16", "enforce_eager": True, "max_model_len": 1024, "seed": 0,
+                     "kv_cache_memory_bytes": 256 * 1024**2, "enable_prefix_caching": False,
+                     "mamba_ssm_cache_dtype": "float32"}
+
+
+def probe(ckpt: Path, engine_args: dict[str, Any] | None = None, max_tokens: int = 32, logprobs: int = 1) -> dict:
+    """Greedy generation of ``PROBE_PROMPTS`` in vLLM through evalgate's own engine wrapper.
+
+    Args:
+        ckpt: checkpoint folder (``build``'s output).
+        engine_args: overrides of ``PROBE_ENGINE_ARGS`` (vLLM ``EngineArgs`` names).
+        max_tokens: tokens generated per prompt (no stop strings; EOS may end one earlier).
+        logprobs: top-k log-probs recorded at every output position (natural log).
+    Returns:
+        ``{"token_ids": [[int]] per prompt, "texts": [str], "top_logprobs": [[[[id, logprob]]]],
+        "effective": VllmEngine.effective_config(), "spec_decode": VllmEngine.spec_decode_counters(),
+        "unloaded_params": {model class: [parameter names the checkpoint did not fill]}}``. The last holds one
+        entry per model vLLM loaded (``Qwen3NextForCausalLM``, and ``Qwen3NextMTP`` when MTP drafts): vLLM
+        0.32 refuses a target model with unfilled parameters but not a drafter (measured: without
+        ``mtp.fc.weight`` the MTP drafter starts and drafts from uninitialised memory), so the probe records it.
+    Raises:
+        Whatever vLLM raises when it cannot load or run the checkpoint.
+    """
+    from evalgate.config import Sampling
+    from evalgate.engine import VllmEngine, prepare_process_env
+
+    prepare_process_env({})
+    unloaded: dict[str, list[str]] = {}
+    with _record_weight_coverage(unloaded):
+        engine = VllmEngine(str(ckpt), {**PROBE_ENGINE_ARGS, **(engine_args or {})}, Sampling(max_tokens=max_tokens))
+    gens = engine.generate(list(PROBE_PROMPTS), max_tokens=max_tokens, stop=[], logprobs=logprobs)
+    return {"token_ids": [g.token_ids for g in gens], "texts": [g.text for g in gens],
+            "top_logprobs": [g.top_logprobs for g in gens], "effective": engine.effective_config(),
+            "spec_decode": engine.spec_decode_counters(), "unloaded_params": unloaded}
+
+
+@contextlib.contextmanager
+def _record_weight_coverage(out: dict[str, list[str]]):
+    """While active, vLLM's Qwen3-Next models record which of their parameters ``load_weights`` left unfilled
+    (the set vLLM's default loader checks for a target model). Needs the engine in this process
+    (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, as ``prepare_process_env`` sets)."""
+    from vllm.model_executor.models.qwen3_next import Qwen3NextForCausalLM
+    from vllm.model_executor.models.qwen3_next_mtp import Qwen3NextMTP
+
+    originals = {cls: cls.load_weights for cls in (Qwen3NextForCausalLM, Qwen3NextMTP)}
+
+    def wrap(cls: type, original: Any) -> Any:
+        def load_weights(self: Any, weights: Any) -> set[str]:
+            params = {name for name, _ in self.named_parameters()}
+            loaded = set(original(self, weights))
+            out[cls.__name__] = sorted(params - loaded)
+            return loaded
+        return load_weights
+
+    for cls, original in originals.items():
+        cls.load_weights = wrap(cls, original)
+    try:
+        yield out
+    finally:
+        for cls, original in originals.items():
+            cls.load_weights = original
+
+
+def _main(argv: list[str]) -> int:
+    import argparse
+    import gc
+
+    ap = argparse.ArgumentParser(prog="python -m evalgate.hybrid.qwen3_next", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="write the checkpoint to OUT")
+    b.add_argument("out", type=Path)
+    b.add_argument("--seed", type=int, default=0)
+    p = sub.add_parser("probe", help="greedy outputs, effective config and spec-decode counters: one JSON line, "
+                                     "a list with one result per --run, engines started one after another")
+    p.add_argument("ckpt", type=Path)
+    p.add_argument("--run", action="append", default=[],
+                   help='JSON: {"engine_args": {EngineArgs overrides}, "max_tokens": N, "ckpt": other checkpoint}; '
+                        "repeatable (default: one run with PROBE_ENGINE_ARGS, 32 tokens)")
+    args = ap.parse_args(argv)
+    if args.cmd == "build":
+        build(args.out, args.seed)
+        print(json.dumps({"out": str(args.out), "sha256": file_sha256(args.out / "model.safetensors")}))
+        return 0
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    results = []
+    for spec in [json.loads(r) for r in args.run] or [{}]:
+        results.append(probe(Path(spec.get("ckpt", args.ckpt)), spec.get("engine_args"), spec.get("max_tokens", 32)))
+        gc.collect()
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
