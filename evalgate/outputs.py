@@ -5,7 +5,7 @@
 * ``report.html``        the self-contained diff report (``report.render_html``);
 * ``verdict.junit.xml``  JUnit XML: one ``<testsuite>`` per suite, one ``<testcase>`` per task; a BLOCKed task
   is a ``<failure>`` whose message carries Δ, its interval, the lower bound and the margin; under a NO-OP
-  verdict every task is ``<skipped>`` (nothing was gated);
+  verdict every task is ``<skipped>`` (nothing was gated; its statistics are in the message, for information);
 * ``summary.md``         a Markdown summary for CI step summaries and PR comments.
 
 ``write_error_outputs`` writes a JUnit file with one ``<error>`` and a Markdown summary when a run fails
@@ -50,6 +50,23 @@ def task_evidence(t: dict[str, Any]) -> str:
             f"(n={t['n']}; {t.get('n_regressed', 0)} regressed, {t.get('n_improved', 0)} improved)")
 
 
+NO_OP_NOTE = ("NO-OP: no task is gated, because the engine applied the same configuration to both sides; the per-task "
+              "statistics, and the outcome they alone would give, are shown for information only")
+
+
+def shown_verdict(doc: dict[str, Any], t: dict[str, Any]) -> tuple[str, str]:
+    """``(label, detail)`` for a task as reports show it.
+
+    Normally the task's verdict and its rule. Under a NO-OP run no task is gated: the label is ``NO-OP`` and the
+    detail says so and names the statistical outcome, e.g. ``("NO-OP", "not gated; statistics shown for information:
+    INCONCLUSIVE (power: MDE > margin)")``, so an under-powered task of a NO-OP run does not read as a problem.
+    """
+    rule = t.get("rule") or ""
+    if doc.get("verdict") != "NO-OP":
+        return t["verdict"], rule
+    return "NO-OP", f"not gated; statistics shown for information: {t['verdict']}" + (f" ({rule})" if rule else "")
+
+
 FLOOR_NOTE = ("\u2265N (floor): no item changed in this run, so there is no discordance to extrapolate from; N is not "
               "an estimate but the fewest items with which any run can be powered for the margin (the SE is never "
               "below 100/N), enough only if (almost) no item changes")
@@ -86,7 +103,10 @@ def items_needed_short(t: dict[str, Any]) -> str | None:
 
 
 def floor_note(doc: dict[str, Any]) -> str | None:
-    """:data:`FLOOR_NOTE` when some under-powered task of ``doc`` shows a ``(floor)`` items-needed figure, else None."""
+    """:data:`FLOOR_NOTE` when some under-powered task of ``doc`` shows a ``(floor)`` items-needed figure, else None
+    (also under NO-OP, where no task is gated and reports show no items-needed figure)."""
+    if doc.get("verdict") == "NO-OP":
+        return None
     return FLOOR_NOTE if any((items_needed_short(t) or "").endswith("(floor)") for t in doc["tasks"]) else None
 
 
@@ -113,7 +133,8 @@ def render_junit(doc: dict[str, Any]) -> str:
             evidence = task_evidence(t)
             counts["tests"] += 1
             if verdict == "NO-OP":
-                ET.SubElement(case, "skipped", message=f"NO-OP: {'; '.join(doc['reasons'])}")
+                ET.SubElement(case, "skipped", message=f"NO-OP: {'; '.join(doc['reasons'])}; not gated, statistics "
+                                                       f"shown for information: {t['verdict']}: {evidence}")
                 counts["skipped"] += 1
             elif t["verdict"] == "BLOCK":
                 fail = ET.SubElement(case, "failure", type="BLOCK", message=f"BLOCK: {evidence}")
@@ -122,7 +143,9 @@ def render_junit(doc: dict[str, Any]) -> str:
             elif t["verdict"] != "PASS":
                 ET.SubElement(case, "skipped", message=f"{t['verdict']}: {evidence}")
                 counts["skipped"] += 1
-            ET.SubElement(case, "system-out").text = f"{t['verdict']}: {t.get('reason', evidence)}"
+            label, _ = shown_verdict(doc, t)
+            status = t["verdict"] if label == t["verdict"] else f"{label} (not gated; statistics alone: {t['verdict']})"
+            ET.SubElement(case, "system-out").text = f"{status}: {t.get('reason', evidence)}"
         for k, v in counts.items():
             ts.set(k, str(v))
             totals[k] += v
@@ -178,12 +201,16 @@ def render_markdown(doc: dict[str, Any], report_link: str = HTML_NAME) -> str:
     for t in doc["tasks"]:
         ci = f"{100 * t.get('ci_level', 0.9):.0f}% [{pts(t['ci_low'])}, {pts(t['ci_high'])}]"
         mde = pts(t.get("mde"), signed=False)
-        need = items_needed_short(t)
+        need = items_needed_short(t) if v != "NO-OP" else None
         mde += f"; {need}" if need else ""
+        label, _ = shown_verdict(doc, t)
+        shown = f"**{_md(label)}**" + ("" if label == t["verdict"] else f" (not gated; statistics: {_md(t['verdict'])})")
         out.append(f"| {_md(t['suite'])} / {_md(t['task'])} | {t['n']} | {pts(t['baseline'], signed=False)} | "
                    f"{pts(t['candidate'], signed=False)} | {pts(t['delta'])} | {ci} | {mde} | "
                    f"{pts(t['margin'], signed=False)} | {t.get('n_regressed', 0)} / {t.get('n_improved', 0)} | "
-                   f"**{_md(t['verdict'])}** |")
+                   f"{shown} |")
+    if v == "NO-OP":
+        out += ["", f"_{_md(NO_OP_NOTE)}._"]
     if floor_note(doc):
         out += ["", f"_{_md(FLOOR_NOTE)}._"]
     diff = doc.get("effective_diff") or []

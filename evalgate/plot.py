@@ -72,9 +72,12 @@ def delta_plot(doc: dict[str, Any]) -> Markup:
                          f'fill="#ffebe9"><title>{escape(t["task"])}: \u2212margin = {pts(-margin)} pts</title></rect>')
             parts.append(f'<line x1="{x(-margin)}" x2="{x(-margin)}" y1="{y + 3}" y2="{y + ROW_H - 3}" '
                          f'stroke="#cf222e" stroke-dasharray="3 2"/>')
-        colour = _COLOUR.get(t.get("verdict"), "#6e7781")
+        # Under NO-OP no task is gated: grey, and the statistical outcome is named as such.
+        gated = doc.get("verdict") != "NO-OP"
+        colour = _COLOUR.get(t.get("verdict"), "#6e7781") if gated else "#6e7781"
+        shown = t.get("verdict") if gated else f"NO-OP, not gated (statistics: {t.get('verdict')})"
         lo_ci, hi_ci, d = _finite(t.get("ci_low")), _finite(t.get("ci_high")), _finite(t.get("delta"))
-        tip = escape(f"{t['suite']}/{t['task']}: {t.get('verdict')}: \u0394 {pts(d)} pts, CI [{pts(lo_ci)}, "
+        tip = escape(f"{t['suite']}/{t['task']}: {shown}: \u0394 {pts(d)} pts, CI [{pts(lo_ci)}, "
                      f"{pts(hi_ci)}], margin {pts(margin, signed=False)} pts")
         parts.append(f"<g><title>{tip}</title>")
         if lo_ci is not None and hi_ci is not None:
@@ -87,7 +90,7 @@ def delta_plot(doc: dict[str, Any]) -> Markup:
         parts.append("</g>")
         label = escape(f"{t['suite']} / {t['task']}")
         parts.append(f'<text x="{x0 - 8}" y="{mid + 4}" text-anchor="end">{label}</text>')
-        right = escape(f"{t.get('verdict')}  \u0394 {pts(d)} [{pts(lo_ci)}, {pts(hi_ci)}]  margin "
+        right = escape(f"{t.get('verdict') if gated else 'not gated'}  \u0394 {pts(d)} [{pts(lo_ci)}, {pts(hi_ci)}]  margin "
                        f"{pts(margin, signed=False)}")
         parts.append(f'<text x="{x1 + 8}" y="{mid + 4}" fill={quoteattr(colour)}>{right}</text>')
     axis_y = TOP + ROW_H * len(tasks)

@@ -17,8 +17,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from evalgate.compare import TaskComparison
 from evalgate.evidence import as_dict, spec_decode_health, task_evidence
-from evalgate.gate import escalate, MISSING, Decision, TaskDecision, effective_diff
-from evalgate.outputs import floor_note, items_needed_short
+from evalgate.gate import escalate, MISSING, Decision, TaskDecision, Verdict, effective_diff
+from evalgate.outputs import NO_OP_NOTE, floor_note, items_needed_short, shown_verdict
 from evalgate.plot import delta_plot, kl_curve
 from evalgate.power import items_needed, items_needed_basis
 
@@ -58,7 +58,7 @@ def gate_document(decision: Decision, comparisons: list[TaskComparison], manifes
             "alpha": td.threshold.alpha, "method": cmp.method, "binary": cmp.binary, "mcnemar_p": _num(cmp.mcnemar_p),
             "stderr": _num(cmp.stderr), "n_regressed": cmp.n_regressed, "n_improved": cmp.n_improved,
             "identical_outputs": c.identical_outputs, "flipped": flips, "changed_outputs": changed,
-            **_decision_fields(td), "evidence": evidence[td.task],
+            **_decision_fields(td), "gated": decision.verdict is not Verdict.NO_OP, "evidence": evidence[td.task],
         })
     base, cand = manifest["baseline"], manifest["candidate"]
     return {
@@ -155,6 +155,8 @@ def _env() -> Environment:
     env.globals["review_items"] = review_items
     env.globals["items_needed_short"] = items_needed_short
     env.globals["floor_note"] = floor_note
+    env.globals["shown_verdict"] = shown_verdict
+    env.globals["NO_OP_NOTE"] = NO_OP_NOTE
     return env
 
 
@@ -182,8 +184,11 @@ def render_terminal(doc: dict[str, Any]) -> str:
         ci = f"[{t['ci_low']:+.1f}, {t['ci_high']:+.1f}]"
         mde = "n/a" if t.get("mde") is None else f"{t['mde']:.1f}"
         rule = f" ({t['rule'].split(':')[0]})" if t.get("rule") else ""
+        shown = f"{t['verdict']}{rule}"
+        if shown_verdict(doc, t)[0] != t["verdict"]:
+            shown = f"NO-OP, not gated (statistics: {t['verdict']}{rule.replace(' (', ', ').rstrip(')')})"
         lines.append(f"{t['suite'] + '/' + t['task']:34} {t['n']:>5} {t['baseline']:>6.1f} {t['candidate']:>6.1f} "
-                     f"{t['delta']:>+6.1f} {ci:>15} {mde:>6} {t['margin']:>6.1f}  {t['verdict']}{rule}")
+                     f"{t['delta']:>+6.1f} {ci:>15} {mde:>6} {t['margin']:>6.1f}  {shown}")
     lines.append("")
     lines.append(f"VERDICT: {doc['verdict']}")
     lines.extend(f"  - {r}" for r in doc["reasons"])

@@ -144,3 +144,57 @@ def test_items_needed_with_discordance_is_shown_as_an_estimate() -> None:
     assert t["items_needed"] == math.ceil(10 * 10.0**2 * k**2 / 2.0**2) == 1546
     assert f"needs \u2248{t['items_needed']} items" in render_html(doc)
     assert "(floor)" not in render_markdown(doc) and "no discordance" not in render_markdown(doc)
+
+
+def _no_op_doc(regress: int = 0) -> dict:
+    """Both sides' effective configs equal (NO-OP); 10 items, ``regress`` of them lose their point."""
+    base = {"t": task("t", "s", ["a"] * 10, [1.0] * 10)}
+    cand = {"t": task("t", "s", ["b"] * regress + ["a"] * (10 - regress), [0.0] * regress + [1.0] * (10 - regress))}
+    return document(base, cand, same_config=True)
+
+
+def test_no_op_tasks_are_shown_as_not_gated_with_their_statistics_for_information() -> None:
+    from evalgate.outputs import NO_OP_NOTE
+    from evalgate.report import render_terminal
+
+    doc = _no_op_doc()
+    t = doc["tasks"][0]
+    # The document keeps the statistical outcome (here under-powered: MDE 24.9 > margin 2) and says it is not gated.
+    assert (doc["verdict"], t["verdict"], t["gated"]) == ("NO-OP", "INCONCLUSIVE", False)
+    assert t["rule"].startswith("power")
+    html = render_html(doc)
+    row = re.search(r'<tr><td class="l">s / t</td>.*?</tr>', html, re.S).group(0)
+    assert '<span class="verdict NO-OP">NO-OP</span>' in row
+    assert "not gated; statistics shown for information: INCONCLUSIVE (power: MDE &gt; margin)" in row
+    assert 'class="verdict INCONCLUSIVE"' not in html and "needs \u2265" not in html
+    assert NO_OP_NOTE.replace("'", "&#39;") in html
+    md = render_markdown(doc)
+    assert "| **NO-OP** (not gated; statistics: INCONCLUSIVE) |" in md and "**INCONCLUSIVE**" not in md
+    assert NO_OP_NOTE in md and "(floor)" not in md
+    terminal = render_terminal(doc)
+    assert terminal.splitlines()[2].endswith("  NO-OP, not gated (statistics: INCONCLUSIVE, power)")
+    svg = delta_plot(doc)
+    assert "not gated  \u0394 0.0" in svg and "#9a6700" not in svg  # grey, not the INCONCLUSIVE amber
+
+
+def test_no_op_junit_skips_every_task_and_labels_its_statistics() -> None:
+    doc = _no_op_doc(regress=6)  # a loss that would BLOCK if anything had changed
+    t = doc["tasks"][0]
+    assert (doc["verdict"], t["verdict"], t["gated"]) == ("NO-OP", "BLOCK", False)
+    root = ET.fromstring(render_junit(doc))
+    assert (root.get("skipped"), root.get("failures"), root.get("errors")) == ("1", "0", "0")
+    msg = next(root.iter("skipped")).get("message")
+    assert msg.startswith("NO-OP: the candidate's effective engine config equals the baseline's")
+    assert "; not gated, statistics shown for information: BLOCK: \u0394 \u221260.0 pts" in msg
+    out = next(root.iter("system-out")).text
+    assert out.startswith("NO-OP (not gated; statistics alone: BLOCK): ")
+    assert 'class="verdict BLOCK"' not in render_html(doc) and "**BLOCK**" not in render_markdown(doc)
+
+
+def test_gated_runs_keep_their_task_verdicts() -> None:
+    doc = blocking_document()
+    assert [(t["verdict"], t["gated"]) for t in doc["tasks"]] == [("BLOCK", True), ("PASS", True)]
+    assert "not gated" not in render_html(doc) + render_markdown(doc) + render_junit(doc)
+    # A verdict.json written before `gated` existed renders the same way (the overall verdict decides).
+    old = {**doc, "tasks": [{k: v for k, v in t.items() if k != "gated"} for t in doc["tasks"]]}
+    assert render_markdown(old) == render_markdown(doc)

@@ -152,3 +152,14 @@ def test_compare_failing_after_it_started_writing_leaves_the_error_beside_its_fi
     (made,) = (tmp_path / "runs").iterdir()
     assert (made / "verdict.json").is_file() and "ERROR" in (made / "summary.md").read_text()
     assert ET.parse(made / "verdict.junit.xml").getroot().get("errors") == "1"
+
+
+def test_compare_no_op_still_exits_4_and_reports_tasks_as_not_gated(tmp_path: Path) -> None:
+    """Equal effective configs: exit 4 and verdict NO-OP, even though the statistics alone would BLOCK."""
+    a, b = _runs(tmp_path, [0.0] * 10 + [1.0] * 30, b_dtype="bfloat16")
+    out = tmp_path / "cmp"
+    assert main(["compare", str(a), str(b), "--out", str(out)]) == 4
+    doc = json.loads((out / "verdict.json").read_text())
+    assert (doc["verdict"], doc["tasks"][0]["verdict"], doc["tasks"][0]["gated"]) == ("NO-OP", "BLOCK", False)
+    assert "not gated; statistics shown for information: BLOCK" in (out / "report.html").read_text()
+    assert "**NO-OP** (not gated; statistics: BLOCK)" in (out / "summary.md").read_text()
