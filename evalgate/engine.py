@@ -95,7 +95,10 @@ class Generation:
     ``top_logprobs``: per output position, ``[[token id, logprob], ...]`` (the engine's top-k next-token
     log-probs, natural log, plus the generated token's), recorded while decoding. Decode-time log-probs see
     what prefill scoring cannot (an SSM state stored in FP16 between steps, a speculative-decoding path);
-    ``evidence.decode_divergence`` compares them along the tokens both sides generated alike."""
+    ``evidence.decode_divergence`` compares them along the tokens both sides generated alike. ``spec_decode``:
+    this request's own speculative-decoding counts (``spec_decode_num_drafts`` = verify steps with drafts,
+    ``..._draft_tokens``, ``..._accepted_tokens``; vLLM's per-request metrics), None without speculative decoding.
+    Kept with the generation so a resumed or cached run still reports the acceptance of every item."""
 
     text: str
     n_tokens: int
@@ -103,6 +106,7 @@ class Generation:
     prompt_token_ids: list[int]
     token_ids: list[int]
     top_logprobs: list[list[list[float]]] | None = None
+    spec_decode: dict[str, int] | None = None
 
 
 class VllmEngine:
@@ -121,7 +125,11 @@ class VllmEngine:
 
         self.sampling = sampling
         self.requested = dict(engine_args)
-        self.llm = LLM(model=model, disable_log_stats=False, **engine_args)
+        extra: dict[str, Any] = {}
+        if engine_args.get("speculative_config") and "per_request_spec_decode_metrics" not in engine_args:
+            # Acceptance per request (not only engine-wide counters): observability only, outputs are unchanged.
+            extra["per_request_spec_decode_metrics"] = "summary"
+        self.llm = LLM(model=model, disable_log_stats=False, **engine_args, **extra)
 
     def generate(self, prompts: list[str], *, max_tokens: int, stop: list[str], logprobs: int = 0) -> list[Generation]:
         """Greedy (or the config's) completions of ``prompts``, one batch, order preserved.
@@ -138,7 +146,8 @@ class VllmEngine:
         outs = self.llm.generate(prompts, params, use_tqdm=False)
         return [Generation(o.outputs[0].text, len(o.outputs[0].token_ids), o.outputs[0].finish_reason,
                            list(o.prompt_token_ids or []), list(o.outputs[0].token_ids),
-                           _top_logprobs(o.outputs[0].logprobs) if logprobs else None) for o in outs]
+                           _top_logprobs(o.outputs[0].logprobs) if logprobs else None,
+                           _spec_counts(getattr(o.outputs[0], "spec_decode_metrics", None))) for o in outs]
 
     def score(self, sequences: list[tuple[list[int], list[int]]], k: int) -> list[list[dict[int, float]]]:
         """Teacher-forced log-probs: for each (prompt ids, output ids), the top-``k`` next-token log-probs at every
@@ -209,6 +218,20 @@ def _top_logprobs(positions: Any) -> list[list[list[float]]]:
     for pos in positions or []:
         out.append([[int(t), _round(float(lp.logprob))] for t, lp in (pos or {}).items()])
     return out
+
+
+def _spec_counts(metrics: Any) -> dict[str, int] | None:
+    """One request's speculative-decoding counts from vLLM's ``RequestSpecDecodeMetrics`` (None when absent).
+
+    ``histogram[j]`` counts verify steps that accepted ``j`` draft tokens, so drafts = sum(histogram) and
+    accepted = sum(j * histogram[j]) (vLLM ``RequestSpecDecodeMetrics.to_dict``).
+    """
+    if metrics is None:
+        return None
+    hist = list(getattr(metrics, "histogram", []) or [])
+    return {"spec_decode_num_drafts": int(sum(hist)),
+            "spec_decode_num_draft_tokens": int(getattr(metrics, "num_draft_tokens", 0)),
+            "spec_decode_num_accepted_tokens": int(sum(j * c for j, c in enumerate(hist)))}
 
 
 def _round(x: float) -> float:

@@ -74,8 +74,8 @@ def versions() -> dict[str, str]:
 
 LOGPROBS_K = 5  # top-k next-token log-probs kept per output position (decode-time and teacher-forced divergence)
 # Version of what a generation journal record holds; part of the journal key, so older records are not reused.
-# 2: decode-time top-k log-probs (``top_logprobs``).
-JOURNAL_FORMAT = 2
+# 2: decode-time top-k log-probs (``top_logprobs``); 3: per-request speculative-decoding counts (``spec_decode``).
+JOURNAL_FORMAT = 3
 # Items per task scored for the logit divergence. Teacher forcing costs a full-vocabulary log-softmax at every
 # prompt position (measured: ~30 prompt tokens/s for Gemma's 262k vocabulary on a loaded 2-core CPU), so the
 # evidence comes from the first items of each task rather than all of them.
@@ -271,7 +271,7 @@ def _worker_main(spec_path: str) -> int:
         score_s = time.monotonic() - t2
         store.put(suite["key"], {
             "suite": suite["name"], "effective": effective, "tasks": tasks_to_json(tasks),
-            "spec_decode": {k: after[k] - before.get(k, 0.0) for k in after},
+            "spec_decode": _suite_spec_decode(lm.records, keys.values(), before, after),
             "timings": {"engine_start": start_s, f"suite:{suite['name']}": suite_s,
                         f"logprobs:{suite['name']}": score_s},
             "generations": {"reused": lm.reused - reused, "generated": lm.generated - generated},
@@ -279,6 +279,16 @@ def _worker_main(spec_path: str) -> int:
         print(f"evalgate: suite {suite['name']} done in {suite_s:.1f} s ({lm.generated - generated} generated, "
               f"{lm.reused - reused} reused from the journal)", flush=True)
     return 0
+
+
+def _suite_spec_decode(records: dict[str, Any], keys: Any, before: dict[str, float],
+                       after: dict[str, float]) -> dict[str, float]:
+    """Speculative-decoding counts of one suite: the sum of its items' per-request counts when the engine
+    recorded them (true for reused journal entries too), else the engine-wide counters' change while it ran."""
+    per_request = [records[k]["spec_decode"] for k in set(keys) if k in records and records[k].get("spec_decode")]
+    if per_request:
+        return {name: float(sum(r.get(name, 0) for r in per_request)) for name in per_request[0]}
+    return {k: after[k] - before.get(k, 0.0) for k in after}
 
 
 def _check_engine_values(model: str, engine_args: dict[str, Any]) -> str | None:

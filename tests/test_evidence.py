@@ -210,3 +210,23 @@ def test_agreement_counts_tie_flips_by_tolerance() -> None:
     # Decode KL: token-weighted over measured items (one position each); item 2 has no evidence.
     expected = (tie.kl_mean + far.kl_mean) / 2
     assert c.agreement().kl_mean == pytest.approx(expected) and np.isfinite(expected) and expected > 0
+
+
+def test_per_request_spec_counts_and_suite_sums() -> None:
+    from types import SimpleNamespace
+
+    from evalgate.engine import _spec_counts
+    from evalgate.runner import _suite_spec_decode
+
+    # k=3: 5 verify steps accepted 0, 0, 1, 3, 2 draft tokens -> histogram [2, 1, 1, 1]; 15 draft tokens proposed.
+    m = SimpleNamespace(histogram=[2, 1, 1, 1], num_draft_tokens=15)
+    assert _spec_counts(m) == {"spec_decode_num_drafts": 5, "spec_decode_num_draft_tokens": 15,
+                               "spec_decode_num_accepted_tokens": 6}
+    assert _spec_counts(None) is None
+    records = {"a": {"spec_decode": _spec_counts(m)}, "b": {"spec_decode": _spec_counts(m)}, "c": {"text": "x"}}
+    # Per-request counts win (a cached/reused item keeps its counts); keys repeated by tasks count once.
+    assert _suite_spec_decode(records, ["a", "b", "a", "c"], {}, {"spec_decode_num_drafts": 0.0}) == {
+        "spec_decode_num_drafts": 10.0, "spec_decode_num_draft_tokens": 30.0, "spec_decode_num_accepted_tokens": 12.0}
+    # Without per-request counts: the engine-wide counters' change.
+    assert _suite_spec_decode({"c": {}}, ["c"], {"spec_decode_num_drafts": 4.0},
+                              {"spec_decode_num_drafts": 9.0}) == {"spec_decode_num_drafts": 5.0}
