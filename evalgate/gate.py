@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from evalgate.power import holm_levels, items_needed, mde
+from evalgate.power import describe_items_needed, holm_levels, items_needed, mde
 from evalgate.stats import PairedComparison
 from evalgate.thresholds import TaskThreshold, Thresholds
 
@@ -200,7 +200,8 @@ def _task_decision(suite: str, task: str, cmp: PairedComparison, thr: TaskThresh
     alpha = cmp.alpha if math.isfinite(cmp.alpha) else thr.alpha
     m = thr.margin
     task_mde = mde(cmp.se_power, alpha, power)
-    needed = items_needed(cmp.se_power, cmp.n, m, alpha, power) if cmp.n >= 1 else None
+    changed = cmp.n_regressed + cmp.n_improved
+    needed = items_needed(cmp.se_power, cmp.n, m, alpha, power, discordant=changed) if cmp.n >= 1 else None
     level = f"{100.0 * (1.0 - 2.0 * alpha):.4g}%"
     interval = f"[{_num(cmp.ci_low)}, {_num(cmp.ci_high)}]"
     evidence = (f"(\u0394 {_num(cmp.delta)}, {level} CI {interval}, n={cmp.n}, "
@@ -242,7 +243,7 @@ def _task_decision(suite: str, task: str, cmp: PairedComparison, thr: TaskThresh
         reason = f"lower bound {lb} pts < {_MINUS}margin {mg} pts and the loss is significant ({loss}) {evidence}"
     elif not powered:
         verdict, rule = Verdict.INCONCLUSIVE, RULE_UNDERPOWERED
-        need = f"; about {needed} items would do at this run's discordance" if needed else ""
+        need = f"; needs {describe_items_needed(needed, n=cmp.n, discordant=changed)}" if needed else ""
         reason = (f"under-powered: MDE {_num(task_mde, signed=False)} pts > margin {_num(m, signed=False)} pts "
                   f"at n={cmp.n}{need} (lower bound {lb} pts) {evidence}")
     else:

@@ -220,7 +220,8 @@ def test_under_powered_task_is_inconclusive_never_a_silent_pass(thresholds: Thre
     assert (t.verdict, d.verdict) == (Verdict.INCONCLUSIVE, Verdict.BLOCK)  # default on_inconclusive: block
     need = math.ceil(40 * 2.0**2 * (1.6448536 + 0.8416212) ** 2 / 3.0**2)  # n * SE^2 * (z_a + z_p)^2 / m^2
     assert need == 110
-    assert t.reason.startswith(f"under-powered: MDE 5.0 pts > margin 3.0 pts at n=40; about {need} items")
+    assert t.reason.startswith(f"under-powered: MDE 5.0 pts > margin 3.0 pts at n=40; needs about {need} items at "
+                               "this run's discordance (7 of 40 items changed)")
     assert t.rule.startswith("power") and t.items_needed == need
     assert d.reasons[0].startswith("docparse/fields: INCONCLUSIVE, counted as BLOCK (on_inconclusive: block)")
     warn = replace(thresholds, on_inconclusive="warn")
