@@ -9,6 +9,8 @@ and tokenizer ship in ``checkpoint/`` (``embedded:nemotron-h-tiny``); nobody nee
 * ``data``      - training text: the suites' own generators on disjoint seeds, plus stdlib Python
 * ``train``     - the recipe (``python -m evalgate.hybrid.train``), deterministic given its seed
 * ``verify``    - vLLM vs torch numerical agreement on a checkpoint
+* ``qwen3_next`` - ``embedded:qwen3-next-tiny``: a random-weight Qwen3-Next (GDN + attention, MTP head), built
+  deterministically from a seed on first use (not committed)
 """
 
 from pathlib import Path
