@@ -143,19 +143,14 @@ def contradictions(spec: SpecDecodeHealth | None, div: Divergence, cand_health: 
                    base_health: OutputHealth) -> list[str]:
     """Sentences flagging evidence that disagrees with itself (empty when consistent).
 
-    - counters claim (nearly) every draft accepted while greedy outputs diverge or are degenerate;
-    - the candidate degenerates or truncates more than the baseline on a task.
+    Counters that claim (nearly) every draft accepted while greedy outputs diverge or are degenerate.
+    (Health shares that rise are tested in ``task_evidence``, with ``health_shifts``.)
     """
     out = []
     if spec is not None and spec.acceptance_rate >= 0.99 and (div.identical_share < 1.0 or cand_health.degenerate > 0):
         out.append(f"spec-decode counters report {100 * spec.acceptance_rate:.0f}% of drafts accepted, yet "
                    f"{100 * (1 - div.identical_share):.0f}% of greedy outputs differ from the baseline and "
                    f"{100 * cand_health.degenerate:.0f}% are degenerate")
-    if cand_health.degenerate > base_health.degenerate:
-        out.append(f"degenerate outputs rose from {100 * base_health.degenerate:.0f}% to {100 * cand_health.degenerate:.0f}%")
-    if cand_health.truncated > base_health.truncated:
-        out.append(f"outputs truncated at max_tokens rose from {100 * base_health.truncated:.0f}% to "
-                   f"{100 * cand_health.truncated:.0f}%")
     return out
 
 
@@ -317,14 +312,58 @@ def decode_divergence(base_ids: Sequence[int], base_lps: Sequence[Sequence[Seque
                             tie_gap=tie_gap, kl_by_position=tuple(float(f"{k:.3g}") for k in kls))
 
 
-def task_evidence(pairs: Sequence[tuple[ItemResult, ItemResult]], spec: SpecDecodeHealth | None) -> dict[str, Any]:
+# Output-health indicators gated as paired 0/1 metrics (an item is "unhealthy" on one side and not the other).
+_HEALTH_CHECKS: dict[str, Any] = {
+    "degenerate": lambda i: is_degenerate(i.output),
+    "empty": lambda i: not i.output.strip(),
+    "truncated": lambda i: i.finish_reason == "length",
+}
+
+
+@dataclass(frozen=True)
+class HealthShift:
+    """Paired change of one output-health indicator on one task.
+
+    Attributes:
+        kind: ``"degenerate"``, ``"empty"`` or ``"truncated"``.
+        worse: items healthy under the baseline and unhealthy under the candidate.
+        better: the reverse.
+        p: one-sided exact McNemar p-value of "the candidate is unhealthy more often":
+            ``P[X >= worse]``, ``X ~ Binomial(worse + better, 1/2)`` (1.0 when nothing changed).
+    """
+
+    kind: str
+    worse: int
+    better: int
+    p: float
+
+
+def health_shifts(pairs: Sequence[tuple[ItemResult, ItemResult]]) -> list[HealthShift]:
+    """The paired degenerate / empty / truncated shifts of one task (McNemar 1947, exact one-sided form)."""
+    from scipy.stats import binom
+
+    out = []
+    for kind, bad in _HEALTH_CHECKS.items():
+        worse = sum(bad(c) and not bad(b) for b, c in pairs)
+        better = sum(bad(b) and not bad(c) for b, c in pairs)
+        p = float(binom.sf(worse - 1, worse + better, 0.5)) if worse + better else 1.0
+        out.append(HealthShift(kind, worse, better, p))
+    return out
+
+
+def task_evidence(pairs: Sequence[tuple[ItemResult, ItemResult]], spec: SpecDecodeHealth | None, *,
+                  lossless: bool = False, health_alpha: float = 0.05) -> dict[str, Any]:
     """Everything this module knows about one task, as JSON-able data for the verdict document.
 
     Returns:
         ``{"health": {"baseline", "candidate"}, "divergence", "logit", "decode", "contradictions", "failures"}``;
         ``logit`` aggregates the per-item ``LogitDivergence`` (teacher-forced prefill; None when no item was
-        scored), ``decode`` the per-item ``DecodeDivergence`` (``decode_summary``); ``failures`` lists what
-        always fails a candidate: NaN/inf log-probs, and more degenerate (repeated-token) outputs than the baseline.
+        scored), ``decode`` the per-item ``DecodeDivergence`` (``decode_summary``), ``health_shifts`` the
+        paired ``HealthShift``s; ``failures`` lists what fails a candidate whatever its accuracy: NaN/inf
+        log-probs; for a ``lossless`` config any item that newly degenerates (a run of one repeated unit); for any
+        config a degenerate, empty or truncated share that rose significantly (one-sided exact McNemar p <=
+        ``health_alpha``; the caller corrects it for the number of tests). A rise that is not significant is
+        listed under ``contradictions`` as a warning, with its p-value.
     """
     base_h = output_health([b for b, _ in pairs])
     cand_h = output_health([c for _, c in pairs])
@@ -349,14 +388,26 @@ def task_evidence(pairs: Sequence[tuple[ItemResult, ItemResult]], spec: SpecDeco
         failures.append(f"{decode['nonfinite_items']} item(s) with NaN/inf log-probs while the candidate decoded")
     if logit and logit["nonfinite_items"]:
         failures.append(f"{logit['nonfinite_items']} item(s) with NaN/inf log-probs under the candidate engine")
-    if cand_h.degenerate > base_h.degenerate:
-        failures.append(f"degenerate (repeated-unit) outputs: {100 * base_h.degenerate:.0f}% baseline, "
-                        f"{100 * cand_h.degenerate:.0f}% candidate")
+    shifts = health_shifts(pairs)
+    notes = contradictions(spec, div, cand_h, base_h)
+    for sh in shifts:
+        if not sh.worse:
+            continue
+        before, after = getattr(base_h, sh.kind), getattr(cand_h, sh.kind)
+        what = (f"{sh.kind} outputs: {100 * before:.0f}% baseline, {100 * after:.0f}% candidate ({sh.worse} item(s) "
+                f"newly {sh.kind}, {sh.better} recovered; one-sided McNemar p={sh.p:.2g}")
+        if lossless and sh.kind == "degenerate":
+            failures.append(f"{what}; a lossless switch must never make an output degenerate)")
+        elif sh.p <= health_alpha:
+            failures.append(f"{what} <= {health_alpha:.2g})")
+        else:
+            notes.append(f"{what} > {health_alpha:.2g}: not significant, not gated)")
     # verdict.json is strict JSON: NaN (a task without a format metric) becomes null.
     health = {side: {k: (None if isinstance(v, float) and v != v else v) for k, v in asdict(h).items()}
               for side, h in (("baseline", base_h), ("candidate", cand_h))}
     return {"health": health, "divergence": asdict(div),
-            "logit": logit, "decode": decode, "contradictions": contradictions(spec, div, cand_h, base_h),
+            "logit": logit, "decode": decode, "contradictions": notes,
+            "health_shifts": [asdict(sh) for sh in shifts],
             "failures": failures}
 
 

@@ -39,7 +39,13 @@ def gate_document(decision: Decision, comparisons: list[TaskComparison], manifes
         whose output changed but whose score did not.
     """
     spec = {role: spec_decode_health(manifest[role].get("spec_decode") or {}) for role in ("baseline", "candidate")}
-    evidence = {c.task: task_evidence(c.pairs, spec["candidate"]) for c in comparisons}
+    # Output health is tested per task for three indicators; Bonferroni keeps the run's false-BLOCK rate from
+    # health shifts at most alpha (the smallest task alpha), however many tasks run.
+    lossless = manifest.get("candidate", {}).get("expect") == "lossless"
+    alphas = [td.threshold.alpha for td in decision.tasks] or [0.05]
+    health_alpha = min(alphas) / (3 * max(1, len(comparisons)))
+    evidence = {c.task: task_evidence(c.pairs, spec["candidate"], lossless=lossless, health_alpha=health_alpha)
+                for c in comparisons}
     # Evidence that always fails a candidate (NaN/inf log-probs, degenerate outputs) overrides the accuracy verdict.
     decision = escalate(decision, {t: e["failures"] for t, e in evidence.items()})
     by_task = {c.task: c for c in comparisons}

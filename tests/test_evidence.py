@@ -61,7 +61,7 @@ def test_contradiction_all_accepted_but_outputs_diverge() -> None:
     s = spec_decode_health({"spec_decode_num_drafts": 5.0, "spec_decode_num_draft_tokens": 15.0,
                             "spec_decode_num_accepted_tokens": 15.0})
     flags = contradictions(s, divergence(list(zip(base, cand))), output_health(cand), output_health(base))
-    assert len(flags) == 3
+    assert len(flags) == 1
     assert flags[0].startswith("spec-decode counters report 100% of drafts accepted, yet 50% of greedy outputs differ")
     assert contradictions(None, divergence(list(zip(base, base))), output_health(base), output_health(base)) == []
 
@@ -96,14 +96,40 @@ def test_task_evidence_fails_degenerate_and_nonfinite_candidates() -> None:
     div = {"positions": 2, "kl_mean": 0.5, "kl_p99": 1.0, "kl_max": 1.0, "top1_agreement": 0.5,
            "max_abs_dlogprob": 2.0, "nonfinite": True, "kl_by_position": (0.0, 1.0)}
     cand = [replace(item(0, "0 " * 20), divergence=div), item(1, "ok")]
-    ev = task_evidence(list(zip(base, cand)), None)
+    # Lossless: one newly degenerate item is a failure, whatever a test says.
+    ev = task_evidence(list(zip(base, cand)), None, lossless=True)
     assert ev["logit"]["items"] == 1 and ev["logit"]["nonfinite_items"] == 1
     assert ev["logit"]["kl_by_position"] == [0.0, 1.0]
-    assert ev["failures"] == ["1 item(s) with NaN/inf log-probs under the candidate engine",
-                              "degenerate (repeated-unit) outputs: 0% baseline, 50% candidate"]
+    assert ev["failures"][0] == "1 item(s) with NaN/inf log-probs under the candidate engine"
+    assert ev["failures"][1].startswith("degenerate outputs: 0% baseline, 50% candidate (1 item(s) newly degenerate, "
+                                        "0 recovered; one-sided McNemar p=0.5; a lossless switch must never")
     assert ev["divergence"]["identical_share"] == 0.5
+    # Lossy: 1 of 2 is not significant (p = 1/2): a warning, not a failure.
+    lossy = task_evidence(list(zip(base, cand)), None)
+    assert lossy["failures"] == ["1 item(s) with NaN/inf log-probs under the candidate engine"]
+    assert any("not significant, not gated" in c for c in lossy["contradictions"])
     clean = task_evidence(list(zip(base, base)), None)
     assert clean["failures"] == [] and clean["logit"] is None
+
+
+def test_health_shift_is_an_exact_one_sided_mcnemar_test() -> None:
+    from scipy.stats import binomtest
+
+    from evalgate.evidence import health_shifts, task_evidence
+
+    # 12 items: 6 become degenerate, 1 recovers, 5 stay healthy; 2 outputs newly truncated.
+    base = [item(i, "fine answer") for i in range(11)] + [item(11, "7 " * 20)]
+    cand = ([item(i, "ab" * 20) for i in range(6)]
+            + [item(i, "fine answer", finish="length" if i in (6, 7) else "stop") for i in range(6, 11)]
+            + [item(11, "recovered")])
+    shifts = {s.kind: s for s in health_shifts(list(zip(base, cand)))}
+    assert (shifts["degenerate"].worse, shifts["degenerate"].better) == (6, 1)
+    assert shifts["degenerate"].p == pytest.approx(binomtest(6, 7, 0.5, alternative="greater").pvalue)
+    assert (shifts["truncated"].worse, shifts["truncated"].better) == (2, 0)
+    assert shifts["truncated"].p == pytest.approx(0.25) and shifts["empty"].p == 1.0
+    ev = task_evidence(list(zip(base, cand)), None, health_alpha=0.1)   # p(degenerate) = 8/128 = 0.0625
+    assert len(ev["failures"]) == 1 and ev["failures"][0].startswith("degenerate outputs: 8% baseline, 50% candidate")
+    assert task_evidence(list(zip(base, cand)), None, health_alpha=0.05)["failures"] == []
 
 
 def test_task_evidence_is_strict_json() -> None:
