@@ -53,7 +53,8 @@ from evalgate.power import describe_items_needed, holm_levels, items_needed, mde
 from evalgate.stats import PairedComparison
 from evalgate.thresholds import TaskThreshold, Thresholds
 
-__all__ = ["MISSING", "Decision", "OutputAgreement", "TaskDecision", "Verdict", "decide", "effective_diff"]
+__all__ = ["MISSING", "Decision", "OutputAgreement", "TaskDecision", "Verdict", "decide", "effective_diff",
+           "escalate", "spec_decode_floor_failures"]
 
 _MINUS = "\u2212"
 _LIST_DIFFERING = 10
@@ -322,6 +323,31 @@ def decide(
         return Decision(Verdict.INCONCLUSIVE, tuple(f"{t.suite}/{t.task}: INCONCLUSIVE: {t.reason}"
                                                     for t in unsure), tasks)
     return Decision(Verdict.PASS, tuple(f"{t.suite}/{t.task}: PASS: {t.reason}" for t in tasks), tasks)
+
+
+def spec_decode_floor_failures(acceptance_rate: float | None, mean_acceptance_length: float | None, *,
+                               min_acceptance_rate: float | None, min_mean_acceptance_length: float | None,
+                               speculative: bool) -> list[str]:
+    """Sentences for each speculative-decoding floor the candidate misses (empty when none is missed).
+
+    Args:
+        acceptance_rate: accepted / draft tokens (0..1) over the run; None when no counters were recorded.
+        mean_acceptance_length: 1 + accepted / drafts; None when no counters were recorded.
+        min_acceptance_rate, min_mean_acceptance_length: the floors (``thresholds.spec_floors_for``); None = none.
+        speculative: the candidate's effective engine config runs speculative decoding.
+    A floor set for a candidate that ran speculative decoding without any recorded counters fails (closed): the
+    claim cannot be checked. A floor on a candidate without speculative decoding does not apply.
+    """
+    if not speculative or (min_acceptance_rate is None and min_mean_acceptance_length is None):
+        return []
+    if acceptance_rate is None or mean_acceptance_length is None or math.isnan(acceptance_rate):
+        return ["speculative decoding ran but recorded no drafts, so its acceptance floor cannot be checked"]
+    out = []
+    if min_acceptance_rate is not None and not acceptance_rate >= min_acceptance_rate:
+        out.append(f"acceptance rate {100 * acceptance_rate:.1f}% < floor {100 * min_acceptance_rate:.1f}%")
+    if min_mean_acceptance_length is not None and not mean_acceptance_length >= min_mean_acceptance_length:
+        out.append(f"mean acceptance length {mean_acceptance_length:.2f} < floor {min_mean_acceptance_length:.2f}")
+    return out
 
 
 def escalate(decision: Decision, failures: Mapping[str, Sequence[str]]) -> Decision:

@@ -17,7 +17,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from evalgate.compare import TaskComparison
 from evalgate.evidence import as_dict, spec_decode_health, task_evidence
-from evalgate.gate import escalate, MISSING, Decision, TaskDecision, Verdict, effective_diff
+from evalgate.gate import escalate, MISSING, Decision, TaskDecision, Verdict, effective_diff, spec_decode_floor_failures
 from evalgate.outputs import NO_OP_NOTE, floor_note, items_needed_short, shown_verdict
 from evalgate.plot import delta_plot, kl_curve
 from evalgate.power import items_needed, items_needed_basis
@@ -25,13 +25,15 @@ from evalgate.power import items_needed, items_needed_basis
 DOCUMENT_VERSION = 1
 
 
-def gate_document(decision: Decision, comparisons: list[TaskComparison], manifest: dict[str, Any]) -> dict[str, Any]:
+def gate_document(decision: Decision, comparisons: list[TaskComparison], manifest: dict[str, Any], *,
+                  spec_floors: Any = None) -> dict[str, Any]:
     """The verdict as a JSON-able document.
 
     Args:
         decision: from ``gate.decide``.
         comparisons: from ``compare.compare_tasks`` (same tasks as the decision).
         manifest: run metadata: ``baseline``/``candidate`` (name, requested, effective), suites, versions, timings.
+        spec_floors: ``thresholds.SpecDecodeFloors`` for the candidate (None: no floors); a missed floor BLOCKs.
     Returns:
         ``{"version", "verdict", "reasons", "tasks": [...], "config_diff", "effective_diff", "manifest"}``;
         each task holds its statistics (points), threshold, verdict, its flipped items (regressions
@@ -47,7 +49,17 @@ def gate_document(decision: Decision, comparisons: list[TaskComparison], manifes
     evidence = {c.task: task_evidence(c.pairs, spec["candidate"], lossless=lossless, health_alpha=health_alpha)
                 for c in comparisons}
     # Evidence that always fails a candidate (NaN/inf log-probs, degenerate outputs) overrides the accuracy verdict.
-    decision = escalate(decision, {t: e["failures"] for t, e in evidence.items()})
+    failures = {t: e["failures"] for t, e in evidence.items()}
+    cand_sd = spec["candidate"]
+    speculative = bool((manifest.get("candidate", {}).get("effective") or {}).get("engine_args", {}).get(
+        "speculative_config"))
+    missed = [] if spec_floors is None else spec_decode_floor_failures(
+        None if cand_sd is None else cand_sd.acceptance_rate, None if cand_sd is None else cand_sd.mean_acceptance_length,
+        min_acceptance_rate=spec_floors.min_acceptance_rate,
+        min_mean_acceptance_length=spec_floors.min_mean_acceptance_length, speculative=speculative)
+    if missed:
+        failures["speculative decoding"] = missed
+    decision = escalate(decision, failures)
     by_task = {c.task: c for c in comparisons}
     tasks = []
     for td in decision.tasks:

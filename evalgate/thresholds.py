@@ -17,11 +17,15 @@ Schema (margins are in points, i.e. percentage points of a task's primary metric
                                  # decode-time log-probs, is a numerical tie-flip, not a changed model
       max_kl_mean: 0.001         # optional, nats >= 0 (default 0.001): mean decode-time KL(baseline ||
                                  # candidate) per token along the outputs' common prefix
+    spec_decode:                 # optional floors for a candidate that runs speculative decoding
+      min_acceptance_rate: 0.5   #   accepted / draft tokens, 0..1
+      min_mean_acceptance_length: 1.5   # 1 + accepted / drafts, >= 1
     default:
       margin: 2.0                # required. Non-inferiority margin in points, >= 0
     configs:                     # optional, per candidate config (name as in configs/)
       fp16-state:
-        margin: 3.0              #   margin / alpha / min_identical_share for every task of it
+        margin: 3.0              #   margin / alpha / min_identical_share / min_acceptance_rate /
+                                 #   min_mean_acceptance_length for this config
         suites: {coding: {margin: 6.0}}    # and this config's own suite / task entries
         tasks: {finance_tableqa: {margin: 4.0}}
     suites:
@@ -39,7 +43,7 @@ Precedence for a task's margin and alpha, lowest to highest (the most specific e
 
 so a config's flat entry does not override a suite's or task's margin, but a config's own suite or
 task entry does. ``min_identical_share``: ``configs.<config>`` > ``lossless``; ``near_tie_logprob`` and
-``max_kl_mean`` are set under ``lossless`` only. Every problem raises ``ConfigError(message, path=file,
+``max_kl_mean`` are set under ``lossless`` only. Acceptance floors: ``configs.<config>`` > ``spec_decode``. Every problem raises ``ConfigError(message, path=file,
 field=dotted.field)`` with a one-line message; nothing is silently defaulted or ignored (unknown
 keys and duplicate keys are errors; ``check_names`` rejects names that match no suite, task or
 config).
@@ -59,7 +63,7 @@ import yaml
 
 from evalgate.errors import ConfigError
 
-__all__ = ["LevelOverride", "TaskThreshold", "Thresholds", "load_thresholds"]
+__all__ = ["LevelOverride", "SpecDecodeFloors", "TaskThreshold", "Thresholds", "load_thresholds"]
 
 DEFAULT_BOOTSTRAP_RESAMPLES = 10_000
 DEFAULT_SEED = 0
@@ -74,11 +78,12 @@ ON_INCONCLUSIVE = ("warn", "block")
 MIN_BOOTSTRAP_RESAMPLES = 1_000
 MAX_MARGIN = 100.0  # points: a margin above the whole scale gates nothing
 
-_TOP_KEYS = ("alpha", "power", "on_inconclusive", "bootstrap_resamples", "seed", "lossless", "default",
+_TOP_KEYS = ("alpha", "power", "on_inconclusive", "bootstrap_resamples", "seed", "lossless", "spec_decode", "default",
              "configs", "suites", "tasks")
 _DEFAULT_KEYS = ("margin",)
 _LEVEL_KEYS = ("margin", "alpha")
-_CONFIG_KEYS = ("margin", "alpha", "min_identical_share", "suites", "tasks")
+_SPEC_KEYS = ("min_acceptance_rate", "min_mean_acceptance_length")
+_CONFIG_KEYS = ("margin", "alpha", "min_identical_share", *_SPEC_KEYS, "suites", "tasks")
 _LOSSLESS_KEYS = ("min_identical_share", "near_tie_logprob", "max_kl_mean")
 _ABSENT = object()
 
@@ -113,6 +118,25 @@ class LevelOverride:
     min_identical_share: float | None = None
     suites: Mapping[str, LevelOverride] = field(default_factory=lambda: MappingProxyType({}))
     tasks: Mapping[str, LevelOverride] = field(default_factory=lambda: MappingProxyType({}))
+    min_acceptance_rate: float | None = None
+    min_mean_acceptance_length: float | None = None
+
+
+@dataclass(frozen=True)
+class SpecDecodeFloors:
+    """Speculative-decoding floors for one candidate; None = no floor.
+
+    Attributes:
+        min_acceptance_rate: accepted / draft tokens (0..1).
+        min_mean_acceptance_length: 1 + accepted / drafts (tokens per target step, >= 1).
+    """
+
+    min_acceptance_rate: float | None = None
+    min_mean_acceptance_length: float | None = None
+
+    @property
+    def any(self) -> bool:
+        return self.min_acceptance_rate is not None or self.min_mean_acceptance_length is not None
 
 
 @dataclass(frozen=True)
@@ -138,6 +162,17 @@ class Thresholds:
     configs: Mapping[str, LevelOverride] = field(default_factory=lambda: MappingProxyType({}))
     near_tie_logprob: float = DEFAULT_NEAR_TIE_LOGPROB
     max_kl_mean: float = DEFAULT_MAX_KL_MEAN
+    spec_decode: SpecDecodeFloors = SpecDecodeFloors()
+
+    def spec_floors_for(self, config: str | None) -> SpecDecodeFloors:
+        """Acceptance floors for candidate ``config``: its ``configs.<config>`` entry over ``spec_decode``."""
+        override = self.configs.get(config) if config is not None else None
+        rate, length = self.spec_decode.min_acceptance_rate, self.spec_decode.min_mean_acceptance_length
+        if override is not None:
+            rate = override.min_acceptance_rate if override.min_acceptance_rate is not None else rate
+            length = (override.min_mean_acceptance_length if override.min_mean_acceptance_length is not None
+                      else length)
+        return SpecDecodeFloors(rate, length)
 
     def for_task(self, suite: str, task: str, config: str | None = None) -> TaskThreshold:
         """Margin (points) and alpha for ``task`` of ``suite`` when gating candidate ``config``.
@@ -330,6 +365,19 @@ class _Validator:
                 self.nats(entry.get("near_tie_logprob", DEFAULT_NEAR_TIE_LOGPROB), "lossless.near_tie_logprob"),
                 self.nats(entry.get("max_kl_mean", DEFAULT_MAX_KL_MEAN), "lossless.max_kl_mean"))
 
+    def acceptance_length(self, value: Any, dotted: str) -> float:
+        if not self._is_number(value) or not (1.0 <= value < math.inf):
+            raise self.fail(f"must be a finite number >= 1 (tokens per target step), got {_show(value)}", dotted)
+        return float(value)
+
+    def spec_floors(self, value: Any) -> SpecDecodeFloors:
+        """The top-level ``spec_decode`` entry."""
+        entry = {} if value is None else self.mapping(value, "spec_decode", _SPEC_KEYS)
+        rate, length = entry.get("min_acceptance_rate", _ABSENT), entry.get("min_mean_acceptance_length", _ABSENT)
+        return SpecDecodeFloors(
+            None if rate is _ABSENT else self.share(rate, "spec_decode.min_acceptance_rate"),
+            None if length is _ABSENT else self.acceptance_length(length, "spec_decode.min_mean_acceptance_length"))
+
     def nats(self, value: Any, dotted: str) -> float:
         if not self._is_number(value) or not (0.0 <= value < math.inf):
             raise self.fail(f"must be a finite number of nats >= 0, got {_show(value)}", dotted)
@@ -355,10 +403,15 @@ class _Validator:
             margin = entry.get("margin", _ABSENT)
             alpha = entry.get("alpha", _ABSENT)
             share = entry.get("min_identical_share", _ABSENT)
+            rate = entry.get("min_acceptance_rate", _ABSENT)
+            length = entry.get("min_mean_acceptance_length", _ABSENT)
             out[name] = LevelOverride(
                 margin=None if margin is _ABSENT else self.margin(margin, f"{dotted}.margin"),
                 alpha=None if alpha is _ABSENT else self.alpha(alpha, f"{dotted}.alpha"),
                 min_identical_share=None if share is _ABSENT else self.share(share, f"{dotted}.min_identical_share"),
+                min_acceptance_rate=None if rate is _ABSENT else self.share(rate, f"{dotted}.min_acceptance_rate"),
+                min_mean_acceptance_length=(None if length is _ABSENT
+                                            else self.acceptance_length(length, f"{dotted}.min_mean_acceptance_length")),
                 suites=self.levels(entry.get("suites"), f"{dotted}.suites") if is_config else MappingProxyType({}),
                 tasks=self.levels(entry.get("tasks"), f"{dotted}.tasks") if is_config else MappingProxyType({}),
             )
@@ -383,7 +436,8 @@ def load_thresholds(path: Path) -> Thresholds:
             (0, 0.5), ``bootstrap_resamples`` not an int >= 1000, ``seed`` not an int >= 0,
             ``power`` outside [0.5, 1), ``on_inconclusive`` not warn/block, a
             ``min_identical_share`` outside [0, 1], ``lossless.near_tie_logprob`` or
-            ``lossless.max_kl_mean`` negative, NaN or infinite.
+            ``lossless.max_kl_mean`` negative, NaN or infinite, an acceptance-rate floor outside [0, 1]
+            or a mean-acceptance-length floor below 1.
     """
     path = Path(path)
     v = _Validator(path)
@@ -415,4 +469,5 @@ def load_thresholds(path: Path) -> Thresholds:
         configs=v.levels(doc.get("configs"), "configs"),
         near_tie_logprob=near_tie,
         max_kl_mean=max_kl,
+        spec_decode=v.spec_floors(doc.get("spec_decode")),
     )

@@ -343,3 +343,20 @@ def test_escalate_blocks_on_evidence_failures_but_not_no_op() -> None:
     assert e.verdict is Verdict.BLOCK and e.reasons == ("t: NaN log-probs", "t: PASS")
     no_op = replace(d, verdict=Verdict.NO_OP)
     assert escalate(no_op, {"t": ["x"]}).verdict is Verdict.NO_OP
+
+
+def test_spec_decode_floors() -> None:
+    from evalgate.gate import spec_decode_floor_failures as floors
+
+    kw = dict(min_acceptance_rate=0.5, min_mean_acceptance_length=1.7, speculative=True)
+    # mtp3 on the hybrid: 35.1 % of draft tokens accepted, mean acceptance length 2.05: the rate floor is missed.
+    assert floors(0.351, 2.05, **kw) == ["acceptance rate 35.1% < floor 50.0%"]
+    assert floors(0.6, 1.6, **kw) == ["mean acceptance length 1.60 < floor 1.70"]
+    assert floors(0.5, 1.7, **kw) == []  # at the floor passes
+    # Fail closed: speculative decoding ran, a floor is set, and no counters exist.
+    assert floors(None, None, **kw) == [
+        "speculative decoding ran but recorded no drafts, so its acceptance floor cannot be checked"]
+    assert floors(float("nan"), float("nan"), **kw)[0].startswith("speculative decoding ran but recorded no drafts")
+    # No floor, or no speculative decoding: nothing to check.
+    assert floors(0.1, 1.1, min_acceptance_rate=None, min_mean_acceptance_length=None, speculative=True) == []
+    assert floors(None, None, min_acceptance_rate=0.5, min_mean_acceptance_length=None, speculative=False) == []

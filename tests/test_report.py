@@ -87,3 +87,26 @@ def test_kl_curve_plots_each_position_on_a_log_axis_and_escapes_names() -> None:
     assert ys[2] == pytest.approx(bottom - 6 * per_decade, abs=0.2)
     assert "token 2: KL 0.01 nats over 3 item(s)" in svg
     assert str(kl_curve({"suite": "s", "task": "t", "evidence": {"decode": None}})) == ""
+
+
+def test_a_missed_acceptance_floor_blocks_the_run() -> None:
+    from evalgate.thresholds import SpecDecodeFloors
+
+    thr = Thresholds(alpha=0.05, default_margin=2.0, bootstrap_resamples=1000, on_inconclusive="warn")
+    same = {"t": _task(["ok"] * 4, [1, 1, 0, 1])}
+    comps = compare_tasks(same, same, thr)
+    spec = {"method": "mtp", "num_speculative_tokens": 3}
+    decision = decide([(c.suite, c.task, c.comparison) for c in comps], thr,
+                      baseline_effective={"engine_args": {"speculative_config": None}},
+                      candidate_effective={"engine_args": {"speculative_config": spec}})
+    # 100 verify steps, 300 draft tokens, 105 accepted: rate 35 %, mean acceptance length 2.05.
+    counters = {"spec_decode_num_drafts": 100.0, "spec_decode_num_draft_tokens": 300.0,
+                "spec_decode_num_accepted_tokens": 105.0}
+    manifest = {"baseline": {"name": "b", "requested": {}, "effective": {"engine_args": {"speculative_config": None}}},
+                "candidate": {"name": "mtp3", "requested": {}, "spec_decode": counters,
+                              "effective": {"engine_args": {"speculative_config": spec}}}}
+    before = gate_document(decision, comps, manifest)["verdict"]
+    doc = gate_document(decision, comps, manifest, spec_floors=SpecDecodeFloors(0.5, 1.7))
+    assert before == "INCONCLUSIVE" and doc["verdict"] == "BLOCK"
+    assert doc["reasons"][0] == "speculative decoding: acceptance rate 35.0% < floor 50.0%"
+    assert gate_document(decision, comps, manifest, spec_floors=SpecDecodeFloors(0.3, 2.0))["verdict"] == before

@@ -328,3 +328,29 @@ def test_repository_thresholds_file_is_valid() -> None:
     t.check_names([s.name for s in suites], [x for s in suites for x in s.tasks], list_configs())
     assert t.on_inconclusive == "warn" and t.power == 0.8
     assert t.for_task("docparse", "docparse_fields", "fp16-state").margin > t.for_task("docparse", "docparse_fields").margin
+
+
+def test_spec_decode_floors_and_precedence(tmp_path: Path) -> None:
+    text = BASE + ("spec_decode: {min_acceptance_rate: 0.5, min_mean_acceptance_length: 1.5}\n"
+                   "configs:\n  mtp3: {min_mean_acceptance_length: 2.0}\n  other: {margin: 1.0}\n")
+    t = load_thresholds(_write(tmp_path, text))
+    f = t.spec_floors_for("mtp3")
+    assert (f.min_acceptance_rate, f.min_mean_acceptance_length) == (0.5, 2.0)  # the config's own floor wins
+    assert t.spec_floors_for("other") == t.spec_floors_for(None) == t.spec_decode
+    assert (t.spec_decode.min_acceptance_rate, t.spec_decode.min_mean_acceptance_length) == (0.5, 1.5)
+    plain = load_thresholds(_write(tmp_path, BASE, "plain.yaml"))
+    assert not plain.spec_floors_for("mtp3").any
+
+
+@pytest.mark.parametrize("text,field,message", [
+    (BASE + "spec_decode: {min_acceptance_rate: 1.2}\n", "spec_decode.min_acceptance_rate", "got 1.2"),
+    (BASE + "spec_decode: {min_mean_acceptance_length: 0.9}\n", "spec_decode.min_mean_acceptance_length",
+     ">= 1 (tokens per target step), got 0.9"),
+    (BASE + "spec_decode: {min_acceptance: 0.5}\n", "spec_decode.min_acceptance", "did you mean 'min_acceptance_rate'"),
+    (BASE + "configs:\n  x: {min_mean_acceptance_length: .inf}\n", "configs.x.min_mean_acceptance_length", "got inf"),
+    (BASE + "suites:\n  s: {min_acceptance_rate: 0.5}\n", "suites.s.min_acceptance_rate", "unknown key"),
+])
+def test_spec_decode_floor_errors(tmp_path: Path, text: str, field: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_thresholds(_write(tmp_path, text))
+    assert err.value.field == field and message in str(err.value)
