@@ -146,7 +146,20 @@ def evaluate_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None
                 run.generations[k] = run.generations.get(k, 0) + v
         for k, v in entry.get("timings", {}).items():
             run.timings[k] = v if s in missing else 0.0
+    run.effective = with_requested_runtime(run.effective, cfg)
     return run
+
+
+def with_requested_runtime(effective: dict[str, Any], cfg: EngineConfig) -> dict[str, Any]:
+    """The engine's read-back plus what evalgate itself applies: the sampling parameters it sends with every
+    request and the environment it starts the engine with (the NO-OP check compares all of it).
+
+    Sampling and env are not engine config, so vLLM cannot report them; but a candidate that changes only the
+    temperature or ``max_tokens`` changes outputs, and must never be called NO-OP. Returns a new dict.
+    """
+    env = dict(effective.get("env", {}))
+    env["requested"] = dict(cfg.env)
+    return {**effective, "env": env, "sampling": vars(cfg.sampling).copy()}
 
 
 def _run_worker(spec: dict[str, Any], cfg: EngineConfig, log_path: Path, timeout_s: float) -> None:

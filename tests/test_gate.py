@@ -360,3 +360,26 @@ def test_spec_decode_floors() -> None:
     # No floor, or no speculative decoding: nothing to check.
     assert floors(0.1, 1.1, min_acceptance_rate=None, min_mean_acceptance_length=None, speculative=True) == []
     assert floors(None, None, min_acceptance_rate=0.5, min_mean_acceptance_length=None, speculative=False) == []
+
+
+def test_a_sampling_or_env_only_change_is_never_a_no_op(thresholds: Thresholds) -> None:
+    from evalgate.config import EngineConfig, Sampling
+    from evalgate.runner import with_requested_runtime
+
+    engine = {"engine_args": {"dtype": "float32"}, "env": {"torch_num_threads": 2}, "model": {"architectures": []}}
+
+    def cfg(sampling: Sampling, env: dict[str, str]) -> EngineConfig:
+        return EngineConfig(name="c", path=None, model="m", engine_args={}, env=env, sampling=sampling)
+
+    base = with_requested_runtime(engine, cfg(Sampling(), {}))
+    hot = with_requested_runtime(engine, cfg(Sampling(temperature=0.8), {}))
+    env = with_requested_runtime(engine, cfg(Sampling(), {"VLLM_CPU_KVCACHE_SPACE": "2"}))
+    assert base["sampling"]["temperature"] == 0.0 and hot["sampling"]["temperature"] == 0.8
+    assert effective_diff(base, hot) == {"sampling.temperature": (0.0, 0.8)}
+    assert effective_diff(base, env) == {"env.requested": ({}, {"VLLM_CPU_KVCACHE_SPACE": "2"})}
+    for cand in (hot, env):
+        d = decide([("s", "t", cmp(0.0))], thresholds, baseline_effective=base, candidate_effective=cand)
+        assert d.verdict is not Verdict.NO_OP
+    same = decide([("s", "t", cmp(0.0))], thresholds, baseline_effective=base,
+                  candidate_effective=with_requested_runtime(engine, cfg(Sampling(), {})))
+    assert same.verdict is Verdict.NO_OP
