@@ -59,6 +59,32 @@ class _Loader(yaml.SafeLoader):
 _Loader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
 
 
+def _duplicate_key(node: yaml.Node, where: str = "") -> tuple[str, yaml.Mark] | None:
+    """(dotted field, mark) of the first duplicated mapping key under ``node``, else None.
+
+    PyYAML keeps the last of two equal keys silently (two ``task:`` lines would gate the second
+    task while the file reads as the first), so a suite YAML with one is refused.
+    """
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            field = f"{where}.{key_node.value}" if where else str(key_node.value)
+            if key_node.value in seen:
+                return field, key_node.start_mark
+            seen.add(key_node.value)
+            found = _duplicate_key(value_node, field)
+            if found:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            found = _duplicate_key(item, f"{where}[{i}]")
+            if found:
+                return found
+    return None
+
+
 def default_suites_dir() -> Path:
     """``$EVALGATE_SUITES`` if set and non-empty, else :data:`SUITES_DIR` (the repo's ``suites/``)."""
     env = os.environ.get(SUITES_ENV, "").strip()
@@ -92,13 +118,22 @@ def _read_task(path: Path) -> tuple[str, str]:
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         raise ConfigError(f"not valid UTF-8: byte 0x{data[e.start]:02x} at line {line}", path=path) from None
+    loader = _Loader(text)
     try:
-        cfg = yaml.load(text, Loader=_Loader)  # noqa: S506 (SafeLoader)
+        node = loader.get_single_node()
+        duplicate = _duplicate_key(node) if node is not None else None
+        if duplicate:
+            field, mark = duplicate
+            raise ConfigError(f"duplicate key {field.rsplit('.', 1)[-1]!r} (line {mark.line + 1}); PyYAML would "
+                              "silently keep the last one: give each key once", path=path, field=field)
+        cfg = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = " ".join(str(getattr(e, "problem", None) or e).split())
         raise ConfigError(f"cannot parse YAML{where}: {problem}", path=path) from None
+    finally:
+        loader.dispose()
     if cfg is None:
         raise ConfigError("is empty: a suite YAML defines one lm-eval task (task, metric_list, ...)", path=path)
     if not isinstance(cfg, dict):
@@ -114,6 +149,16 @@ def _read_task(path: Path) -> tuple[str, str]:
     first = metrics[0]
     if not isinstance(first, dict) or not isinstance(first.get("metric"), str) or not first["metric"]:
         raise ConfigError("first entry has no metric name", path=path, field="metric_list[0].metric")
+    if "higher_is_better" in first and first["higher_is_better"] is not True:
+        hib = first["higher_is_better"]
+        raise ConfigError(f"must be true for the primary metric {first['metric']!r}, got "
+                          f"{str(hib).lower() if isinstance(hib, bool) else repr(hib)}: evalgate's gate assumes higher is better (score items "
+                          "so that 1 is right, or put another metric first)",
+                          path=path, field="metric_list[0].higher_is_better")
+    if "aggregation" in first and first["aggregation"] != "mean":
+        raise ConfigError(f"must be 'mean' for the primary metric {first['metric']!r}, got "
+                          f"{first['aggregation']!r}: the gate pairs per-item scores and compares their means",
+                          path=path, field="metric_list[0].aggregation")
     return task, first["metric"]
 
 
@@ -138,7 +183,9 @@ def load_suite(name: str, suites_dir: Path | str | None = None) -> Suite:
     Raises:
         ConfigError: the name is not a plain folder name; the suite folder does not exist (the
             message suggests close names); it holds no task YAML; a YAML cannot be parsed, has no
-            ``task`` or no non-empty ``metric_list``; two YAML files define the same task.
+            ``task`` or no non-empty ``metric_list``, repeats a key, or its primary metric has
+            ``higher_is_better`` other than true or an ``aggregation`` other than ``mean``; two YAML
+            files define the same task.
     """
     root = _check_dir(suites_dir)
     if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith((".", "_")):

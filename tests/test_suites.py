@@ -324,6 +324,15 @@ def test_load_suite_and_content_hash(tmp_path: Path) -> None:
     ("task: t\nmetric_list: []\n", "metric_list", "missing or empty metric_list"),
     ("task: t\nmetric_list:\n  - aggregation: mean\n", "metric_list[0].metric", "no metric name"),
     ("task: [unclosed\n", None, "cannot parse YAML"),
+    ("task: t\ntask: u\nmetric_list:\n  - metric: a\n", "task", "duplicate key 'task' (line 2)"),
+    ("task: t\nmetric_list:\n  - metric: a\n    aggregation: mean\n    aggregation: median\n",
+     "metric_list[0].aggregation", "duplicate key 'aggregation' (line 5)"),
+    ("task: t\nmetric_list:\n  - metric: a\n    higher_is_better: false\n",
+     "metric_list[0].higher_is_better", "must be true for the primary metric 'a', got false: evalgate's gate assumes higher is better"),
+    ("task: t\nmetric_list:\n  - metric: a\n    aggregation: median\n",
+     "metric_list[0].aggregation", "must be 'mean' for the primary metric 'a', got 'median'"),
+    ("task: t\nmetric_list:\n  - metric: a\n    aggregation: !function utils.agg\n",
+     "metric_list[0].aggregation", "got 'utils.agg'"),
 ])
 def test_load_suite_bad_yaml(tmp_path: Path, text: str, field: str | None, words: str) -> None:
     _suite(tmp_path, text=text)
@@ -333,6 +342,12 @@ def test_load_suite_bad_yaml(tmp_path: Path, text: str, field: str | None, words
     assert Path(e.value.path) == tmp_path / "mini" / "t.yaml"
     assert words in str(e.value) and str(tmp_path / "mini" / "t.yaml") in str(e.value)
     assert e.value.exit_code == ExitCode.USAGE
+
+
+def test_load_suite_accepts_mean_higher_is_better_and_a_non_primary_lower_is_better(tmp_path: Path) -> None:
+    _suite(tmp_path, text="task: t\nmetric_list:\n  - metric: a\n    aggregation: mean\n    higher_is_better: true\n"
+                          "  - metric: err\n    aggregation: median\n    higher_is_better: false\n")
+    assert load_suite("mini", tmp_path).primary_metric == {"t": "a"}
 
 
 def test_load_suite_missing_suggests_close_name(tmp_path: Path) -> None:
