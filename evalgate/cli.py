@@ -61,7 +61,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from evalgate.outputs import write_outputs
     from evalgate.progress import engine_progress
     from evalgate.report import gate_document, render_terminal
-    from evalgate.runner import evaluate_config, versions
+    from evalgate.runner import check_engine_values, evaluate_config, versions
     from evalgate.store import ResultStore, tasks_to_json, write_json_atomic
     from evalgate.suites import default_suites_dir, list_suites, load_suite
     from evalgate.thresholds import load_thresholds
@@ -87,6 +87,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     store = ResultStore(evalgate_home() / "store")
     timings = {"load": time.monotonic() - t0}
 
+    # vLLM validates the candidate's values before the baseline runs: a refused value costs seconds, not a baseline.
+    check_engine_values(cand, out / "logs" / "candidate-check.log", args.timeout)
     runs = {}
     for role, cfg in (("baseline", base), ("candidate", cand)):
         log.info("%s '%s': %s (engine log: %s)", role, cfg.name, ", ".join(s.name for s in suites),

@@ -347,6 +347,9 @@ def _build(merged: dict[str, Any], path: Path, child: dict[str, Any], configs_di
     model = merged.get("model")
     if not isinstance(model, str) or not model.strip():
         raise ConfigError("required: a model name or path (string)", path=path, field="model")
+    if model.startswith(("/", "./", "../", "~")) and not Path(model).expanduser().exists():
+        # A path, not a hub name: vLLM would otherwise try it as a hub repo id and fail after the baseline ran.
+        raise ConfigError(f"path does not exist: {model}", path=path, field="model")
     for k in merged["engine_args"]:
         if not isinstance(k, str) or not k.isidentifier():
             raise ConfigError("engine arg names are identifiers like 'dtype'", path=path, field=f"engine_args.{k}")

@@ -246,6 +246,21 @@ def _tail(log_path: Path, n: int = LOG_TAIL_LINES) -> str:
 # Worker side: runs in its own process; imports vLLM (via evalgate.engine) and lm-eval.
 
 
+def check_engine_values(cfg: EngineConfig, log_path: Path, timeout_s: float) -> None:
+    """Have vLLM validate ``cfg``'s engine-arg values in a short worker (no model weights loaded, ~5 s).
+
+    ``evalgate run`` calls it for the candidate before the baseline's engine starts, so a value vLLM refuses costs
+    seconds, not a whole baseline run.
+
+    Raises:
+        ConfigError: vLLM refused a value (its reason, naming the config file).
+        EngineError: the check itself could not run (its log tail).
+    """
+    spec = {"check_only": True, "model": resolve_model(cfg.model), "engine_args": cfg.engine_args,
+            "sampling": vars(cfg.sampling)}
+    _run_worker(spec, cfg, log_path, timeout_s)
+
+
 def _worker_main(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
     from evalgate.config import Sampling
@@ -258,6 +273,8 @@ def _worker_main(spec_path: str) -> int:
     if problem:
         print(f"{CONFIG_ERROR_TAG} {problem}", flush=True)
         return CONFIG_ERROR_EXIT
+    if spec.get("check_only"):
+        return 0
     engine = VllmEngine(spec["model"], spec["engine_args"], sampling)
     start_s = time.monotonic() - t0
     effective = engine.effective_config()
@@ -315,8 +332,9 @@ def _check_engine_values(model: str, engine_args: dict[str, Any]) -> str | None:
 
     try:
         EngineArgs(model=model, **engine_args).create_engine_config()
-    except (TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
-        first = " ".join(str(exc).split())
+    except Exception as exc:  # noqa: BLE001 - any refusal of the values (ValidationError, AttributeError on a
+        # string where a mapping belongs, a model name vLLM cannot resolve) is a config problem: no engine ran yet
+        first = " ".join(str(exc).split()).split(" For further information visit")[0]
         return f"{type(exc).__name__}: {first[:400]}"
     return None
 

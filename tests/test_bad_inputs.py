@@ -265,6 +265,8 @@ CASES: list[Case] = [
          "0 < alpha < 0.5", command="plan"),
     Case("plan-pilot-truncated", {}, "stored_runs/pilot-baseline-truncated/baseline.json", None, "truncated",
          command="plan", code=ExitCode.RUNTIME, uses=("stored_runs/pilot-baseline-truncated",)),
+    Case("plan-config-unknown", {"--config": "nosuch", "--from": None}, None, "--config", "config 'nosuch' not found",
+         command="plan"),
     # ------------------------------------------------------------------ evalgate list
     Case("list-config-cycle", {"--configs-dir": "@configs/cycle2"}, "configs/cycle2/", "extends", "cycle",
          command="list"),

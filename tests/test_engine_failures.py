@@ -251,7 +251,9 @@ def test_engine_crash_through_the_cli_is_exit_3_one_line(tmp_path: Path, monkeyp
     (suites / "t.yaml").write_text("task: s1_task\nmetric_list:\n  - metric: acc\n")
     (tmp_path / "thresholds.yaml").write_text("alpha: 0.05\ndefault: {margin: 2.0}\n")
     monkeypatch.setenv("EVALGATE_HOME", str(tmp_path / "home"))
-    fake_worker(tmp_path, monkeypatch, 'echo "RuntimeError: CPU out of memory"\nkill -9 $$\n')
+    # The candidate's value check (a worker with "check_only") passes; the baseline's engine then dies.
+    fake_worker(tmp_path, monkeypatch, 'grep -q check_only "$3" && exit 0\n'
+                'echo "RuntimeError: CPU out of memory"\nkill -9 $$\n')
     out = tmp_path / "run"
     code = cli.main(["run", "--config", "cand", "--configs-dir", str(configs), "--suites-dir", str(tmp_path / "suites"),
                      "--thresholds", str(tmp_path / "thresholds.yaml"), "--out", str(out), "--limit", "2"])
@@ -261,5 +263,33 @@ def test_engine_crash_through_the_cli_is_exit_3_one_line(tmp_path: Path, monkeyp
     assert len(errors) == 1 and "Traceback" not in err
     assert "engine for base was killed by signal 9" in errors[0] and "CPU out of memory" in errors[0]
     assert (out / "logs" / "baseline.log").read_text().startswith("RuntimeError: CPU out of memory")
+    assert (out / "logs" / "candidate-check.spec.json").is_file()
     verdict = out / "verdict.json"  # never a PASS: no verdict, or an error one
     assert not verdict.exists() or json.loads(verdict.read_text())["verdict"] != "PASS"
+
+
+def test_a_refused_candidate_value_stops_the_run_before_the_baseline_engine(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from evalgate import cli
+
+    (tmp_path / "model").mkdir()
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "base.yaml").write_text(f"model: {tmp_path / 'model'}\nengine_args: {{dtype: float32}}\n")
+    (configs / "cand.yaml").write_text("extends: base\nengine_args: {speculative_config: mtp}\n")
+    suites = tmp_path / "suites" / "s1"
+    suites.mkdir(parents=True)
+    (suites / "t.yaml").write_text("task: s1_task\nmetric_list:\n  - metric: acc\n")
+    (tmp_path / "thresholds.yaml").write_text("alpha: 0.05\ndefault: {margin: 2.0}\n")
+    monkeypatch.setenv("EVALGATE_HOME", str(tmp_path / "home"))
+    # The check worker reports vLLM's refusal the way the real one does; any other worker would leave a mark.
+    fake_worker(tmp_path, monkeypatch, 'if grep -q check_only "$3"; then echo "evalgate-config-error: '
+                'AttributeError: \'str\' object has no attribute \'items\'"; exit 2; fi\ntouch "$3.engine-started"\n')
+    out = tmp_path / "run"
+    code = cli.main(["run", "--config", "cand", "--configs-dir", str(configs), "--suites-dir", str(tmp_path / "suites"),
+                     "--thresholds", str(tmp_path / "thresholds.yaml"), "--out", str(out), "--limit", "2"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == ExitCode.USAGE
+    assert err == (f"evalgate: error: {configs / 'cand.yaml'}: engine_args: vLLM rejected a value: AttributeError: "
+                   "'str' object has no attribute 'items'")
+    assert not list((out / "logs").glob("*.engine-started")) and not (out / "logs" / "baseline.log").exists()
