@@ -209,8 +209,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise ConfigError(f"must be > 0 and <= 100 points, got {args.margin}", field="--margin")
     thresholds = load_thresholds(Path(args.thresholds))
     name = Path(args.config).stem if args.config.endswith((".yaml", ".yml")) else args.config
+    if not args.from_dir:
+        _find_config(args.config, Path(args.configs_dir))  # a config that does not exist has no pilot to find
     pilot = Path(args.from_dir) if args.from_dir else _latest_run(name)
     sides = {role: read_json(pilot / f"{role}.json", f"{role} results") for role in ("baseline", "candidate")}
+    gated = sides["candidate"].get("config") if isinstance(sides["candidate"], dict) else None
+    by_path = args.config.endswith((".yaml", ".yml"))  # a path names the config by its file's stem only
+    if isinstance(gated, str) and gated and name not in (gated, *([Path(gated).name] if by_path else [])):
+        _find_config(args.config, Path(args.configs_dir))
+        raise ConfigError(f"pilot run {pilot} gated config '{gated}', not '{name}'; pass --config {gated} or a run "
+                          f"of {name}", field="--config")
     tasks = {role: tasks_from_json(d.get("tasks", {}) if isinstance(d, dict) else {}, pilot / f"{role}.json")
              for role, d in sides.items()}
     available, unknown = _suite_sizes(tasks["baseline"])
@@ -261,6 +269,13 @@ def _suite_sizes(tasks: dict[str, Any]) -> tuple[dict[str, int], dict[str, str]]
         except ConfigError as exc:
             unknown[name] = str(exc)
     return sizes, unknown
+
+
+def _find_config(ref: str, configs_dir: Path) -> None:
+    """ConfigError (exit 2, like ``run``: with the closest known name) when config ``ref`` does not exist."""
+    from evalgate.config import _find
+
+    _find(ref, configs_dir, None, field="--config")
 
 
 def _latest_run(config: str) -> Path:
@@ -362,6 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--from", dest="from_dir", default=None,
                     help="pilot run directory (default: the newest runs/<config>-*)")
     pl.add_argument("--thresholds", default=str(THRESHOLDS_FILE), help="thresholds file (alpha, power)")
+    pl.add_argument("--configs-dir", default=str(CONFIGS_DIR), help=argparse.SUPPRESS)
     pl.set_defaults(func=cmd_plan)
     for sp in (r, ls, cc):
         sp.add_argument("--configs-dir", default=str(CONFIGS_DIR), help=argparse.SUPPRESS)

@@ -61,23 +61,56 @@ def test_plan_clustered_task_counts_documents() -> None:
     assert b.clusters_needed == math.ceil(b.items_needed / 4)
 
 
-def _write_pilot(run: Path) -> None:
+def _write_pilot(run: Path, config: str = "x") -> None:
+    """A pilot run directory as ``evalgate run --config <config>`` writes it (each side names its config)."""
     base, cand = _pilot()
-    for role, tasks in (("baseline", base), ("candidate", cand)):
-        write_json_atomic(run / f"{role}.json", {"config": role, "effective": {}, "tasks": tasks_to_json(tasks)})
+    for role, name, tasks in (("baseline", "baseline", base), ("candidate", config, cand)):
+        write_json_atomic(run / f"{role}.json", {"config": name, "effective": {}, "tasks": tasks_to_json(tasks)})
+
+
+def _configs(root: Path, *names: str) -> list[str]:
+    """``--configs-dir`` holding (empty) configs ``names``: ``plan`` only checks that they exist."""
+    root.mkdir(parents=True, exist_ok=True)
+    for n in names:
+        (root / f"{n}.yaml").write_text("")
+    return ["--configs-dir", str(root)]
 
 
 def test_cli_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     run = tmp_path / "runs" / "bf16-20260101T000000Z"
-    _write_pilot(run)
+    _write_pilot(run, "bf16")
     monkeypatch.chdir(tmp_path)
-    assert main(["plan", "--config", "bf16", "--margin", "1"]) == 0  # newest runs/bf16-* by default
+    cfgs = _configs(tmp_path / "configs", "bf16", "ngram")
+    assert main(["plan", "--config", "bf16", "--margin", "1", *cfgs]) == 0  # newest runs/bf16-* by default
     out = capsys.readouterr().out
     assert "s/a" in out and "1855" in out and "docs)" in out
     assert main(["plan", "--config", "bf16", "--margin", "1", "--from", str(run)]) == 0
-    assert main(["plan", "--config", "ngram", "--margin", "1"]) == 2
+    assert main(["plan", "--config", "ngram", "--margin", "1", *cfgs]) == 2
     assert "no pilot run of 'ngram'" in capsys.readouterr().err
     assert main(["plan", "--config", "bf16", "--margin", "0", "--from", str(run)]) == 2
+
+
+def test_cli_plan_refuses_a_pilot_of_another_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "runs" / "mtp1-20260101T000000Z"
+    _write_pilot(run, "mtp1")
+    cfgs = _configs(tmp_path / "configs", "mtp1", "fp16-state")
+    assert main(["plan", "--config", "fp16-state", "--margin", "1", "--from", str(run), *cfgs]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (f"evalgate: error: --config: pilot run {run} gated config 'mtp1', not 'fp16-state'; "
+                            "pass --config mtp1 or a run of fp16-state\n")
+    # The same config named by its file: accepted.
+    assert main(["plan", "--config", str(tmp_path / "configs" / "mtp1.yaml"), "--margin", "1", "--from", str(run),
+                 *cfgs]) == 0
+    # A config that does not exist is said so, whether or not a pilot is given, and no run is suggested.
+    for extra in ([], ["--from", str(run)]):
+        capsys.readouterr()
+        assert main(["plan", "--config", "nosuch", "--margin", "1", *extra, *cfgs]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("evalgate: error: --config: config 'nosuch' not found in ") and err.count("\n") == 1
+        assert "evalgate run" not in err
+    assert main(["plan", "--config", "mtp", "--margin", "1", *cfgs]) == 2
+    assert "did you mean 'mtp1'?" in capsys.readouterr().err
 
 
 def test_cluster_field_round_trips_and_old_records_load() -> None:
@@ -119,7 +152,8 @@ def test_plan_without_any_change_reports_the_floor_not_an_estimate(tmp_path: Pat
     assert {p.basis for p in plan_tasks(base, cand, thr, margin=1.0)} == {"discordance"}
     run = tmp_path / "run"
     for role in ("baseline", "candidate"):
-        write_json_atomic(run / f"{role}.json", {"config": role, "effective": {}, "tasks": tasks_to_json(
+        write_json_atomic(run / f"{role}.json", {"config": role.replace("candidate", "x"), "effective": {},
+                                                 "tasks": tasks_to_json(
             {"a": _task("a", "s", [1.0] * 40)})})
     assert main(["plan", "--config", "x", "--margin", "2", "--from", str(run)]) == 0
     out = capsys.readouterr().out
@@ -178,7 +212,8 @@ def test_cli_plan_floor_beyond_the_suite(tmp_path: Path, capsys: pytest.CaptureF
     monkeypatch.setenv("EVALGATE_SUITES", str(_tiny_suites(tmp_path / "suites", 200)))
     run = tmp_path / "run"
     for role in ("baseline", "candidate"):
-        write_json_atomic(run / f"{role}.json", {"config": role, "effective": {}, "tasks": tasks_to_json(
+        write_json_atomic(run / f"{role}.json", {"config": role.replace("candidate", "x"), "effective": {},
+                                                 "tasks": tasks_to_json(
             {"a": _task("a", "s", [1.0] * 40)})})
     assert main(["plan", "--config", "x", "--margin", "1", "--from", str(run)]) == 0
     out = capsys.readouterr().out
