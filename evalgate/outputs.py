@@ -93,11 +93,12 @@ def items_needed(t: dict[str, Any]) -> tuple[int | None, str | None]:
 
 
 def items_needed_short(t: dict[str, Any]) -> str | None:
-    """``"needs ≈110 items"`` or ``"needs ≥125 items (floor)"`` for an under-powered task (MDE > margin), else None.
+    """``"needs ≈110 items"`` or ``"needs ≥125 items (floor)"`` for an under-powered INCONCLUSIVE task (MDE >
+    margin), else None: a BLOCK or PASS task is decided, whatever its MDE, so more items would not change it.
     A ``(floor)`` figure is explained by :data:`FLOOR_NOTE`."""
     need, basis = items_needed(t)
     mde = t.get("mde")
-    if need is None or mde is None or not mde > t["margin"]:
+    if t.get("verdict") != "INCONCLUSIVE" or need is None or mde is None or not mde > t["margin"]:
         return None
     return f"needs \u2265{need} items (floor)" if basis == "floor" else f"needs \u2248{need} items"
 

@@ -146,6 +146,26 @@ def test_items_needed_with_discordance_is_shown_as_an_estimate() -> None:
     assert "(floor)" not in render_markdown(doc) and "no discordance" not in render_markdown(doc)
 
 
+def test_a_decided_task_shows_no_items_needed_figure() -> None:
+    """A BLOCK task is decided: an under-powered MDE (20.6 > margin 10) shows no "needs ≈N items" anywhere."""
+    from evalgate.outputs import floor_note, items_needed_short
+    from evalgate.report import render_terminal
+
+    doc = blocking_document()
+    t = next(x for x in doc["tasks"] if x["task"] == "t")
+    assert (t["verdict"], t["mde"] > t["margin"], t["items_needed"]) == ("BLOCK", True, 171)
+    assert items_needed_short(t) is None
+    html, md, terminal = render_html(doc), render_markdown(doc), render_terminal(doc)
+    assert "needs " not in html and "needs " not in md and "needs " not in terminal
+    (row,) = [line for line in md.splitlines() if line.startswith("| s / t |")]
+    assert "| 20.6 | 10.0 |" in row
+    # The same task had it been INCONCLUSIVE shows the figure; a decided floor figure brings no floor note.
+    assert items_needed_short({**t, "verdict": "INCONCLUSIVE"}) == "needs \u2248171 items"
+    floored = {**doc, "tasks": [{**t, "items_needed_basis": "floor"}]}
+    assert floor_note(floored) is None
+    assert floor_note({**floored, "tasks": [{**t, "items_needed_basis": "floor", "verdict": "INCONCLUSIVE"}]})
+
+
 def _no_op_doc(regress: int = 0) -> dict:
     """Both sides' effective configs equal (NO-OP); 10 items, ``regress`` of them lose their point."""
     base = {"t": task("t", "s", ["a"] * 10, [1.0] * 10)}
