@@ -117,7 +117,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                   "requested": r.config.identity(), "effective": r.effective, "spec_decode": r.spec_decode,
                   "cached_suites": r.cached, "generations": r.generations} for role, r in runs.items()},
     }
-    doc = gate_document(decision, comparisons, manifest, spec_floors=thresholds.spec_floors_for(cand.name))
+    doc = gate_document(decision, comparisons, manifest, spec_floors=thresholds.spec_floors_for(cand.name),
+                        near_tie=thresholds.near_tie_logprob)
     write_json_atomic(out / "manifest.json", manifest)
     write_json_atomic(out / "verdict.json", doc)
     paths = write_outputs(doc, out)

@@ -89,7 +89,7 @@ class Divergence:
     offsets: tuple[int, ...]
 
 
-def divergence(pairs: Sequence[tuple[ItemResult, ItemResult]], offsets: Iterable[int] = (0, 8, 16, 32, 64, 128, 256)) -> Divergence:
+def divergence(pairs: Sequence[tuple[ItemResult, ItemResult]], offsets: Iterable[int] = (8, 16, 32, 64, 128, 256, 512, 1024, 2048)) -> Divergence:
     """Greedy identity and first-divergence positions over ``(baseline, candidate)`` pairs.
 
     Positions are in characters of the decoded text (token ids are not stored).

@@ -206,7 +206,10 @@ def _task_decision(suite: str, task: str, cmp: PairedComparison, thr: TaskThresh
     level = f"{100.0 * (1.0 - 2.0 * alpha):.4g}%"
     interval = f"[{_num(cmp.ci_low)}, {_num(cmp.ci_high)}]"
     evidence = (f"(\u0394 {_num(cmp.delta)}, {level} CI {interval}, n={cmp.n}, "
-                f"{cmp.n_regressed + cmp.n_improved} changed, MDE {_num(task_mde, signed=False)})")
+                f"{cmp.n_regressed + cmp.n_improved} scores changed, MDE {_num(task_mde, signed=False)})")
+    if cmp.n and cmp.baseline_mean == 0 and cmp.candidate_mean == 0:
+        # A task the baseline fails on every item cannot show a loss: its PASS/MDE say nothing about the change.
+        evidence += "; note: both sides score 0 on every item, so this task cannot show a loss"
     d = _decimals(cmp.lower_bound, -m)
     lb, mg = _num(cmp.lower_bound, d), _num(-m, d)
     relation = "\u2264" if loss_shown else ">"

@@ -26,7 +26,7 @@ DOCUMENT_VERSION = 1
 
 
 def gate_document(decision: Decision, comparisons: list[TaskComparison], manifest: dict[str, Any], *,
-                  spec_floors: Any = None) -> dict[str, Any]:
+                  spec_floors: Any = None, near_tie: float = 0.0) -> dict[str, Any]:
     """The verdict as a JSON-able document.
 
     Args:
@@ -34,6 +34,8 @@ def gate_document(decision: Decision, comparisons: list[TaskComparison], manifes
         comparisons: from ``compare.compare_tasks`` (same tasks as the decision).
         manifest: run metadata: ``baseline``/``candidate`` (name, requested, effective), suites, versions, timings.
         spec_floors: ``thresholds.SpecDecodeFloors`` for the candidate (None: no floors); a missed floor BLOCKs.
+        near_tie: nats (``thresholds.near_tie_logprob``); each task lists as ``tie_flips`` the differing items whose
+            first flip was within it (numerics), for lossy configs too.
     Returns:
         ``{"version", "verdict", "reasons", "tasks": [...], "config_diff", "effective_diff", "manifest"}``;
         each task holds its statistics (points), threshold, verdict, its flipped items (regressions
@@ -76,6 +78,7 @@ def gate_document(decision: Decision, comparisons: list[TaskComparison], manifes
             "alpha": td.threshold.alpha, "method": cmp.method, "binary": cmp.binary, "mcnemar_p": _num(cmp.mcnemar_p),
             "stderr": _num(cmp.stderr), "n_regressed": cmp.n_regressed, "n_improved": cmp.n_improved,
             "identical_outputs": c.identical_outputs, "flipped": flips, "changed_outputs": changed,
+            "tie_flips": list(c.agreement(near_tie).tie_flips),
             **_decision_fields(td), "gated": decision.verdict is not Verdict.NO_OP, "evidence": evidence[td.task],
         })
     base, cand = manifest["baseline"], manifest["candidate"]

@@ -130,7 +130,8 @@ def compare_runs(run_a: Path, run_b: Path, thresholds_path: Path, out_dir: Path)
         "candidate": {"name": res_b.get("config", "B"), "requested": {}, **cand_b, "effective": eff_b,
                       "run_dir": str(run_b)},
     }
-    doc = gate_document(decision, comparisons, manifest, spec_floors=thresholds.spec_floors_for(config))
+    doc = gate_document(decision, comparisons, manifest, spec_floors=thresholds.spec_floors_for(config),
+                        near_tie=thresholds.near_tie_logprob)
     write_json_atomic(out_dir / "baseline.json", res_a)
     write_json_atomic(out_dir / "candidate.json", res_b)
     write_json_atomic(out_dir / "manifest.json", manifest)

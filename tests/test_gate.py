@@ -66,7 +66,7 @@ def test_lower_bound_exactly_minus_margin_passes(thresholds: Thresholds) -> None
     assert d.tasks[0].verdict is Verdict.PASS
     assert d.tasks[0].reason == (
         f"lower bound {M}3.0 pts \u2265 {M}margin {M}3.0 pts and MDE {MDE} \u2264 margin 3.0 pts "
-        f"(\u0394 {M}1.2, 90% CI [{M}3.0, +1.6], n=40, 7 changed, MDE {MDE})"
+        f"(\u0394 {M}1.2, 90% CI [{M}3.0, +1.6], n=40, 7 scores changed, MDE {MDE})"
     )
     assert d.tasks[0].mde == pytest.approx(1.6448536 + 0.8416212, abs=1e-6)  # z_0.95 + z_0.8
 
@@ -93,7 +93,7 @@ def test_block_reason_example(thresholds: Thresholds) -> None:
     reason = (
         f"lower bound {M}4.1 pts < {M}margin {M}3.0 pts and the loss is significant "
         "(one-sided loss p=0.012 \u2264 0.05 after Holm, McNemar exact, one-sided) "
-        f"(\u0394 {M}1.2, 90% CI [{M}4.1, {M}0.1], n=40, 7 changed, MDE {MDE})"
+        f"(\u0394 {M}1.2, 90% CI [{M}4.1, {M}0.1], n=40, 7 scores changed, MDE {MDE})"
     )
     assert d.tasks[0].reason == reason
     assert d.reasons == (f"docparse/fields: BLOCK: {reason}",)
@@ -123,7 +123,7 @@ def test_all_pass_lists_every_task(thresholds: Thresholds) -> None:
     assert len(d.reasons) == 2
     assert d.reasons[1] == (
         f"b/t2: PASS: lower bound +0.5 pts \u2265 {M}margin {M}3.0 pts and MDE {MDE} \u2264 margin 3.0 pts "
-        f"(\u0394 +1.0, 90% CI [+0.5, +2.0], n=40, 7 changed, MDE {MDE})"
+        f"(\u0394 +1.0, 90% CI [+0.5, +2.0], n=40, 7 scores changed, MDE {MDE})"
     )
 
 
@@ -383,3 +383,13 @@ def test_a_sampling_or_env_only_change_is_never_a_no_op(thresholds: Thresholds) 
     same = decide([("s", "t", cmp(0.0))], thresholds, baseline_effective=base,
                   candidate_effective=with_requested_runtime(engine, cfg(Sampling(), {})))
     assert same.verdict is Verdict.NO_OP
+
+
+def test_a_task_both_sides_fail_entirely_says_it_cannot_show_a_loss(thresholds: Thresholds) -> None:
+    zero = paired_comparison(np.zeros(200), np.zeros(200), alpha=0.05, rng=np.random.default_rng(0), interval="auto")
+    d = _one(zero, thresholds)
+    assert d.tasks[0].verdict is Verdict.PASS  # statistically non-inferior ...
+    assert d.tasks[0].reason.endswith("; note: both sides score 0 on every item, so this task cannot show a loss")
+    some = paired_comparison(np.r_[np.ones(20), np.zeros(180)], np.r_[np.ones(20), np.zeros(180)], alpha=0.05,
+                             rng=np.random.default_rng(0), interval="auto")
+    assert "cannot show a loss" not in _one(some, thresholds).tasks[0].reason

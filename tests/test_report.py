@@ -110,3 +110,29 @@ def test_a_missed_acceptance_floor_blocks_the_run() -> None:
     assert before == "INCONCLUSIVE" and doc["verdict"] == "BLOCK"
     assert doc["reasons"][0] == "speculative decoding: acceptance rate 35.0% < floor 50.0%"
     assert gate_document(decision, comps, manifest, spec_floors=SpecDecodeFloors(0.3, 2.0))["verdict"] == before
+
+
+def test_tie_flips_are_listed_for_lossy_configs_too() -> None:
+    import math
+    from dataclasses import asdict, replace
+
+    from evalgate.evidence import decode_divergence
+
+    thr = Thresholds(alpha=0.05, default_margin=2.0, bootstrap_resamples=1000)
+    base = {"t": _task(["a", "b", "c"], [1, 1, 1])}
+    tie = decode_divergence([3], [[[3, math.log(0.40)], [4, math.log(0.3996)]]], [4], [[[4, math.log(0.41)]]])
+    far = decode_divergence([3], [[[3, math.log(0.9)], [4, math.log(0.01)]]], [4], [[[4, math.log(0.9)]]])
+    items = list(_task(["a2", "b2", "c"], [1, 1, 1]).items)
+    items[0], items[1] = replace(items[0], decode=asdict(tie)), replace(items[1], decode=asdict(far))
+    cand = {"t": TaskResult(task="t", suite="s", metric="m", items=tuple(items))}
+    comps = compare_tasks(base, cand, thr)
+    decision = decide([(c.suite, c.task, c.comparison) for c in comps], thr,
+                      baseline_effective={"dtype": "float32"}, candidate_effective={"dtype": "bfloat16"})
+    manifest = {"created": "now", "model": "m", "limit": None, "versions": {"vllm": "x"}, "thresholds": "t.yaml",
+                "timings": {}, "suites": [{"name": "s", "tasks": ["t"], "content_hash": "ab" * 32}],
+                "baseline": {"name": "b", "path": "b.yaml", "requested": {}, "effective": {"dtype": "float32"}},
+                "candidate": {"name": "c", "path": "c.yaml", "requested": {}, "effective": {"dtype": "bfloat16"}}}
+    doc = gate_document(decision, comps, manifest, near_tie=0.01)   # gap ln(0.40/0.3996) = 0.001 nats
+    assert doc["tasks"][0]["tie_flips"] == [0]
+    assert "<td>1 <span class=\"muted\">(items 0)</span></td>" in render_html(doc)
+    assert gate_document(decision, comps, manifest)["tasks"][0]["tie_flips"] == []
