@@ -218,3 +218,18 @@ def test_gated_runs_keep_their_task_verdicts() -> None:
     # A verdict.json written before `gated` existed renders the same way (the overall verdict decides).
     old = {**doc, "tasks": [{k: v for k, v in t.items() if k != "gated"} for t in doc["tasks"]]}
     assert render_markdown(old) == render_markdown(doc)
+
+
+def test_output_health_cells_show_counts_beside_the_share() -> None:
+    """1 degenerate output of 200 read "0%" (rounded away): each cell shows the counts b / c and both shares."""
+    doc = blocking_document()
+    t = next(x for x in doc["tasks"] if x["task"] == "t")
+    hb, hc = t["evidence"]["health"]["baseline"], t["evidence"]["health"]["candidate"]
+    hb.update(n=200, truncated=0.0, empty=0.0, degenerate=0.0, unparseable=None)
+    hc.update(n=200, truncated=0.01, empty=0.0, degenerate=0.005, unparseable=0.5)
+    html = render_html(doc)
+    table = re.search(r"<h3>Output health</h3>.*?</table>", html, re.S).group(0)
+    row = re.search(r'<tr><td class="l">s / t</td>(.*?)</tr>', table, re.S).group(1)
+    cells = re.findall(r"<td>(.*?)</td>", row, re.S)
+    assert cells == ['0 / 2 <span class="muted">(0% / 1%)</span>', '0 / 0 <span class="muted">(0% / 0%)</span>',
+                     '0 / 1 <span class="muted">(0% / 0.5%)</span>', "n/a / 100"]
