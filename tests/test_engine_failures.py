@@ -237,26 +237,33 @@ def test_a_failed_worker_never_yields_a_run(tmp_path: Path, monkeypatch: pytest.
 # ------------------------------------------------------------------------------------------ through the CLI
 
 
-def test_engine_crash_through_the_cli_is_exit_3_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def _cli_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cand_engine_args: str, worker: str) -> tuple[int, Path]:
+    """``evalgate run`` of a two-config project in ``tmp_path`` (baseline dtype float32, candidate
+    ``cand_engine_args``) with the fake worker ``worker``; returns the exit code and the run directory."""
     from evalgate import cli
 
     (tmp_path / "model").mkdir()
     configs = tmp_path / "configs"
     configs.mkdir()
     (configs / "base.yaml").write_text(f"model: {tmp_path / 'model'}\nengine_args: {{dtype: float32}}\n")
-    (configs / "cand.yaml").write_text("extends: base\nengine_args: {dtype: bfloat16}\n")
+    (configs / "cand.yaml").write_text(f"extends: base\nengine_args: {cand_engine_args}\n")
     suites = tmp_path / "suites" / "s1"
     suites.mkdir(parents=True)
     (suites / "t.yaml").write_text("task: s1_task\nmetric_list:\n  - metric: acc\n")
     (tmp_path / "thresholds.yaml").write_text("alpha: 0.05\ndefault: {margin: 2.0}\n")
     monkeypatch.setenv("EVALGATE_HOME", str(tmp_path / "home"))
-    # The candidate's value check (a worker with "check_only") passes; the baseline's engine then dies.
-    fake_worker(tmp_path, monkeypatch, 'grep -q check_only "$3" && exit 0\n'
-                'echo "RuntimeError: CPU out of memory"\nkill -9 $$\n')
+    fake_worker(tmp_path, monkeypatch, worker)
     out = tmp_path / "run"
     code = cli.main(["run", "--config", "cand", "--configs-dir", str(configs), "--suites-dir", str(tmp_path / "suites"),
                      "--thresholds", str(tmp_path / "thresholds.yaml"), "--out", str(out), "--limit", "2"])
+    return code, out
+
+
+def test_engine_crash_through_the_cli_is_exit_3_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    # The candidate's value check (a worker with "check_only") passes; the baseline's engine then dies.
+    code, out = _cli_run(tmp_path, monkeypatch, "{dtype: bfloat16}",
+                         'grep -q check_only "$3" && exit 0\necho "RuntimeError: CPU out of memory"\nkill -9 $$\n')
     err = capsys.readouterr().err
     assert code == ExitCode.RUNTIME
     errors = [ln for ln in err.splitlines() if ln.startswith("evalgate: error:")]
@@ -270,26 +277,12 @@ def test_engine_crash_through_the_cli_is_exit_3_one_line(tmp_path: Path, monkeyp
 
 def test_a_refused_candidate_value_stops_the_run_before_the_baseline_engine(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from evalgate import cli
-
-    (tmp_path / "model").mkdir()
-    configs = tmp_path / "configs"
-    configs.mkdir()
-    (configs / "base.yaml").write_text(f"model: {tmp_path / 'model'}\nengine_args: {{dtype: float32}}\n")
-    (configs / "cand.yaml").write_text("extends: base\nengine_args: {speculative_config: mtp}\n")
-    suites = tmp_path / "suites" / "s1"
-    suites.mkdir(parents=True)
-    (suites / "t.yaml").write_text("task: s1_task\nmetric_list:\n  - metric: acc\n")
-    (tmp_path / "thresholds.yaml").write_text("alpha: 0.05\ndefault: {margin: 2.0}\n")
-    monkeypatch.setenv("EVALGATE_HOME", str(tmp_path / "home"))
     # The check worker reports vLLM's refusal the way the real one does; any other worker would leave a mark.
-    fake_worker(tmp_path, monkeypatch, 'if grep -q check_only "$3"; then echo "evalgate-config-error: '
-                'AttributeError: \'str\' object has no attribute \'items\'"; exit 2; fi\ntouch "$3.engine-started"\n')
-    out = tmp_path / "run"
-    code = cli.main(["run", "--config", "cand", "--configs-dir", str(configs), "--suites-dir", str(tmp_path / "suites"),
-                     "--thresholds", str(tmp_path / "thresholds.yaml"), "--out", str(out), "--limit", "2"])
+    code, out = _cli_run(tmp_path, monkeypatch, "{speculative_config: mtp}",
+                         'if grep -q check_only "$3"; then echo "evalgate-config-error: AttributeError: \'str\' '
+                         'object has no attribute \'items\'"; exit 2; fi\ntouch "$3.engine-started"\n')
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert code == ExitCode.USAGE
-    assert err == (f"evalgate: error: {configs / 'cand.yaml'}: engine_args: vLLM rejected a value: AttributeError: "
-                   "'str' object has no attribute 'items'")
+    assert err == (f"evalgate: error: {tmp_path / 'configs' / 'cand.yaml'}: engine_args: vLLM rejected a value: "
+                   "AttributeError: 'str' object has no attribute 'items'")
     assert not list((out / "logs").glob("*.engine-started")) and not (out / "logs" / "baseline.log").exists()
