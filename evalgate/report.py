@@ -82,10 +82,13 @@ def gate_document(decision: Decision, comparisons: list[TaskComparison], manifes
             **_decision_fields(td), "gated": decision.verdict is not Verdict.NO_OP, "evidence": evidence[td.task],
         })
     base, cand = manifest["baseline"], manifest["candidate"]
+    reasons = list(decision.reasons)
+    if decision.verdict is Verdict.NO_OP:
+        reasons += _not_applied(base.get("requested") or {}, cand.get("requested") or {}, cand.get("effective") or {})
     return {
         "version": DOCUMENT_VERSION,
         "verdict": decision.verdict.value,
-        "reasons": list(decision.reasons),
+        "reasons": reasons,
         "tasks": tasks,
         "config_diff": _diff_rows(base["requested"], cand["requested"]),
         "effective_diff": _diff_rows(base["effective"], cand["effective"]),
@@ -123,6 +126,27 @@ def _items_needed(td: TaskDecision) -> dict[str, Any]:
     else:
         need = td.items_needed
     return {"items_needed": need, "items_needed_basis": items_needed_basis(need, changed)}
+
+
+def _not_applied(base_requested: dict[str, Any], cand_requested: dict[str, Any],
+                 cand_effective: dict[str, Any]) -> list[str]:
+    """For a NO-OP: one sentence per requested difference, with what the engine applied instead, e.g.
+    ``engine_args.async_scheduling: requested True (baseline: <absent>), but the engine applied False to both``."""
+    applied: dict[str, Any] = {}
+
+    def flatten(d: dict[str, Any], prefix: str) -> None:
+        for k, v in d.items():
+            if isinstance(v, dict) and v:
+                flatten(v, f"{prefix}{k}.")
+            else:
+                applied[f"{prefix}{k}"] = v
+
+    flatten(cand_effective, "")
+    out = []
+    for key, (b, c) in sorted(effective_diff(base_requested, cand_requested).items()):
+        shown = "not reported" if key not in applied else repr(applied[key])
+        out.append(f"{key}: requested {c!r} (baseline: {b!r}), but the engine applied {shown} to both")
+    return out
 
 
 def _flip(c: TaskComparison, i: int, kind: str) -> dict[str, Any]:

@@ -136,3 +136,19 @@ def test_tie_flips_are_listed_for_lossy_configs_too() -> None:
     assert doc["tasks"][0]["tie_flips"] == [0]
     assert "<td>1 <span class=\"muted\">(items 0)</span></td>" in render_html(doc)
     assert gate_document(decision, comps, manifest)["tasks"][0]["tie_flips"] == []
+
+
+def test_a_no_op_names_the_requested_switch_and_what_the_engine_applied() -> None:
+    thr = Thresholds(alpha=0.05, default_margin=2.0, bootstrap_resamples=1000)
+    same = {"t": _task(["ok"] * 4, [1, 1, 0, 1])}
+    comps = compare_tasks(same, same, thr)
+    effective = {"engine_args": {"async_scheduling": False, "dtype": "float32"}}
+    decision = decide([(c.suite, c.task, c.comparison) for c in comps], thr,
+                      baseline_effective=effective, candidate_effective=effective)
+    manifest = {"baseline": {"name": "b", "requested": {"engine_args": {"dtype": "float32"}}, "effective": effective},
+                "candidate": {"name": "async-sched", "effective": effective,
+                              "requested": {"engine_args": {"dtype": "float32", "async_scheduling": True}}}}
+    doc = gate_document(decision, comps, manifest)
+    assert doc["verdict"] == "NO-OP"
+    assert doc["reasons"][-1] == ("engine_args.async_scheduling: requested True (baseline: <absent>), but the engine "
+                                  "applied False to both")
