@@ -34,13 +34,16 @@ def _error_outputs(cmd):  # type: ignore[no-untyped-def]
     def wrapper(args: argparse.Namespace) -> int:
         try:
             return cmd(args)
-        except Exception as exc:
+        except (Exception, KeyboardInterrupt) as exc:  # an interrupt (Ctrl-C, a CI cancel's SIGTERM) too
             out = getattr(args, "run_dir", None) or getattr(args, "out", None)
             if out:
                 from evalgate.outputs import write_error_outputs
 
-                msg = str(exc) if isinstance(exc, EvalgateError) else f"internal error: {type(exc).__name__}: {exc}"
-                code = int(getattr(exc, "exit_code", ExitCode.RUNTIME))
+                if isinstance(exc, KeyboardInterrupt):
+                    msg, code = "interrupted (SIGINT or SIGTERM) before a verdict", int(ExitCode.INTERRUPTED)
+                else:
+                    msg = str(exc) if isinstance(exc, EvalgateError) else f"internal error: {type(exc).__name__}: {exc}"
+                    code = int(getattr(exc, "exit_code", ExitCode.RUNTIME))
                 try:
                     write_error_outputs(Path(out), msg, code, getattr(args, "config", None) or args.command)
                 except OSError:
@@ -386,6 +389,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _sigterm_interrupts() -> None:
+    """Treat SIGTERM (how CI cancels a job) like Ctrl-C: the engine worker is killed, error outputs are written,
+    exit 130. Only possible from the main thread (elsewhere the default stays)."""
+    import signal
+    import threading
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupt)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point. Returns the exit code (a command-line error is exit 2, one line on stderr)."""
     parser = build_parser()
@@ -398,6 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="evalgate: %(message)s",
                         stream=sys.stderr)
     log.setLevel(logging.DEBUG if args.debug else logging.INFO)
+    _sigterm_interrupts()
     try:
         return int(args.func(args))
     except EvalgateError as exc:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import re
+
+import pytest
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -233,3 +235,37 @@ def test_output_health_cells_show_counts_beside_the_share() -> None:
     cells = re.findall(r"<td>(.*?)</td>", row, re.S)
     assert cells == ['0 / 2 <span class="muted">(0% / 1%)</span>', '0 / 0 <span class="muted">(0% / 0%)</span>',
                      '0 / 1 <span class="muted">(0% / 0.5%)</span>', "n/a / 100"]
+
+
+def test_an_interrupted_run_still_leaves_error_outputs(tmp_path: Path) -> None:
+    import argparse
+
+    from evalgate.cli import _error_outputs
+
+    @_error_outputs
+    def cmd(args: argparse.Namespace) -> int:
+        args.run_dir = tmp_path / "run"
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        cmd(argparse.Namespace(command="run", config="mtp1", out=None))
+    summary = (tmp_path / "run" / "summary.md").read_text(encoding="utf-8")
+    assert "mtp1 (exit 130)" in summary and "interrupted (SIGINT or SIGTERM) before a verdict" in summary
+    assert 'type="exit 130"' in (tmp_path / "run" / "verdict.junit.xml").read_text(encoding="utf-8")
+
+
+def test_sigterm_is_an_interrupt(tmp_path: Path) -> None:
+    import os
+    import signal
+    import time
+
+    from evalgate.cli import _sigterm_interrupts
+
+    old = signal.getsignal(signal.SIGTERM)
+    try:
+        _sigterm_interrupts()
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises at the next bytecode boundary
+    finally:
+        signal.signal(signal.SIGTERM, old)
