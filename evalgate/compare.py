@@ -53,17 +53,16 @@ class TaskComparison:
 
         Args:
             near_tie: nats; a differing item whose candidate ``decode.tie_gap`` is at most this is a tie-flip.
-        The decode-time KL is token-weighted over the candidate items' ``decode`` evidence (None if none has it).
+        The decode-time KL is the task's token-weighted one (``evidence.decode_summary``; None if no item has it).
         """
+        from evalgate.evidence import decode_summary
+
         differing = [self.pairs[i] for i in self.differing_outputs]
         ties = tuple(b.item_id for b, c in differing
                      if c.decode and c.decode.get("tie_gap") is not None and c.decode["tie_gap"] <= near_tie)
-        measured = [c.decode for _, c in self.pairs
-                    if c.decode and not c.decode.get("nonfinite") and math.isfinite(c.decode["kl_mean"])]
-        positions = sum(d["positions"] for d in measured)
-        kl = sum(d["kl_mean"] * d["positions"] for d in measured) / positions if positions else None
+        summary = decode_summary(self.pairs)
         return OutputAgreement(self.identical_outputs, len(self.pairs), tuple(b.item_id for b, _ in differing),
-                               tie_flips=ties, kl_mean=kl)
+                               tie_flips=ties, kl_mean=None if summary is None else summary["kl_mean"])
 
 
 def pair_items(base: TaskResult, cand: TaskResult) -> list[tuple[ItemResult, ItemResult]]:

@@ -344,14 +344,13 @@ class HealthShift:
 
 def health_shifts(pairs: Sequence[tuple[ItemResult, ItemResult]]) -> list[HealthShift]:
     """The paired degenerate / empty / truncated shifts of one task (McNemar 1947, exact one-sided form)."""
-    from scipy.stats import binom
+    from evalgate.stats import mcnemar_one_sided
 
     out = []
     for kind, bad in _HEALTH_CHECKS.items():
         worse = sum(bad(c) and not bad(b) for b, c in pairs)
         better = sum(bad(b) and not bad(c) for b, c in pairs)
-        p = float(binom.sf(worse - 1, worse + better, 0.5)) if worse + better else 1.0
-        out.append(HealthShift(kind, worse, better, p))
+        out.append(HealthShift(kind, worse, better, mcnemar_one_sided(worse, better)))
     return out
 
 
@@ -437,7 +436,7 @@ def decode_summary(pairs: Sequence[tuple[ItemResult, ItemResult]]) -> dict[str, 
         return None
     finite = [(b, d) for b, d in scored if not d["nonfinite"] and all(math.isfinite(k) for k in d["kl_by_position"])]
     positions = sum(d["positions"] for _, d in finite)
-    kl_sum = sum(sum(d["kl_by_position"]) for _, d in finite)
+    kl_sum = sum(d["kl_mean"] * d["positions"] for _, d in finite)
     curve, counts = [], []
     for j in range(min(CURVE_POSITIONS, max((len(d["kl_by_position"]) for _, d in finite), default=0))):
         vals = [d["kl_by_position"][j] for _, d in finite if j < len(d["kl_by_position"])]

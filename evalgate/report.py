@@ -132,19 +132,12 @@ def _not_applied(base_requested: dict[str, Any], cand_requested: dict[str, Any],
                  cand_effective: dict[str, Any]) -> list[str]:
     """For a NO-OP: one sentence per requested difference, with what the engine applied instead, e.g.
     ``engine_args.async_scheduling: requested True (baseline: <absent>), but the engine applied False to both``."""
-    applied: dict[str, Any] = {}
-
-    def flatten(d: dict[str, Any], prefix: str) -> None:
-        for k, v in d.items():
-            if isinstance(v, dict) and v:
-                flatten(v, f"{prefix}{k}.")
-            else:
-                applied[f"{prefix}{k}"] = v
-
-    flatten(cand_effective, "")
     out = []
     for key, (b, c) in sorted(effective_diff(base_requested, cand_requested).items()):
-        shown = "not reported" if key not in applied else repr(applied[key])
+        value: Any = cand_effective
+        for part in key.split("."):  # the same dotted key in the engine's read-back
+            value = value.get(part, MISSING) if isinstance(value, dict) else MISSING
+        shown = "not reported" if value is MISSING else repr(value)
         out.append(f"{key}: requested {c!r} (baseline: {b!r}), but the engine applied {shown} to both")
     return out
 

@@ -297,7 +297,7 @@ def _worker_main(spec_path: str) -> int:
         t2 = time.monotonic()
         if reference is not None:
             tasks = _decode_evidence(reference, lm.records, tasks, keys)
-        tasks = _logit_evidence(engine, lm.records, tasks, keys, spec)
+        tasks = _logit_evidence(engine, lm.records, tasks, keys, spec, reference)
         score_s = time.monotonic() - t2
         store.put(suite["key"], {
             "suite": suite["name"], "effective": effective, "tasks": tasks_to_json(tasks),
@@ -396,12 +396,13 @@ def _decode_evidence(reference: dict[str, Any], records: dict[str, Any], tasks: 
 
 
 def _logit_evidence(engine: Any, records: dict[str, Any], tasks: dict[str, TaskResult],
-                    keys: dict[tuple[str, int], str], spec: dict[str, Any]) -> dict[str, TaskResult]:
+                    keys: dict[tuple[str, int], str], spec: dict[str, Any],
+                    ref_gens: dict[str, Any] | None) -> dict[str, TaskResult]:
     """Teacher-forced log-probs along the baseline's outputs (see ``VllmEngine.score``).
 
     A baseline worker scores its own outputs and journals them (``spec["scores"]``); a candidate worker scores
-    the baseline's outputs (``spec["reference"]``) and attaches ``evidence.logit_divergence`` to each item.
-    Items without a baseline score are left without one (the report says so); nothing here changes a score.
+    the baseline's outputs (``ref_gens``: the baseline's generation journal, loaded once per worker) and attaches
+    ``evidence.logit_divergence`` to each item. Items without a baseline score are left without one (the report says so); nothing here changes a score.
     """
     import dataclasses
 
@@ -412,7 +413,7 @@ def _logit_evidence(engine: Any, records: dict[str, Any], tasks: dict[str, TaskR
         return tasks
     cap = int(spec.get("logprob_items", LOGPROB_ITEMS))
     keys = {ti: key for ti, key in keys.items() if ti[1] < cap}
-    if spec.get("reference") is None:  # baseline: score own outputs once
+    if ref_gens is None:  # baseline: score own outputs once
         journal = GenerationJournal(Path(spec["scores"]))
         done = journal.load()
         todo = [key for key in keys.values() if key not in done and records.get(key, {}).get("token_ids")]
@@ -422,7 +423,6 @@ def _logit_evidence(engine: Any, records: dict[str, Any], tasks: dict[str, TaskR
             journal.append({x: {"positions": [[[t, lp] for t, lp in pos.items()] for pos in sc]}
                             for x, sc in zip(chunk, scored)})
         return tasks
-    ref_gens = GenerationJournal(Path(spec["reference"]["journal"])).load()
     ref_scores = GenerationJournal(Path(spec["reference"]["scores"])).load()
     out = {}
     for name, t in tasks.items():

@@ -183,6 +183,13 @@ def mcnemar_exact(b: int, c: int) -> float:
     return float(min(1.0, 2.0 * binom.cdf(min(int(b), int(c)), total, 0.5)))
 
 
+def mcnemar_one_sided(worse: int, better: int) -> float:
+    """Exact one-sided McNemar p-value of "the candidate is worse": ``P[X >= worse]``, ``X ~ Bin(worse + better,
+    1/2)`` (conditional on the discordant pairs; McNemar 1947). 1.0 when ``worse + better == 0``."""
+    total = int(worse) + int(better)
+    return float(binom.sf(int(worse) - 1, total, 0.5)) if total else 1.0
+
+
 def flipped_items(baseline: np.ndarray, candidate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Indices (int64, ascending) of ``(regressed, improved)`` items.
 
@@ -348,7 +355,7 @@ def paired_comparison(
                                           alpha=alpha)
         newcombe_low, newcombe_high = 100.0 * lo, 100.0 * hi
         discordant = n_improved + n_regressed
-        p_loss = float(binom.sf(n_regressed - 1, discordant, 0.5)) if discordant else 1.0
+        p_loss = mcnemar_one_sided(n_regressed, discordant - n_regressed)
         loss_test = LOSS_TEST_MCNEMAR
     else:
         if means is not None:
