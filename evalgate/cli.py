@@ -105,6 +105,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         timings.update({f"{role}:{k}": v for k, v in runs[role].timings.items()})
         write_json_atomic(out / f"{role}.json", {"config": cfg.name, "effective": runs[role].effective,
                                                  "spec_decode": runs[role].spec_decode,
+                                                 "evidence_sources": runs[role].evidence_sources,
                                                  "tasks": tasks_to_json(runs[role].tasks)})
     t2 = time.monotonic()
     comparisons = compare_tasks(runs["baseline"].tasks, runs["candidate"].tasks, thresholds, config=cand.name)
@@ -118,7 +119,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "suites": [{"name": s.name, "tasks": list(s.tasks), "content_hash": s.content_hash} for s in suites],
         **{role: {"name": r.config.name, "path": str(r.config.path), "expect": r.config.expect,
                   "requested": r.config.identity(), "effective": r.effective, "spec_decode": r.spec_decode,
-                  "cached_suites": r.cached, "generations": r.generations} for role, r in runs.items()},
+                  "evidence_sources": r.evidence_sources, "cached_suites": r.cached, "generations": r.generations} for role, r in runs.items()},
     }
     doc = gate_document(decision, comparisons, manifest, spec_floors=thresholds.spec_floors_for(cand.name),
                         near_tie=thresholds.near_tie_logprob)

@@ -84,6 +84,41 @@ def check_platform(engine_args: dict[str, Any], config_path: object) -> None:
                               path=config_path, field="engine_args.enable_mamba_cache_stochastic_rounding")
 
 
+PER_REQUEST = "per_request"          # spec-decode counts summed from each request's own metrics
+ENGINE_COUNTERS = "engine_counters"  # the engine-wide counters, diffed around each suite
+
+
+def evalgate_extras(engine_args: dict[str, Any], supported: frozenset[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The engine args evalgate adds on its own, limited to those the installed vLLM's ``EngineArgs`` has.
+
+    Both are observability only (outputs unchanged): ``disable_log_stats: False`` (``vllm.LLM`` defaults it to
+    True, which hides the spec-decode counters) and, with speculative decoding, ``per_request_spec_decode_metrics:
+    "summary"`` (vLLM 0.32 has it; 0.26.0 does not, and passing it there is a TypeError). A key the config sets
+    itself is never overridden.
+
+    Args:
+        engine_args: the config's engine args.
+        supported: the installed ``EngineArgs`` field names (``config.engine_arg_names``).
+    Returns:
+        ``(extra kwargs for vllm.LLM, evidence sources)``; sources maps ``"spec_decode"`` to ``PER_REQUEST`` or
+        ``ENGINE_COUNTERS`` when speculative decoding is on, and is empty otherwise.
+    """
+    extra: dict[str, Any] = {}
+    if "disable_log_stats" in supported and "disable_log_stats" not in engine_args:
+        extra["disable_log_stats"] = False
+    sources: dict[str, str] = {}
+    if engine_args.get("speculative_config"):
+        key = "per_request_spec_decode_metrics"
+        if key in engine_args:
+            sources["spec_decode"] = PER_REQUEST if engine_args[key] != "none" else ENGINE_COUNTERS
+        elif key in supported:
+            extra[key] = "summary"
+            sources["spec_decode"] = PER_REQUEST
+        else:
+            sources["spec_decode"] = ENGINE_COUNTERS
+    return extra, sources
+
+
 def _has_cuda() -> bool:
     return os.path.exists("/dev/nvidia0") or bool(os.environ.get("CUDA_VISIBLE_DEVICES"))
 
@@ -97,7 +132,8 @@ class Generation:
     what prefill scoring cannot (an SSM state stored in FP16 between steps, a speculative-decoding path);
     ``evidence.decode_divergence`` compares them along the tokens both sides generated alike. ``spec_decode``:
     this request's own speculative-decoding counts (``spec_decode_num_drafts`` = verify steps with drafts,
-    ``..._draft_tokens``, ``..._accepted_tokens``; vLLM's per-request metrics), None without speculative decoding.
+    ``..._draft_tokens``, ``..._accepted_tokens``; vLLM's per-request metrics), None without speculative decoding
+    or where the installed vLLM has no per-request metrics (0.26: only the engine-wide counters exist).
     Kept with the generation so a resumed or cached run still reports the acceptance of every item."""
 
     text: str
@@ -123,13 +159,12 @@ class VllmEngine:
     def __init__(self, model: str, engine_args: dict[str, Any], sampling: Sampling) -> None:
         from vllm import LLM
 
+        from evalgate.config import engine_arg_names
+
         self.sampling = sampling
         self.requested = dict(engine_args)
-        extra: dict[str, Any] = {}
-        if engine_args.get("speculative_config") and "per_request_spec_decode_metrics" not in engine_args:
-            # Acceptance per request (not only engine-wide counters): observability only, outputs are unchanged.
-            extra["per_request_spec_decode_metrics"] = "summary"
-        self.llm = LLM(model=model, disable_log_stats=False, **engine_args, **extra)
+        extra, self.evidence_sources = evalgate_extras(engine_args, engine_arg_names())
+        self.llm = LLM(model=model, **engine_args, **extra)
 
     def generate(self, prompts: list[str], *, max_tokens: int, stop: list[str], logprobs: int = 0) -> list[Generation]:
         """Greedy (or the config's) completions of ``prompts``, one batch, order preserved.

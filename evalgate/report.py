@@ -18,7 +18,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from evalgate.compare import TaskComparison
 from evalgate.evidence import as_dict, spec_decode_health, task_evidence
 from evalgate.gate import escalate, MISSING, Decision, TaskDecision, Verdict, effective_diff, spec_decode_floor_failures
-from evalgate.outputs import NO_OP_NOTE, floor_note, items_needed_short, shown_verdict
+from evalgate.outputs import NO_OP_NOTE, SPEC_SOURCE_NOTE, floor_note, items_needed_short, shown_verdict
 from evalgate.plot import delta_plot, kl_curve
 from evalgate.power import items_needed, items_needed_basis
 
@@ -93,6 +93,8 @@ def gate_document(decision: Decision, comparisons: list[TaskComparison], manifes
         "config_diff": _diff_rows(base["requested"], cand["requested"]),
         "effective_diff": _diff_rows(base["effective"], cand["effective"]),
         "spec_decode": {role: as_dict(h) for role, h in spec.items()},
+        # Where the candidate's acceptance counts came from (runner.ConfigRun.evidence_sources); None when none.
+        "spec_decode_source": (cand.get("evidence_sources") or {}).get("spec_decode"),
         "manifest": manifest,
     }
 
@@ -195,6 +197,7 @@ def _env() -> Environment:
     env.globals["floor_note"] = floor_note
     env.globals["shown_verdict"] = shown_verdict
     env.globals["NO_OP_NOTE"] = NO_OP_NOTE
+    env.globals["spec_source_note"] = SPEC_SOURCE_NOTE
     return env
 
 
