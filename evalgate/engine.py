@@ -14,6 +14,7 @@ reports what the engine actually resolved, and the gate compares those, not the 
 from __future__ import annotations
 
 import enum
+import functools
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -91,10 +92,11 @@ ENGINE_COUNTERS = "engine_counters"  # the engine-wide counters, diffed around e
 def evalgate_extras(engine_args: dict[str, Any], supported: frozenset[str]) -> tuple[dict[str, Any], dict[str, str]]:
     """The engine args evalgate adds on its own, limited to those the installed vLLM's ``EngineArgs`` has.
 
-    Both are observability only (outputs unchanged): ``disable_log_stats: False`` (``vllm.LLM`` defaults it to
-    True, which hides the spec-decode counters) and, with speculative decoding, ``per_request_spec_decode_metrics:
-    "summary"`` (vLLM 0.32 has it; 0.26.0 does not, and passing it there is a TypeError). A key the config sets
-    itself is never overridden.
+    Observability: ``disable_log_stats: False`` (``vllm.LLM`` defaults it to True, which hides the spec-decode
+    counters) and, with speculative decoding, ``per_request_spec_decode_metrics: "summary"`` (vLLM 0.32 has it;
+    0.26.0 does not, and passing it there is a TypeError). A workaround: with speculative decoding and an explicit
+    ``dtype``, ``hf_overrides`` = ``declare_dtype(dtype)``, so vLLM's MTP drafter builds its layers in the engine's
+    dtype (see the comment below). A key the config sets itself is never overridden.
 
     Args:
         engine_args: the config's engine args.
@@ -107,6 +109,14 @@ def evalgate_extras(engine_args: dict[str, Any], supported: frozenset[str]) -> t
     if "disable_log_stats" in supported and "disable_log_stats" not in engine_args:
         extra["disable_log_stats"] = False
     sources: dict[str, str] = {}
+    dtype = str(engine_args.get("dtype", "auto"))
+    if (engine_args.get("speculative_config") and dtype != "auto" and "hf_overrides" in supported
+            and "hf_overrides" not in engine_args):
+        # vLLM's NemotronH MTP drafter builds its eh_proj with params_dtype=hf_config.dtype (the checkpoint's
+        # declared dtype), not the engine's dtype, and a dict hf_overrides never reaches the draft's config; only
+        # a callable does. Without this, an FP32 engine on a checkpoint declaring bfloat16 crashes in the drafter
+        # on CUDA ("expected mat1 and mat2 to have the same dtype"; vLLM 0.26.0 and 0.32 alike).
+        extra["hf_overrides"] = functools.partial(declare_dtype, dtype)
     if engine_args.get("speculative_config"):
         key = "per_request_spec_decode_metrics"
         if key in engine_args:
@@ -117,6 +127,21 @@ def evalgate_extras(engine_args: dict[str, Any], supported: frozenset[str]) -> t
         else:
             sources["spec_decode"] = ENGINE_COUNTERS
     return extra, sources
+
+
+def declare_dtype(dtype: str, hf_config: Any) -> Any:
+    """``hf_overrides`` callable: make the model config declare the engine's ``dtype`` (e.g. "float32").
+
+    Module-level (picklable through ``functools.partial``: vLLM sends configs to engine processes). Sets the
+    top-level config and, where different, its text config. Only the declaration changes; vLLM casts weights to the
+    engine dtype anyway. Returns ``hf_config``.
+    """
+    import torch
+
+    value = getattr(torch, dtype)
+    for cfg in {id(c): c for c in (hf_config, getattr(hf_config, "get_text_config", lambda: hf_config)())}.values():
+        cfg.dtype = value
+    return hf_config
 
 
 def _has_cuda() -> bool:

@@ -13,7 +13,7 @@ from evalgate.engine import ENGINE_COUNTERS, PER_REQUEST, evalgate_extras
 from evalgate.errors import ConfigError
 
 # The fields that matter here, as the two releases spell them (0.26.0 lacks per_request_spec_decode_metrics).
-V026 = frozenset({"model", "dtype", "disable_log_stats", "speculative_config", "mamba_ssm_cache_dtype",
+V026 = frozenset({"model", "dtype", "disable_log_stats", "hf_overrides", "speculative_config", "mamba_ssm_cache_dtype",
                   "mamba_backend", "enable_mamba_cache_stochastic_rounding", "async_scheduling"})
 V032 = V026 | {"per_request_spec_decode_metrics"}
 MTP = {"speculative_config": {"method": "mtp", "num_speculative_tokens": 1}}
@@ -22,6 +22,7 @@ MTP = {"speculative_config": {"method": "mtp", "num_speculative_tokens": 1}}
 def test_per_request_metrics_only_where_engine_args_has_them() -> None:
     assert evalgate_extras(MTP, V032) == (
         {"disable_log_stats": False, "per_request_spec_decode_metrics": "summary"}, {"spec_decode": PER_REQUEST})
+    assert "per_request_spec_decode_metrics" not in evalgate_extras(MTP, V026)[0]
     # vLLM 0.26.0: passing the option would be a TypeError in EngineArgs.__init__; fall back to the counters.
     assert evalgate_extras(MTP, V026) == ({"disable_log_stats": False}, {"spec_decode": ENGINE_COUNTERS})
 
@@ -37,6 +38,25 @@ def test_a_key_the_config_sets_is_never_overridden() -> None:
     assert extra == {} and sources == {"spec_decode": ENGINE_COUNTERS}
     # A vLLM whose EngineArgs lacks disable_log_stats gets nothing added at all.
     assert evalgate_extras(MTP, frozenset({"speculative_config"})) == ({}, {"spec_decode": ENGINE_COUNTERS})
+
+
+def test_mtp_drafter_is_told_the_engine_dtype() -> None:
+    """vLLM's NemotronH MTP builds eh_proj in hf_config.dtype (the checkpoint's bfloat16): an FP32 engine crashed on
+    CUDA. evalgate passes a callable hf_overrides (the only kind vLLM applies to the draft config too)."""
+    import pickle
+
+    import torch
+    from transformers import PretrainedConfig
+
+    extra, _ = evalgate_extras({**MTP, "dtype": "float32"}, V026)
+    override = extra["hf_overrides"]
+    cfg = PretrainedConfig(dtype="bfloat16")
+    assert override(cfg) is cfg and cfg.dtype == torch.float32
+    assert pickle.loads(pickle.dumps(override))(PretrainedConfig(dtype="bfloat16")).dtype == torch.float32
+    # Not without speculative decoding, not for dtype auto, never over the config's own hf_overrides.
+    assert "hf_overrides" not in evalgate_extras({"dtype": "float32"}, V026)[0]
+    assert "hf_overrides" not in evalgate_extras(MTP, V026)[0]
+    assert "hf_overrides" not in evalgate_extras({**MTP, "dtype": "float32", "hf_overrides": {}}, V026)[0]
 
 
 def test_option_missing_from_installed_vllm_names_option_and_version(monkeypatch: pytest.MonkeyPatch,
