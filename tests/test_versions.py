@@ -57,6 +57,8 @@ def test_mtp_drafter_is_told_the_engine_dtype() -> None:
     assert "hf_overrides" not in evalgate_extras({"dtype": "float32"}, V026)[0]
     assert "hf_overrides" not in evalgate_extras(MTP, V026)[0]
     assert "hf_overrides" not in evalgate_extras({**MTP, "dtype": "float32", "hf_overrides": {}}, V026)[0]
+    # CUDA only: the CPU build runs the mixed-dtype drafter, and its measured behaviour is kept.
+    assert "hf_overrides" not in evalgate_extras({**MTP, "dtype": "float32"}, V026, cuda=False)[0]
 
 
 def test_option_missing_from_installed_vllm_names_option_and_version(monkeypatch: pytest.MonkeyPatch,
