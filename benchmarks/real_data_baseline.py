@@ -7,7 +7,8 @@ lm-eval evaluates), for the real-data tiers that near-zero tiny models make wort
         --tasks coding_mbpp finance_tatqa finance_finqa [--limit N] [--out FILE.json]
 
 Prints one line per task (items, primary metric, mean, every metric's mean, seconds) and writes them as JSON
-with ``--out``, plus each item's output for inspection. No store, no candidate: a measurement, not a gate.
+with ``--out`` (after each task), plus each item's output for inspection. No store, no candidate: a
+measurement, not a gate.
 """
 
 from __future__ import annotations
@@ -64,8 +65,8 @@ def main() -> None:
                                  "outputs": [s["resps"][0][0] for s in samples]}
         print(f"{task}: n={len(samples)} {primary[task]}={means.get(primary[task])} all={means} ({secs:.1f} s)",
               flush=True)
-    if args.out:
-        args.out.write_text(json.dumps(report, indent=1), encoding="utf-8")
+        if args.out:  # after every task: a long run stopped early keeps what it measured
+            args.out.write_text(json.dumps(report, indent=1), encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -69,8 +69,9 @@ def build_tatqa(src: Path) -> None:
 
 
 def build_finqa(src: Path) -> None:
-    """FinQA test subset: every question, the original fields the task reads (not the page's full text); three few-shot examples (the shortest
-    retrieved-facts context with a 1-, 2- and 3-step program whose numbers all appear in its facts) are written apart and excluded from the test file."""
+    """FinQA test subset: every question, the original fields the task reads (not the page's full text). Three
+    worked examples (the shortest retrieved-facts context with a 1-, 2- and 3-step program whose numbers all appear
+    in its facts) are written apart and left out of the test file."""
     data = json.loads((src / "finqa" / "finqa_test.json").read_text(encoding="utf-8"))
     rows = [{"id": e["id"], "table": e["table"],
              "qa": {k: e["qa"][k] for k in ("question", "answer", "program", "exe_ans", "gold_inds", "model_input")}}

@@ -29,7 +29,8 @@ def _words(valid_line: list[dict]) -> list[tuple[object, float, float, str]]:
     for line_no, line in enumerate(valid_line):
         for w in line.get("words", []):
             q = w.get("quad", {})
-            out.append((w.get("row_id", f"line-{line_no}"), float(q.get("y1", 0)), float(q.get("x1", 0)), str(w.get("text", ""))))
+            row = w.get("row_id", f"line-{line_no}")
+            out.append((row, float(q.get("y1", 0)), float(q.get("x1", 0)), str(w.get("text", ""))))
     return out
 
 
