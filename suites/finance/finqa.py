@@ -2,7 +2,7 @@
 FinQA authors' ``code/evaluate/evaluate.py`` (github.com/czyssrs/FinQA) defines it.
 
 Data: ``data/finqa/`` (a 158-question subset of the FinQA test set, MIT; what and why in its README.md); the
-full data is ``dataset/test.json`` of that repository (hub mirror ``ibm-research/finqa``). Each item is one
+full data is ``dataset/test.json`` of that repository (a hub copy: ``ibm-research/finqa``). Each item is one
 question of one report page (``doc_group`` = the page, ``filename``-like prefix of the id).
 
 Context. The authors' generator (``code/generator/finqa_utils.py``, ``read_mathqa_entry``) reads the question

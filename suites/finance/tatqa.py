@@ -1,9 +1,9 @@
 """finance_tatqa: TAT-QA (hybrid table + text questions from real financial reports), 3-shot, scored by the
 official TAT-QA evaluation: exact match and numeracy-focused F1, with the answer's scale.
 
-Data: ``data/tatqa/`` (a subset of the published dev set, CC BY 4.0; what and why in its README.md). The hub
-name of the published data is the GitHub release ``NExTplusplus/TAT-QA`` (``dataset_raw/tatqa_dataset_dev.json``);
-``next-tat/TAT-QA`` is its hub mirror. Each item is one question; the questions of one context (a table and
+Data: ``data/tatqa/`` (a subset of the published dev set, CC BY 4.0; what and why in its README.md). The
+published data is ``dataset_raw/tatqa_dataset_dev.json`` of github.com/NExTplusplus/TAT-QA; the authors' hub copy
+is ``next-tat/TAT-QA``. Each item is one question; the questions of one context (a table and
 its paragraphs) share its ``doc_group``. Prompt: the context as ``Table:`` rows (cells joined by `` | ``) and
 ``Text:`` paragraphs, the question, ``Answer:``; the worked examples answer in two lines, the answer (spans
 joined by `` | ``) and ``Scale: none|thousand|million|billion|percent``. :func:`parse_prediction` reads those
