@@ -11,6 +11,7 @@ import argparse
 import datetime as dt
 import logging
 import math
+import os
 import sys
 import time
 import traceback
@@ -66,7 +67,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from evalgate.report import gate_document, render_terminal
     from evalgate.runner import check_engine_values, evaluate_config, versions
     from evalgate.store import ResultStore, tasks_to_json, write_json_atomic
-    from evalgate.suites import default_suites_dir, list_suites, load_suite
+    from evalgate.suites import check_datasets, default_suites_dir, list_suites, load_suite
     from evalgate.thresholds import load_thresholds
 
     _check_run_args(args)
@@ -82,6 +83,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not suites:
         raise ConfigError("no suites found", path=suites_dir)
     all_suites = list_suites(suites_dir)
+    # Every task's data must be at hand before an engine starts; offline, lm-eval must not wait on the hub.
+    os.environ.update(check_datasets(suites))
     thresholds.check_names([s.name for s in all_suites], [t for s in all_suites for t in s.tasks],
                            [*config_mod.list_configs(configs_dir), cand.name])
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -314,7 +317,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"  {name:24} vs {c.baseline or '-':12} {c.description}")
     print("suites:")
     for s in list_suites(Path(args.suites_dir) if args.suites_dir else default_suites_dir()):
-        print(f"  {s.name:24} {', '.join(f'{t} ({s.primary_metric[t]})' for t in s.tasks)}")
+        tasks = [f"{t.name} ({t.metric}{', lm-eval built-in' if t.builtin else ''})" for t in s.specs]
+        print(f"  {s.name:24} {', '.join(tasks)}")
     return 0
 
 
