@@ -369,6 +369,9 @@ def _evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None,
         metric = suite["metrics"][task]
         items = []
         for s in _first_filter(samples.get(task, [])):
+            if _is_loglikelihood(s):  # no generation: no decode or logit evidence, the choices' log-probs instead
+                items.append(_choice_item(task, s, metric, lm.records))
+                continue
             context, gen_kwargs = s["arguments"][0]
             key = request_key(context, *request_params(gen_kwargs, sampling))
             keys[(task, int(s["doc_id"]))] = key
@@ -467,6 +470,40 @@ def _item(task: str, sample: dict[str, Any], metric: str, gen: dict[str, Any]) -
         prompt=str(sample["arguments"][0][0]), target=str(sample["target"]),
         output=str(sample["resps"][0][0]), score=float(metrics[metric]), metrics=metrics,
         n_tokens=gen.get("n_tokens"), finish_reason=gen.get("finish_reason"), cluster=_cluster(sample),
+    )
+
+
+def _is_loglikelihood(sample: dict[str, Any]) -> bool:
+    """A sample of a ``loglikelihood`` / ``multiple_choice`` / ``loglikelihood_rolling`` task: its responses are
+    ``(logprob, is_greedy)`` pairs or floats, not generated text."""
+    resps = sample.get("resps") or [[""]]
+    return not isinstance(resps[0][0], str)
+
+
+def _choice_item(task: str, sample: dict[str, Any], metric: str, records: dict[str, Any]) -> ItemResult:
+    """One logged loglikelihood sample as an ``ItemResult``: ``choices`` holds every request's continuation, its
+    log-prob (nats, summed over its tokens), whether greedy decoding would produce it, and its token count;
+    ``output`` is the continuation with the highest log-prob (the choice ``acc`` scores), ``target`` the gold one."""
+    from evalgate.engine import loglikelihood_key
+
+    metrics = {k: float(sample[k]) for k in sample.get("metrics", []) if isinstance(sample.get(k), (int, float))}
+    args = [tuple(a) for a in sample["arguments"]]
+    choices = []
+    for a, resp in zip(args, sample["resps"]):
+        value = resp[0]
+        logprob, greedy = (value[0], value[1]) if isinstance(value, (list, tuple)) else (value, None)
+        kind = "loglikelihood" if len(a) == 2 else "loglikelihood_rolling"
+        rec = records.get(loglikelihood_key(kind, *a), {})
+        choices.append({"continuation": str(a[-1]), "logprob": float(logprob),
+                        "is_greedy": None if greedy is None else bool(greedy), "n_tokens": rec.get("n_tokens")})
+    best = max(range(len(choices)), key=lambda i: (choices[i]["logprob"], -i))
+    target = sample.get("target")
+    gold = choices[target]["continuation"] if isinstance(target, int) and 0 <= target < len(choices) else str(target)
+    return ItemResult(
+        task=task, item_id=int(sample["doc_id"]), item_hash=str(sample["doc_hash"]),
+        prompt=str(args[0][0]) if len(args[0]) == 2 else "", target=gold, output=choices[best]["continuation"],
+        score=float(metrics[metric]), metrics=metrics, n_tokens=sum(c["n_tokens"] or 0 for c in choices) or None,
+        cluster=_cluster(sample), choices=tuple(choices),
     )
 
 

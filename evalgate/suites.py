@@ -27,12 +27,13 @@ from typing import Any
 import yaml
 
 from evalgate.errors import ConfigError
+from evalgate.project import builtin_dir, layout
 
 __all__ = ["SUITES_DIR", "Suite", "TaskSpec", "builtin_index", "content_hash", "count_items", "default_suites_dir", "list_suites", "load_suite",
            "task_manager"]
 
 SUITES_ENV = "EVALGATE_SUITES"
-SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
+SUITES_DIR = builtin_dir() / "suites"  # the shipped suites; a project's own come from project.layout()
 _IGNORED_DIRS = {"__pycache__"}
 _YAML_SUFFIXES = (".yaml", ".yml")
 
@@ -135,9 +136,9 @@ def _duplicate_key(node: yaml.Node, where: str = "") -> tuple[str, yaml.Mark] | 
 
 
 def default_suites_dir() -> Path:
-    """``$EVALGATE_SUITES`` if set and non-empty, else :data:`SUITES_DIR` (the repo's ``suites/``)."""
-    env = os.environ.get(SUITES_ENV, "").strip()
-    return Path(env).expanduser().resolve() if env else SUITES_DIR
+    """``$EVALGATE_SUITES`` if set and non-empty, else the gate project's ``suites/`` (found from the working
+    directory upward, ``project.layout``), else :data:`SUITES_DIR` (the suites shipped with evalgate)."""
+    return layout().suites
 
 
 def _files(folder: Path) -> list[Path]:
