@@ -481,11 +481,12 @@ def score_pairs(engine: Any, journal: Any, lm: Any, pairs: list[tuple[str, str]]
 
 def score_rolling(engine: Any, journal: Any, lm: Any, texts: list[str]) -> list[dict[str, Any]]:
     """Answer lm-eval ``loglikelihood_rolling`` requests (perplexity): the text's full log-likelihood over lm-eval's
-    disjoint rolling windows (``lm_eval.utils.get_rolling_token_windows`` with the prefix token, windows of the
-    engine's ``max_model_len - 1`` tokens, as HFLM), each window scored as a loglikelihood. Journaled per text."""
+    disjoint rolling windows (``lm_eval.utils.get_rolling_token_windows`` with the prefix token and lm-eval's vLLM
+    backend's ``max_seq_len = max_model_len - 2``: one token of context, one of generation, so every window's
+    sequence fits the engine), each window scored as a loglikelihood. Journaled per text."""
     from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
-    tok, max_len = engine.tokenizer(), engine.max_model_len() - 1
+    tok, max_len = engine.tokenizer(), engine.max_model_len() - 2
     out = []
     for text in texts:
         key = loglikelihood_key("loglikelihood_rolling", text)
