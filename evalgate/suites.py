@@ -546,6 +546,20 @@ def count_items(suite: Suite, task: str) -> int:
                           path=path, field="custom_dataset") from exc
 
 
+def _needs_entry(path: Path) -> bool:
+    """Whether lm-eval would read suite YAML ``path`` differently from evalgate: it carries evalgate's own keys, or
+    local paths (``data_files``, a relative ``dataset_path``) that lm-eval would resolve against the working
+    directory. A YAML evalgate cannot parse is left to lm-eval (``load_suite`` reports it)."""
+    try:
+        cfg = _read_yaml(path)
+    except ConfigError:
+        return False
+    kwargs = cfg.get("dataset_kwargs")
+    dp = cfg.get("dataset_path")
+    return (any(k in cfg for k in EVALGATE_KEYS) or isinstance(kwargs, dict) and "data_files" in kwargs
+            or isinstance(dp, str) and dp.startswith(("./", "../")))
+
+
 def task_manager(suites_dir: Path | str | None = None, builtins: bool = False) -> Any:
     """An ``lm_eval.tasks.TaskManager`` that knows the suites' tasks (and lm-eval's built-ins if ``builtins``).
 
@@ -563,6 +577,8 @@ def task_manager(suites_dir: Path | str | None = None, builtins: bool = False) -
     index = manager.task_index
     for name in _suite_names(root):
         for path in _suite_yamls(root / name):
+            if not _needs_entry(path):
+                continue  # lm-eval's own entry reads it as evalgate does
             cfg = load_yaml(path, resolve_func=True, recursive=True)
             for key in EVALGATE_KEYS:
                 cfg.pop(key, None)
