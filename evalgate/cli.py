@@ -19,8 +19,11 @@ from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from evalgate.errors import ConfigError, EvalgateError, ExitCode
+from evalgate.project import builtin_dir
 
 log = logging.getLogger("evalgate")
+# The thresholds shipped with evalgate; a command uses its project's (project.layout) unless --thresholds is given.
+THRESHOLDS_FILE = builtin_dir() / "thresholds.yaml"
 _VERDICT_EXIT = {"PASS": ExitCode.PASS, "BLOCK": ExitCode.BLOCK, "NO-OP": ExitCode.NO_OP,
                  "INCONCLUSIVE": ExitCode.INCONCLUSIVE}
 
