@@ -281,3 +281,76 @@ def test_adapter_matches_an_independent_reference_and_resumes(tmp_path: Path, hf
     assert worst < 2e-3, f"largest |vLLM - reference| log-prob difference {worst:.2e} nats"
     ids = [hf_tok.bos_token_id] + hf_tok.encode(text)  # HFLM rolling: the prefix token, then the text's tokens
     assert out["rolling"] == pytest.approx(_reference_logprob(model, ids, 1), abs=2e-3)
+
+
+@pytest.mark.engine
+def test_a_multiple_choice_suite_is_gated_end_to_end(tmp_path: Path) -> None:
+    """``evalgate run`` over a suite holding only a multiple-choice task: both sides score each choice, the
+    comparison is the paired 0/1 one, and the per-item choices reach baseline.json/candidate.json and the report."""
+    import os
+
+    d = tmp_path / "suites" / "mc"
+    (d / "data").mkdir(parents=True)
+    (d / "tiny_mc.yaml").write_text(MC_TASK)
+    items = mc_items()
+    (d / "data" / "mc.json").write_text(json.dumps(items))
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "evalgate", "run", "--config", "fp16-state", "--configs-dir",
+                           str(ROOT / "configs"), "--suites-dir", str(tmp_path / "suites"), "--thresholds",
+                           str(ROOT / "thresholds.yaml"), "--out", str(out)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=1200,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "EVALGATE_HOME": str(tmp_path / "home")})
+    assert proc.returncode in (0, 1, 5), proc.stderr[-3000:]  # a verdict (6 items rarely decide), not an error
+    verdict = json.loads((out / "verdict.json").read_text())
+    (task,) = verdict["tasks"]
+    assert (task["task"], task["metric"], task["n"], task["binary"]) == ("tiny_mc", "acc", len(items), True)
+    for side in ("baseline", "candidate"):
+        got = json.loads((out / f"{side}.json").read_text())["tasks"]["tiny_mc"]["items"]
+        assert [len(i["choices"]) for i in got] == [3] * len(items)
+        assert [i["score"] for i in got] == [float(max(range(3), key=lambda k: i["choices"][k]["logprob"]) == doc["gold"])
+                                             for i, doc in zip(got, items)]
+    assert "tiny_mc" in (out / "report.html").read_text()
+
+
+def test_runner_evaluates_a_group_with_its_limit_through_lm_eval(tmp_path: Path, monkeypatch) -> None:
+    """The worker's lm-eval call on a suite whose YAML is a group over a local multiple-choice task, with the suite
+    YAML's limit, run from another directory (a stand-in LM answers: a choice's log-prob is minus its length)."""
+    from lm_eval.api.model import LM
+
+    from evalgate.config import Sampling
+    from evalgate.runner import _evaluate_suite
+    from evalgate.suites import load_suite
+
+    d = tmp_path / "suites" / "mc"
+    (d / "data").mkdir(parents=True)
+    (d / "tiny_mc.yaml").write_text(MC_TASK)
+    (d / "g.yaml").write_text("group: mc_group\nlimit: 4\ntask:\n  - task: tiny_mc\n    num_fewshot: 0\n")
+    items = mc_items()
+    (d / "data" / "mc.json").write_text(json.dumps(items))
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+
+    class ByLength(LM):
+        records: dict = {}
+
+        def loglikelihood(self, requests, disable_tqdm=False):
+            return [(-float(len(r.args[1])), False) for r in requests]
+
+        def loglikelihood_rolling(self, requests, disable_tqdm=False):
+            raise AssertionError("not asked")
+
+        def generate_until(self, requests, disable_tqdm=False):
+            raise AssertionError("not asked")
+
+    s = load_suite("mc", tmp_path / "suites")
+    assert s.entries == (("mc_group", 4),)
+    spec = {"name": s.name, "dir": str(s.path.parent), "tasks": list(s.tasks), "metrics": s.primary_metric,
+            "builtins": s.builtins, "entries": [list(e) for e in s.entries]}
+    tasks, keys = _evaluate_suite(ByLength(), spec, 10, Sampling())
+    got = tasks["tiny_mc"].items
+    assert len(got) == 4 and keys == {}  # the YAML's limit is tighter than --limit 10; no generation keys
+    for item, doc in zip(got, items):
+        shortest = min(range(3), key=lambda k: (len(doc["choices"][k]), k))
+        assert item.output == " " + doc["choices"][shortest]
+        assert item.score == float(shortest == doc["gold"])
+        assert [c["logprob"] for c in item.choices] == [-float(len(c) + 1) for c in doc["choices"]]
