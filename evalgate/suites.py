@@ -29,8 +29,8 @@ import yaml
 from evalgate.errors import ConfigError
 from evalgate.project import builtin_dir, layout
 
-__all__ = ["SUITES_DIR", "Suite", "TaskSpec", "builtin_index", "content_hash", "count_items", "default_suites_dir", "list_suites", "load_suite",
-           "task_manager"]
+__all__ = ["SUITES_DIR", "Suite", "TaskSpec", "builtin_index", "check_datasets", "content_hash", "count_items",
+           "default_suites_dir", "list_suites", "load_suite", "task_manager"]
 
 SUITES_ENV = "EVALGATE_SUITES"
 SUITES_DIR = builtin_dir() / "suites"  # the shipped suites; a project's own come from project.layout()
@@ -216,13 +216,13 @@ def _check_metrics(cfg: dict[str, Any], path: Path, what: str = "") -> str:
     first = metrics[0]
     field = None if what else "metric_list[0]"
     if not isinstance(first, dict) or not isinstance(first.get("metric"), str) or not first["metric"]:
-        raise ConfigError(f"{what}first metric_list entry has no metric name" if what else "first entry has no metric name",
-                          path=path, field=field and f"{field}.metric")
+        raise ConfigError(f"{what}first metric_list entry has no metric name" if what else
+                          "first entry has no metric name", path=path, field=field and f"{field}.metric")
     if "higher_is_better" in first and first["higher_is_better"] is not True:
         hib = first["higher_is_better"]
         raise ConfigError(f"{what}must be true for the primary metric {first['metric']!r}, got "
-                          f"{str(hib).lower() if isinstance(hib, bool) else repr(hib)}: evalgate's gate assumes higher is better (score items "
-                          "so that 1 is right, or put another metric first)",
+                          f"{str(hib).lower() if isinstance(hib, bool) else repr(hib)}: evalgate's gate assumes "
+                          "higher is better (score items so that 1 is right, or put another metric first)",
                           path=path, field=field and f"{field}.higher_is_better")
     if "aggregation" in first and first["aggregation"] != "mean":
         raise ConfigError(f"{what}must be 'mean' for the primary metric {first['metric']!r}, got "
