@@ -295,9 +295,11 @@ def test_a_multiple_choice_suite_is_gated_end_to_end(tmp_path: Path) -> None:
     items = mc_items()
     (d / "data" / "mc.json").write_text(json.dumps(items))
     out = tmp_path / "run"
+    (tmp_path / "thresholds.yaml").write_text("alpha: 0.05\npower: 0.8\non_inconclusive: warn\n"
+                                              "default: {margin: 5.0}\n")
     proc = subprocess.run([sys.executable, "-m", "evalgate", "run", "--config", "fp16-state", "--configs-dir",
                            str(ROOT / "configs"), "--suites-dir", str(tmp_path / "suites"), "--thresholds",
-                           str(ROOT / "thresholds.yaml"), "--out", str(out)], cwd=tmp_path, capture_output=True,
+                           str(tmp_path / "thresholds.yaml"), "--out", str(out)], cwd=tmp_path, capture_output=True,
                           text=True, timeout=1200,
                           env={**os.environ, "PYTHONPATH": str(ROOT), "EVALGATE_HOME": str(tmp_path / "home")})
     assert proc.returncode in (0, 1, 5), proc.stderr[-3000:]  # a verdict (6 items rarely decide), not an error
