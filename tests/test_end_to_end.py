@@ -19,6 +19,7 @@ pytest.importorskip("vllm", reason="needs vLLM (pip install 'evalgate[cpu]')")
 
 from evalgate.cli import main  # noqa: E402
 from evalgate.evidence import is_degenerate  # noqa: E402
+from evalgate.suites import list_suites  # noqa: E402
 from evalgate.engine import NO_SSM  # noqa: E402
 from evalgate.thresholds import load_thresholds  # noqa: E402
 
@@ -42,7 +43,8 @@ def test_numerics_changing_candidate_is_gated_on_every_suite(bf16_run: tuple[int
     # (exit 5 with the repository's on_inconclusive: warn) unless a loss is shown outright (BLOCK).
     assert doc["verdict"] in ("BLOCK", "INCONCLUSIVE")
     assert code == {"BLOCK": 1, "INCONCLUSIVE": 5}[doc["verdict"]]
-    assert {t["task"] for t in doc["tasks"]} == {"docparse_fields", "coding_humaneval", "finance_tableqa"}
+    assert {t["task"] for t in doc["tasks"]} == {t for s in list_suites() for t in s.tasks} >= {
+        "docparse_fields", "coding_humaneval", "finance_tableqa"}
     assert any(r["key"] == "engine_args.dtype" and "bfloat16" in r["candidate"] for r in doc["effective_diff"])
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["baseline"]["effective"]["engine_args"]["dtype"] == "float32"
