@@ -416,7 +416,7 @@ def task_evidence(pairs: Sequence[tuple[ItemResult, ItemResult]], spec: SpecDeco
             "failures": failures}
 
 
-CURVE_POSITIONS = 256  # output positions kept in a task's KL-against-position curve
+CURVE_POSITIONS = 1536  # output positions kept in a task's KL-against-position curve (the long task writes 1,300)
 # Output-token buckets [lo, hi) (hi None: open) of ``position_buckets``; the long-generation suite scores its rows
 # in the same buckets (per-item metrics ``pos_<lo>_<hi>`` / ``pos_<lo>_plus``).
 POSITION_BUCKETS: tuple[tuple[int, int | None], ...] = ((0, 256), (256, 512), (512, 1024), (1024, None))

@@ -34,7 +34,19 @@ CARRIERS = ("DHL", "UPS", "FedEx", "GLS", "DPD", "TNT")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 # Token positions (embedded tokenizer) of the gold output: [lo, hi) per bucket, hi None = open.
 POSITION_BUCKETS = ((0, 256), (256, 512), (512, 1024), (1024, None))
-TOKENIZER = Path(__file__).resolve().parents[2] / "evalgate" / "hybrid" / "checkpoint" / "tokenizer.json"
+
+
+def _tokenizer_file() -> Path:
+    """The embedded hybrid's tokenizer: from the installed evalgate package, else next to this repository's suites."""
+    try:
+        import evalgate.hybrid
+
+        return Path(evalgate.hybrid.__file__).parent / "checkpoint" / "tokenizer.json"
+    except ImportError:
+        return Path(__file__).resolve().parents[2] / "evalgate" / "hybrid" / "checkpoint" / "tokenizer.json"
+
+
+TOKENIZER = _tokenizer_file()
 
 
 def bucket_name(lo: int, hi: int | None) -> str:
