@@ -203,7 +203,7 @@ def test_new_tasks_load_through_lm_eval(new_tasks, task: str) -> None:
     assert list(t.aggregation())[0] == metric
     assert t.config.generation_kwargs["max_gen_toks"] <= (1300 if task == "longgen_shipments" else 96)
     doc = docs[0]
-    prompt = doc["prompt"] if task == "coding_small" else module.doc_to_text(doc)
+    prompt = doc["prompt"] if task.startswith("coding_") else module.doc_to_text(doc)
     assert t.doc_to_text(doc) == prompt
     assert t.process_results(doc, [""])[metric] == 0.0
     suite = next(s for s in list_suites(SUITES_DIR) if task in s.tasks)
