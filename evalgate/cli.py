@@ -221,6 +221,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     name = Path(args.config).stem if args.config.endswith((".yaml", ".yml")) else args.config
     if not args.from_dir:
         _find_config(args.config, Path(args.configs_dir))  # a config that does not exist has no pilot to find
+    if args.assume_discordance is not None:
+        return _plan_assumed(args, name, thresholds)
     pilot = Path(args.from_dir) if args.from_dir else _latest_run(name)
     sides = {role: read_json(pilot / f"{role}.json", f"{role} results") for role in ("baseline", "candidate")}
     gated = sides["candidate"].get("config") if isinstance(sides["candidate"], dict) else None
@@ -260,7 +262,72 @@ def cmd_plan(args: argparse.Namespace) -> int:
               "extrapolate from: N is a floor, not an estimate. No run of fewer items is powered for this margin "
               "(the SE is never below 100/N), and N suffice only if (almost) no item changes; a larger pilot "
               "that sees changes gives an estimate")
+    manifest = pilot / "manifest.json"
+    model = read_json(manifest, "run manifest").get("model") if manifest.is_file() else None
+    print(f"\nat full size, MDE extrapolated from the pilot's discordance (power {thresholds.power:g}):")
+    _print_full_size([(t.suite, t.task, t.available, t.min_margin) for t in plans], model or _config_model(args),
+                     thresholds, name)
     return int(ExitCode.PASS)
+
+
+def _config_model(args: argparse.Namespace) -> str | None:
+    """The model the planned config evaluates (None when the config cannot be loaded)."""
+    from evalgate.config import load_config
+
+    try:
+        return load_config(args.config, Path(args.configs_dir), check_engine_args=False).model
+    except EvalgateError:
+        return None
+
+
+def _plan_assumed(args: argparse.Namespace, name: str, thresholds: Any) -> int:
+    """``plan --assume-discordance P``: every task of every suite at full size, MDE at an assumed discordance."""
+    from evalgate.power import mde_at_discordance
+    from evalgate.suites import default_suites_dir, list_suites
+
+    p = args.assume_discordance
+    if not 0.0 <= p <= 1.0:
+        raise ConfigError(f"must be a share in [0, 1], got {p}", field="--assume-discordance")
+    rows = []
+    for suite in list_suites(default_suites_dir()):
+        sizes, _ = _suite_sizes({t: _Named(suite.name) for t in suite.tasks})
+        for task in suite.tasks:
+            n = sizes.get(task)
+            alpha = thresholds.for_task(suite.name, task, name).alpha
+            rows.append((suite.name, task, n, mde_at_discordance(p, n, alpha, thresholds.power) if n else None))
+    print(f"no pilot: MDE at full size assuming {100 * p:g} % of items change score between baseline and candidate "
+          f"(an assumption, not a measurement: a pilot run gives the real figure, 'evalgate plan --from RUN_DIR'); "
+          f"MDE = (z_(1-alpha) + z_power) * max(100 * sqrt({p:g} / n), 100 / n), power {thresholds.power:g}")
+    _print_full_size(rows, _config_model(args), thresholds, name)
+    return int(ExitCode.PASS)
+
+
+class _Named:
+    """The one attribute ``_suite_sizes`` reads of a task result: its suite."""
+
+    def __init__(self, suite: str) -> None:
+        self.suite = suite
+
+
+def _print_full_size(rows: list[tuple[str, str, int | None, float | None]], model: str | None, thresholds: Any,
+                     config: str) -> None:
+    """One line per (suite, task, items at full size, MDE at full size): the FP32 baseline's accuracy that the task
+    YAML records for ``model`` (``metadata.evalgate``; '-' when none), the items, the MDE and the gate's margin."""
+    from evalgate.suites import default_suites_dir, load_suite, task_notes
+
+    print(f"{'suite/task':34} {'baseline':>8} {'items':>6} {'MDE':>6} {'margin':>6}  measured ({model or 'model unknown'})")
+    loaded: dict[str, Any] = {}
+    for suite, task, n, mde_full in rows:
+        try:
+            loaded.setdefault(suite, load_suite(suite, default_suites_dir()))
+            notes = task_notes(loaded[suite], task)
+        except ConfigError as exc:
+            print(f"{suite + '/' + task:34} {'?':>8}  ({exc})")
+            continue
+        acc = notes.baseline_accuracy.get(model or "")
+        margin = thresholds.for_task(suite, task, config).margin
+        print(f"{suite + '/' + task:34} {'-' if acc is None else f'{100 * acc:.1f}%':>8} {n if n else '?':>6} "
+              f"{'-' if mde_full is None else f'{mde_full:.2f}':>6} {margin:>6g}  {notes.measured or '-'}")
 
 
 def _suite_sizes(tasks: dict[str, Any]) -> tuple[dict[str, int], dict[str, str]]:
@@ -294,7 +361,7 @@ def _latest_run(config: str) -> Path:
                    if (p / "baseline.json").is_file() and (p / "candidate.json").is_file())
     if not found:
         raise ConfigError(f"no pilot run of '{config}' under runs/; run 'evalgate run --config {config} --limit 40' "
-                          "or pass --from RUN_DIR", field="--from")
+                          "or pass --from RUN_DIR (or --assume-discordance P to plan without one)", field="--from")
     return found[-1]
 
 
@@ -388,8 +455,11 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plan", help="items needed per task for a margin, from a pilot run's discordance, against each suite's size")
     pl.add_argument("--config", required=True, help="the candidate config the pilot ran")
     pl.add_argument("--margin", type=float, required=True, help="non-inferiority margin, points")
-    pl.add_argument("--from", dest="from_dir", default=None,
-                    help="pilot run directory (default: the newest runs/<config>-*)")
+    source = pl.add_mutually_exclusive_group()
+    source.add_argument("--from", dest="from_dir", default=None,
+                        help="pilot run directory (default: the newest runs/<config>-*)")
+    source.add_argument("--assume-discordance", type=float, default=None, metavar="P",
+                        help="no pilot: every task at full size, MDE assuming a share P of items changes score")
     pl.add_argument("--thresholds", default=None, help="thresholds file (alpha, power); default: the project's thresholds.yaml, else the built-in one")
     pl.add_argument("--configs-dir", default=None, help=_CONFIGS_HELP)
     pl.set_defaults(func=cmd_plan)

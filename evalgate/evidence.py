@@ -359,7 +359,8 @@ def task_evidence(pairs: Sequence[tuple[ItemResult, ItemResult]], spec: SpecDeco
     """Everything this module knows about one task, as JSON-able data for the verdict document.
 
     Returns:
-        ``{"health": {"baseline", "candidate"}, "divergence", "logit", "decode", "contradictions", "failures"}``;
+        ``{"health": {"baseline", "candidate"}, "divergence", "logit", "decode", "by_position", "contradictions",
+        "failures"}``; ``by_position`` is ``position_buckets`` (quality, identity and decode KL by output position);
         ``logit`` aggregates the per-item ``LogitDivergence`` (teacher-forced prefill; None when no item was
         scored), ``decode`` the per-item ``DecodeDivergence`` (``decode_summary``), ``health_shifts`` the
         paired ``HealthShift``s; ``failures`` lists what fails a candidate whatever its accuracy: NaN/inf
@@ -386,6 +387,7 @@ def task_evidence(pairs: Sequence[tuple[ItemResult, ItemResult]], spec: SpecDeco
                  "max_abs_dlogprob": max(d["max_abs_dlogprob"] for d in scored),
                  "nonfinite_items": sum(bool(d["nonfinite"]) for d in scored), "kl_by_position": curve}
     decode = decode_summary(pairs)
+    by_position = position_buckets(pairs)
     failures = []
     if decode and decode["nonfinite_items"]:
         failures.append(f"{decode['nonfinite_items']} item(s) with NaN/inf log-probs while the candidate decoded")
@@ -409,12 +411,70 @@ def task_evidence(pairs: Sequence[tuple[ItemResult, ItemResult]], spec: SpecDeco
     health = {side: {k: (None if isinstance(v, float) and v != v else v) for k, v in asdict(h).items()}
               for side, h in (("baseline", base_h), ("candidate", cand_h))}
     return {"health": health, "divergence": asdict(div),
-            "logit": logit, "decode": decode, "contradictions": notes,
+            "logit": logit, "decode": decode, "by_position": by_position, "contradictions": notes,
             "health_shifts": [asdict(sh) for sh in shifts],
             "failures": failures}
 
 
-CURVE_POSITIONS = 256  # output positions kept in a task's KL-against-position curve
+CURVE_POSITIONS = 1536  # output positions kept in a task's KL-against-position curve (the long task writes 1,300)
+# Output-token buckets [lo, hi) (hi None: open) of ``position_buckets``; the long-generation suite scores its rows
+# in the same buckets (per-item metrics ``pos_<lo>_<hi>`` / ``pos_<lo>_plus``).
+POSITION_BUCKETS: tuple[tuple[int, int | None], ...] = ((0, 256), (256, 512), (512, 1024), (1024, None))
+
+
+def position_metric(lo: int, hi: int | None) -> str:
+    """Name of the per-item metric that scores output positions ``[lo, hi)``: ``pos_0_256``, ``pos_1024_plus``."""
+    return f"pos_{lo}_{'plus' if hi is None else hi}"
+
+
+def _agrees_through(b: ItemResult, c: ItemResult, end: int) -> bool | None:
+    """Whether the two outputs agree on every output token before ``end`` (None when unknown: no decode record)."""
+    if b.output == c.output:
+        return True
+    if not c.decode:
+        return None
+    return c.decode["common_prefix"] >= end
+
+
+def position_buckets(pairs: Sequence[tuple[ItemResult, ItemResult]],
+                     buckets: Sequence[tuple[int, int | None]] = POSITION_BUCKETS) -> list[dict[str, Any]]:
+    """Quality, greedy identity and decode-time KL per bucket of output positions (tokens), for one task.
+
+    Per bucket ``[lo, hi)``:
+        ``reaching``: items whose baseline output is longer than ``lo`` tokens (``ItemResult.n_tokens``);
+        ``identical_share``: share of those whose candidate output agrees with the baseline's on every token up to
+        the bucket's end (``min(hi, baseline length)``; from ``decode.common_prefix``, or byte-identical outputs);
+        None when an item's agreement is unknown (no decode record on a differing item);
+        ``kl_mean``, ``kl_positions``: mean decode-time KL(baseline || candidate), nats/token, over the compared
+        positions inside the bucket (``decode.kl_by_position``: positions up to the first differing token), and
+        how many there were (None / 0 without any);
+        ``baseline``, ``candidate``, ``delta``, ``scored``: when the task scores positions (per-item metric
+        ``position_metric(lo, hi)`` on both sides), both means and Δ = candidate − baseline in points over the
+        ``scored`` items that have it; None otherwise.
+    Pure; an empty ``pairs`` gives buckets with ``reaching`` 0.
+    """
+    import math
+
+    out = []
+    for lo, hi in buckets:
+        reach = [(b, c) for b, c in pairs if (b.n_tokens or 0) > lo]
+        agree = [_agrees_through(b, c, min(hi if hi is not None else math.inf, b.n_tokens or 0)) for b, c in reach]
+        kls = [k for _, c in pairs if c.decode and not c.decode.get("nonfinite")
+               for k in c.decode["kl_by_position"][lo:hi] if math.isfinite(k)]
+        name = position_metric(lo, hi)
+        scored = [(b.metrics[name], c.metrics[name]) for b, c in pairs if name in b.metrics and name in c.metrics]
+        row: dict[str, Any] = {
+            "lo": lo, "hi": hi, "reaching": len(reach),
+            "identical_share": (None if any(a is None for a in agree) or not agree else sum(agree) / len(agree)),
+            "kl_mean": sum(kls) / len(kls) if kls else None, "kl_positions": len(kls),
+            "metric": name if scored else None, "scored": len(scored), "baseline": None, "candidate": None,
+            "delta": None}
+        if scored:
+            mb = 100.0 * sum(x for x, _ in scored) / len(scored)
+            mc = 100.0 * sum(y for _, y in scored) / len(scored)
+            row.update(baseline=mb, candidate=mc, delta=mc - mb)
+        out.append(row)
+    return out
 
 
 def decode_summary(pairs: Sequence[tuple[ItemResult, ItemResult]]) -> dict[str, Any] | None:

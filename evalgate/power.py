@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from scipy.stats import norm
 
 __all__ = ["HolmResult", "describe_items_needed", "items_floor", "items_needed", "items_needed_basis", "mde",
-           "mde_at", "holm_levels", "se_floor", "z_sum"]
+           "mde_at", "mde_at_discordance", "holm_levels", "se_floor", "z_sum"]
 
 
 def _check_level(name: str, value: float, lo: float, hi: float) -> float:
@@ -153,6 +153,20 @@ def mde_at(se: float, n: int, n_target: int, alpha: float, power: float, *, disc
         raise ValueError(f"se must be >= 0, got {se!r}")
     floor = 100.0 / n_target
     return k * (floor if discordant == 0 else max(se * math.sqrt(n / n_target), floor))
+
+
+def mde_at_discordance(discordance: float, n: int, alpha: float, power: float) -> float:
+    """MDE (points) of a run of ``n`` unclustered 0/1 items of which a share ``discordance`` changes score:
+    ``(z_{1-alpha} + z_{power}) * max(100 * sqrt(discordance / n), 100 / n)`` (the gate's null SE, Connor 1987,
+    with its floor). For planning before any pilot, with an *assumed* discordance; for graded or clustered metrics it
+    is an approximation (their SE is that of the mean difference). Raises ValueError for n < 1, a discordance
+    outside [0, 1] or levels out of range."""
+    k = z_sum(alpha, power)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an int >= 1, got {n!r}")
+    if not 0.0 <= discordance <= 1.0:
+        raise ValueError(f"discordance must be in [0, 1], got {discordance!r}")
+    return k * max(100.0 * math.sqrt(discordance / n), se_floor(n))
 
 
 def items_needed_basis(needed: int | None, discordant: int | None) -> str | None:

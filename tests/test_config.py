@@ -223,3 +223,4 @@ def test_switches_the_platform_cannot_run_are_config_errors(monkeypatch: pytest.
     monkeypatch.setattr(engine, "_has_cuda", lambda: False)
     assert main(["run", "--config", "flashinfer-mamba", "--limit", "1"]) == 2
     assert main(["run", "--config", "cline-recipe", "--limit", "1"]) == 2
+    assert main(["run", "--config", "fp16-state-sr", "--limit", "1"]) == 2

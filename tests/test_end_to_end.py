@@ -45,7 +45,7 @@ def test_numerics_changing_candidate_is_gated_on_every_suite(bf16_run: tuple[int
     assert code == {"BLOCK": 1, "INCONCLUSIVE": 5}[doc["verdict"]]
     assert {t["task"] for t in doc["tasks"]} == {t for s in list_suites() for t in s.tasks}
     assert {"docparse_fields", "coding_humaneval", "coding_mbpp", "finance_tableqa", "finance_tatqa",
-            "finance_finqa"} <= {t["task"] for t in doc["tasks"]}
+            "finance_finqa", "docparse_hard", "finance_hard"} <= {t["task"] for t in doc["tasks"]}
     assert any(r["key"] == "engine_args.dtype" and "bfloat16" in r["candidate"] for r in doc["effective_diff"])
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["baseline"]["effective"]["engine_args"]["dtype"] == "float32"

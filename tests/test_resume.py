@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,9 +37,16 @@ def test_killed_run_resumes_from_the_journal(tmp_path: Path) -> None:
     journal_dir = evalgate_home() / "store" / "journal"
     journal_dir.mkdir(parents=True, exist_ok=True)
     before = set(journal_dir.glob("*.jsonl"))
+    # One task (docparse_fields alone), so the item counts below are the task's, whatever else the suite holds.
+    suite = tmp_path / "suites" / "docparse"
+    suite.mkdir(parents=True)
+    for name in ("docparse_fields.yaml", "utils.py"):
+        shutil.copy(ROOT / "suites" / "docparse" / name, suite / name)
+    (tmp_path / "thresholds.yaml").write_text("alpha: 0.05\non_inconclusive: warn\ndefault: {margin: 3.0}\n")
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "evalgate", "run", "--config", str(tmp_path / "cand.yaml"), "--suites", "docparse",
-           "--limit", str(ITEMS), "--out", str(out)]
+           "--limit", str(ITEMS), "--out", str(out), "--suites-dir", str(tmp_path / "suites"),
+           "--thresholds", str(tmp_path / "thresholds.yaml")]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 900
     while _journal_lines(journal_dir, before) < CHUNK:

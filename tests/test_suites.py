@@ -275,10 +275,12 @@ def test_lm_eval_prompt_matches_utils(task_dict) -> None:
 # ---------------------------------------------------------------- evalgate.suites
 def test_list_suites_real_tree() -> None:
     suites = {s.name: s for s in list_suites(SUITES_DIR)}
-    assert sorted(suites) == ["coding", "docparse", "finance"]
-    assert "docparse_fields" in suites["docparse"].tasks
+    assert {"coding", "docparse", "finance", "longgen"} <= set(suites)
+    assert {"docparse_fields", "docparse_hard"} <= set(suites["docparse"].tasks)
+    assert suites["docparse"].primary_metric["docparse_hard"] == "all_fields"
     assert suites["finance"].primary_metric["finance_tableqa"] == "num_match"
     assert suites["coding"].primary_metric["coding_humaneval"] == "pass_at_1"
+    assert suites["longgen"].primary_metric == {"longgen_shipments": "row_acc"}
     # the real-data tiers (tests/test_real_data.py) sit beside the generated tasks
     assert suites["coding"].primary_metric["coding_mbpp"] == "pass_at_1"
     assert suites["finance"].primary_metric["finance_tatqa"] == "em"
