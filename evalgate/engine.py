@@ -149,7 +149,7 @@ class VllmEngine:
         for finished in self.generate_stream(prompts, max_tokens=max_tokens, stop=stop, logprobs=logprobs):
             for i, gen in finished:
                 out[i] = gen
-        return [g for g in out if g is not None]
+        return [g for g in out if g is not None]  # generate_stream answers every index (or raises)
 
     def generate_stream(self, prompts: list[str], *, max_tokens: int, stop: list[str],
                         logprobs: int = 0) -> Iterator[list[tuple[int, Generation]]]:
@@ -372,6 +372,7 @@ def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0,
     The adapter's ``records`` maps request key -> generation for every request it answered, ``reused``/``generated``
     count where they came from, and ``engine_s`` sums the seconds spent in engine submissions.
     """
+    import contextlib
     import time
 
     from lm_eval.api.model import LM
@@ -406,17 +407,19 @@ def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0,
             for (stop, max_toks), group in todo.items():
                 items = list(group.items())
                 t0 = time.monotonic()
-                for finished in engine.generate_stream([p for _, (p, _) in items], max_tokens=max_toks,
-                                                       stop=list(stop), logprobs=logprobs):
-                    new = {items[i][0]: vars(g) for i, g in finished}
-                    if journal is not None:
-                        journal.append(new)
-                    self.records.update(new)
-                    self.generated += len(new)
-                    for i, _ in finished:
-                        key, (_, waiting) = items[i]
-                        for req in waiting:
-                            notify(req, self.records[key]["text"])
+                stream = engine.generate_stream([p for _, (p, _) in items], max_tokens=max_toks, stop=list(stop),
+                                                logprobs=logprobs)
+                with contextlib.closing(stream):  # an error here aborts what is still in flight, at once
+                    for finished in stream:
+                        new = {items[i][0]: vars(g) for i, g in finished}
+                        if journal is not None:
+                            journal.append(new)
+                        self.records.update(new)
+                        self.generated += len(new)
+                        for i, _ in finished:
+                            key, (_, waiting) = items[i]
+                            for req in waiting:
+                                notify(req, self.records[key]["text"])
                 self.engine_s += time.monotonic() - t0
             return [self.records[k]["text"] for k in keys]
 

@@ -172,3 +172,22 @@ def test_stream_refuses_outputs_of_requests_it_did_not_submit() -> None:
     core = _FakeCore([[10]], foreign=True)
     with pytest.raises(RuntimeError, match="not one of ours"):
         list(_engine(core).generate_stream(["a"], max_tokens=4, stop=[]))
+
+
+def test_an_error_while_journaling_closes_the_stream_at_once(tmp_path: Path) -> None:
+    closed: list[bool] = []
+
+    class Engine(FakeEngine):
+        def generate_stream(self, prompts: list[str], **kw: Any) -> Any:
+            try:
+                yield from super().generate_stream(prompts, **kw)
+            finally:
+                closed.append(True)  # where VllmEngine aborts the requests in flight
+
+    class BrokenJournal(GenerationJournal):
+        def append(self, records: dict) -> None:
+            raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full") as err:
+        make_lm(Engine(), BrokenJournal(tmp_path / "j.jsonl")).generate_until(_requests())
+    assert closed == [True] and err.value is not None  # closed while the traceback still holds the frame
