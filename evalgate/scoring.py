@@ -13,7 +13,8 @@ another after the last generation. Instead:
    (bounded by cores and memory, :func:`default_workers`).
 3. The task's ``process_results`` asks the pool for the same program (:meth:`SandboxPool.run`): it gets the result
    of the identical earlier submission (same program text and limits), waiting for it if it is still running. A
-   program nobody submitted (a filter changed the text, a direct call) runs there and then.
+   program nobody submitted (a filter changed the text, a direct call), or one still queued, runs there and then:
+   once generation is over the scorer's own thread works off the queue beside the pool.
 
 The result of a program is a function of its text and limits only, and the key is exactly those, so the scores
 equal sequential ``run_python`` calls by construction: the pool changes only *when* programs run. Nothing here
@@ -81,13 +82,17 @@ class SandboxPool:
             return fut
 
     def run(self, program: str, **limits: Any) -> SandboxResult:
-        """The result of ``run_python(program, **limits)``: an earlier submission's (waited for), else run now.
+        """The result of ``run_python(program, **limits)``: an earlier submission's (waited for if it is running),
+        else run now in the calling thread (also when it was submitted but has not started: the caller is idle
+        anyway, so it works off the queue beside the pool once generation is over).
 
         The result is handed over once and then forgotten (the pool keeps no finished results). Raises what
         ``run_python`` raises (``OSError`` when no subprocess can be started)."""
         with self._lock:
             fut = self._futures.pop((program, tuple(sorted(limits.items()))), None)
-        return fut.result() if fut is not None else run_python(program, **limits)
+        if fut is None or fut.cancel():  # cancel() succeeds only for a submission that has not started
+            return run_python(program, **limits)
+        return fut.result()
 
     def pending(self) -> int:
         """Submitted programs not yet handed over by :meth:`run`."""

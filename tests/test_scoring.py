@@ -128,3 +128,31 @@ def test_default_workers_leaves_a_core_and_fits_memory(monkeypatch: pytest.Monke
     assert scoring.default_workers(512) == 3
     monkeypatch.setattr(scoring.os, "sched_getaffinity", lambda pid: {0})
     assert scoring.default_workers(512) == 1
+
+
+def test_a_queued_program_runs_in_the_asking_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    release = threading.Event()
+    ran_in: dict[str, str] = {}
+
+    def recording(program: str, **limits: object) -> object:
+        ran_in[program] = threading.current_thread().name
+        if program.startswith("# blocker"):
+            assert release.wait(30)
+        return run_python(program, **limits)
+
+    monkeypatch.setattr(scoring, "run_python", recording)
+    pool = scoring.SandboxPool(workers=1)
+    try:
+        blocker = pool.submit("# blocker\nprint(0)\n")  # occupies the only worker until released
+        pool.submit("print(2)\n")  # queued behind it
+        assert pool.run("print(2)\n").stdout_tail == "2\n"  # taken off the queue, run here
+        assert ran_in["print(2)\n"] == threading.current_thread().name
+        release.set()
+        assert blocker.result(timeout=30).passed and ran_in["# blocker\nprint(0)\n"].startswith("evalgate-sandbox")
+        assert pool.run("# blocker\nprint(0)\n").stdout_tail == "0\n"  # started in the pool: its result, waited for
+        assert sorted(ran_in) == ["# blocker\nprint(0)\n", "print(2)\n"]  # each ran once
+    finally:
+        release.set()
+        pool.close()
