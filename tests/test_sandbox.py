@@ -339,8 +339,10 @@ def test_hostile_completion_is_contained_and_scored_a_failure(h: Hostile, ctx: d
     _preflight(h)
     # The suite's own settings, except: a shorter wall clock, and the heavy cases as small as above.
     monkeypatch.setattr(module, "TIMEOUT_S", min(module.TIMEOUT_S, h.timeout_s))
-    real = module.run_python
-    monkeypatch.setattr(module, "run_python", lambda program, **kw: real(program, **{
+    from evalgate import scoring  # the suite's scorer runs its programs through scoring's pool
+
+    real = scoring.run_python
+    monkeypatch.setattr(scoring, "run_python", lambda program, **kw: real(program, **{
         **kw, **{k: v for k, v in h.limits.items() if k != "timeout_s"}}))
     completion = "".join(f"    {line}\n" for line in h.code(ctx).splitlines()) + doc["canonical_solution"]
     assert module.process_results(doc, [completion]) == {"pass_at_1": 0.0}

@@ -16,14 +16,17 @@ from pathlib import Path
 import datasets
 
 try:
-    from evalgate.sandbox import run_python
+    from evalgate import scoring
+    from evalgate.sandbox import run_python  # noqa: F401 - kept importable from here for sibling task modules
 except ImportError:  # evalgate not installed: the suite lives in the repository next to it
     _ROOT = Path(__file__).resolve().parents[2]
     if not (_ROOT / "evalgate" / "sandbox.py").is_file():
         raise
     sys.path.insert(0, str(_ROOT))
-    from evalgate.sandbox import run_python
+    from evalgate import scoring
+    from evalgate.sandbox import run_python  # noqa: F401
 
+TASK = "coding_humaneval"
 TIMEOUT_S = 10.0  # wall-clock seconds per program; HumanEval's tests take well under 1 s
 
 
@@ -55,5 +58,8 @@ def process_results(doc: dict, results: list[str]) -> dict[str, float]:
     """Per-item metric from the completion ``results[0]``: pass_at_1 (1.0 iff the tests pass in
     the sandbox within ``TIMEOUT_S``)."""
     completion = results[0] if results else ""
-    outcome = run_python(build_program(doc, completion), timeout_s=TIMEOUT_S)
+    outcome = scoring.pool().run(build_program(doc, completion), timeout_s=TIMEOUT_S)
     return {"pass_at_1": float(outcome.passed)}
+
+
+scoring.register_program(TASK, build_program, timeout_s=TIMEOUT_S)
