@@ -64,7 +64,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from evalgate.outputs import write_outputs
     from evalgate.progress import engine_progress
     from evalgate.report import gate_document, render_terminal
-    from evalgate.runner import check_engine_values, evaluate_config, versions
+    from evalgate.runner import check_engine_values, evaluate_config, start_config, versions
     from evalgate.store import ResultStore, tasks_to_json, write_json_atomic
     from evalgate.suites import default_suites_dir, list_suites, load_suite
     from evalgate.thresholds import load_thresholds
@@ -90,22 +90,39 @@ def cmd_run(args: argparse.Namespace) -> int:
     store = ResultStore(evalgate_home() / "store")
     timings = {"load": time.monotonic() - t0}
 
+    profile = _speed_profile(args, thresholds, cand)
     # vLLM validates the candidate's values before the baseline runs: a refused value costs seconds, not a baseline.
-    check_engine_values(cand, out / "logs" / "candidate-check.log", args.timeout)
-    runs = {}
-    for role, cfg in (("baseline", base), ("candidate", cand)):
-        log.info("%s '%s': %s (engine log: %s)", role, cfg.name, ", ".join(s.name for s in suites),
-                 out / "logs" / f"{role}.log")
-        t1 = time.monotonic()
-        with engine_progress(out / "logs" / f"{role}.log", f"{role} {cfg.name}", [s.name for s in suites]):
-            runs[role] = evaluate_config(cfg, suites, limit=args.limit, store=store,
-                                         log_path=out / "logs" / f"{role}.log", timeout_s=args.timeout,
-                                         reference=runs.get("baseline"), logprob_items=args.logprob_items)
-        timings[f"{role}:total"] = time.monotonic() - t1
-        timings.update({f"{role}:{k}": v for k, v in runs[role].timings.items()})
-        write_json_atomic(out / f"{role}.json", {"config": cfg.name, "effective": runs[role].effective,
-                                                 "spec_decode": runs[role].spec_decode,
-                                                 "tasks": tasks_to_json(runs[role].tasks)})
+    limits = {"candidate": check_engine_values(cand, out / "logs" / "candidate-check.log", args.timeout)}
+    if profile is not None:  # a profile the engines cannot run is refused before any engine starts
+        limits["baseline"] = check_engine_values(base, out / "logs" / "baseline-check.log", args.timeout)
+        _check_profile(profile, limits, {"baseline": base, "candidate": cand}, thresholds)
+    runs: dict[str, Any] = {}
+    workers: dict[str, Any] = {}
+    speed: dict[str, Any] | None = None
+    try:
+        for role, cfg in (("baseline", base), ("candidate", cand)):
+            log.info("%s '%s': %s (engine log: %s)", role, cfg.name, ", ".join(s.name for s in suites),
+                     out / "logs" / f"{role}.log")
+            t1 = time.monotonic()
+            kwargs = dict(limit=args.limit, store=store, log_path=out / "logs" / f"{role}.log", timeout_s=args.timeout,
+                          reference=runs.get("baseline"), logprob_items=args.logprob_items)
+            with engine_progress(out / "logs" / f"{role}.log", f"{role} {cfg.name}", [s.name for s in suites]):
+                if profile is None:
+                    runs[role] = evaluate_config(cfg, suites, **kwargs)
+                else:  # the engine stays up for the speed phase, after both sides' suites
+                    workers[role], runs[role] = start_config(cfg, suites, **kwargs)
+            timings[f"{role}:total"] = time.monotonic() - t1
+            timings.update({f"{role}:{k}": v for k, v in runs[role].timings.items()})
+            write_json_atomic(out / f"{role}.json", {"config": cfg.name, "effective": runs[role].effective,
+                                                     "spec_decode": runs[role].spec_decode,
+                                                     "tasks": tasks_to_json(runs[role].tasks)})
+        if profile is not None:
+            t3 = time.monotonic()
+            speed = _measure(workers, profile)
+            timings["speed"] = time.monotonic() - t3
+    finally:
+        for w in workers.values():
+            w.close()
     t2 = time.monotonic()
     comparisons = compare_tasks(runs["baseline"].tasks, runs["candidate"].tasks, thresholds, config=cand.name)
     decision = decide([(c.suite, c.task, c.comparison) for c in comparisons], thresholds,
@@ -121,13 +138,73 @@ def cmd_run(args: argparse.Namespace) -> int:
                   "cached_suites": r.cached, "generations": r.generations} for role, r in runs.items()},
     }
     doc = gate_document(decision, comparisons, manifest, spec_floors=thresholds.spec_floors_for(cand.name),
-                        near_tie=thresholds.near_tie_logprob)
+                        near_tie=thresholds.near_tie_logprob, speed=speed,
+                        speed_floors=thresholds.speed_floors_for(cand.name))
     write_json_atomic(out / "manifest.json", manifest)
     write_json_atomic(out / "verdict.json", doc)
     paths = write_outputs(doc, out)
     print(render_terminal(doc))
     print(f"report: {paths['html']}")
+    if speed is not None and speed.get("status") != "measured":
+        from evalgate.runner import SpeedError
+
+        # The quality results are in the store and in the run directory; the run as a whole failed (exit 3).
+        raise SpeedError(f"quality verdict {doc['verdict']} (kept in {out / 'verdict.json'}), but the speed "
+                         f"measurement failed: {speed.get('error')}")
     return int(_VERDICT_EXIT[doc["verdict"]])
+
+
+def _measure(workers: dict[str, Any], profile: Any) -> dict[str, Any]:
+    """The speed block, or ``{"status": "failed", "error", "profile"}`` when a measurement failed (exit 3 later)."""
+    from evalgate.runner import SpeedError
+    from evalgate.speedrun import measure_speed
+
+    log.info("speed: %s in / %s out tokens, concurrency %s, %s repeats per side, interleaved",
+             profile.input_len, profile.output_len, ",".join(map(str, profile.concurrency)), profile.repeats)
+    try:
+        return measure_speed(workers, profile)
+    except SpeedError as exc:
+        return {"status": "failed", "error": str(exc), "profile": profile.as_dict()}
+
+
+def _speed_profile(args: argparse.Namespace, thresholds: Any, cand: Any) -> Any:
+    """The traffic profile to measure, or None: speed is measured when the thresholds file has a ``traffic``
+    section (or ``configs.<name>.traffic``) or the command line passes ``--speed`` / ``--concurrency``, and not
+    with ``--no-speed``."""
+    from evalgate.engine import has_cuda
+    from evalgate.speed import resolve_profile
+
+    fields = thresholds.traffic_for(cand.name)
+    wanted = args.speed or bool(args.concurrency) or args.repeats is not None or fields is not None
+    if args.no_speed or not wanted:
+        return None
+    profile = resolve_profile(fields, cuda=has_cuda(), concurrency=args.concurrency, repeats=args.repeats)
+    if profile.mode == "serve":
+        raise ConfigError("traffic.mode 'serve' (vllm serve + vllm bench serve) is not available in this version; "
+                          "use mode: offline", path=thresholds.path, field="traffic.mode")
+    return profile
+
+
+def _check_profile(profile: Any, limits: dict[str, dict[str, int]], configs: dict[str, Any], thresholds: Any) -> None:
+    """ConfigError (exit 2) when either engine cannot run ``profile`` (too long for max_model_len, or more
+    concurrent requests than max_num_seqs)."""
+    from evalgate.speed import profile_problems
+
+    for role, cfg in configs.items():
+        for fld, msg in profile_problems(profile, limits.get(role, {})):
+            raise ConfigError(f"{msg} of {role} config {cfg.name} ({cfg.path})", path=thresholds.path,
+                              field=f"traffic.{fld}")
+
+
+def _concurrency_list(text: str) -> list[int]:
+    """``--concurrency 1,16,256`` as a list of distinct integers >= 1 (argparse type)."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be integers separated by commas, e.g. 1,16,256; got {text!r}") from None
+    if not values or min(values) < 1 or len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"must be distinct integers >= 1, e.g. 1,16,256; got {text!r}")
+    return values
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -188,6 +265,10 @@ def _check_run_args(args: argparse.Namespace) -> None:
         raise ConfigError(f"must be >= 1, got {args.limit}", field="--limit")
     if args.logprob_items < 0:
         raise ConfigError(f"must be >= 0, got {args.logprob_items}", field="--logprob-items")
+    if getattr(args, "repeats", None) is not None and args.repeats < 1:
+        raise ConfigError(f"must be >= 1, got {args.repeats}", field="--repeats")
+    if getattr(args, "no_speed", False) and (args.speed or args.concurrency or args.repeats is not None):
+        raise ConfigError("--no-speed contradicts --speed / --concurrency / --repeats", field="--no-speed")
     if not (0 < args.timeout < float("inf")):  # also rejects nan
         raise ConfigError(f"must be a number of seconds > 0, got {args.timeout}", field="--timeout")
     if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
@@ -345,6 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--timeout", type=float, default=3 * 3600, help="seconds per engine run (default 3 h)")
     r.add_argument("--logprob-items", type=int, default=8, metavar="N",
                    help="items per task scored for the logit divergence (teacher forcing; costly on CPU; 0 = off)")
+    _speed_args(r)
     r.set_defaults(func=cmd_run)
 
     m = sub.add_parser("model", help="the embedded default model")
@@ -387,6 +469,17 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--configs-dir", default=str(CONFIGS_DIR), help=argparse.SUPPRESS)
         sp.add_argument("--suites-dir", default=None, help=argparse.SUPPRESS)
     return p
+
+
+def _speed_args(p: argparse.ArgumentParser) -> None:
+    """``--speed``, ``--no-speed``, ``--concurrency``, ``--repeats`` (the traffic profile's command-line overrides)."""
+    p.add_argument("--speed", action="store_true",
+                   help="measure throughput after the suites (default when thresholds has a traffic: section)")
+    p.add_argument("--no-speed", action="store_true", help="do not measure throughput, whatever thresholds say")
+    p.add_argument("--concurrency", type=_concurrency_list, default=None, metavar="C[,C...]",
+                   help="requests in flight, one level or a sweep, e.g. 1,16,256 (implies --speed)")
+    p.add_argument("--repeats", type=int, default=None, metavar="N",
+                   help="timed passes per side and level (default 3; >= 2 for an interval)")
 
 
 def _sigterm_interrupts() -> None:
