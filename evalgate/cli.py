@@ -57,14 +57,13 @@ def _error_outputs(cmd):  # type: ignore[no-untyped-def]
 def cmd_run(args: argparse.Namespace) -> int:
     """Gate a candidate config against its baseline; write the run directory; exit with the verdict."""
     from evalgate import config as config_mod
-    from evalgate.compare import compare_tasks
     from evalgate.engine import check_platform
-    from evalgate.gate import decide
+    from evalgate.gating import gate_runs
     from evalgate.model import evalgate_home
     from evalgate.outputs import write_outputs
     from evalgate.progress import engine_progress
-    from evalgate.report import gate_document, render_terminal
-    from evalgate.runner import check_engine_values, evaluate_config, start_config, versions
+    from evalgate.report import render_terminal
+    from evalgate.runner import check_engine_values, evaluate_config, start_config
     from evalgate.store import ResultStore, tasks_to_json, write_json_atomic
     from evalgate.suites import default_suites_dir, list_suites, load_suite
     from evalgate.thresholds import load_thresholds
@@ -123,23 +122,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         for w in workers.values():
             w.close()
-    t2 = time.monotonic()
-    comparisons = compare_tasks(runs["baseline"].tasks, runs["candidate"].tasks, thresholds, config=cand.name)
-    decision = decide([(c.suite, c.task, c.comparison) for c in comparisons], thresholds,
-                      baseline_effective=runs["baseline"].effective, candidate_effective=runs["candidate"].effective,
-                      config=cand.name, expect=cand.expect, outputs={c.task: c.agreement(thresholds.near_tie_logprob) for c in comparisons})
-    timings["compare"] = time.monotonic() - t2
-    manifest = {
-        "created": stamp, "model": cand.model, "limit": args.limit, "versions": versions(),
-        "thresholds": str(thresholds.path), "timings": timings,
-        "suites": [{"name": s.name, "tasks": list(s.tasks), "content_hash": s.content_hash} for s in suites],
-        **{role: {"name": r.config.name, "path": str(r.config.path), "expect": r.config.expect,
-                  "requested": r.config.identity(), "effective": r.effective, "spec_decode": r.spec_decode,
-                  "cached_suites": r.cached, "generations": r.generations} for role, r in runs.items()},
-    }
-    doc = gate_document(decision, comparisons, manifest, spec_floors=thresholds.spec_floors_for(cand.name),
-                        near_tie=thresholds.near_tie_logprob, speed=speed,
-                        speed_floors=thresholds.speed_floors_for(cand.name))
+    doc, manifest = gate_runs(runs, thresholds, suites, limit=args.limit, stamp=stamp, timings=timings, speed=speed)
     write_json_atomic(out / "manifest.json", manifest)
     write_json_atomic(out / "verdict.json", doc)
     paths = write_outputs(doc, out)
