@@ -8,6 +8,7 @@ Errors print one line on stderr; ``--debug`` shows the traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import logging
 import math
@@ -148,6 +149,8 @@ def _measure(workers: dict[str, Any], profile: Any) -> dict[str, Any]:
         return measure_speed(workers, profile)
     except SpeedError as exc:
         return {"status": "failed", "error": str(exc), "profile": profile.as_dict()}
+    except Exception as exc:  # noqa: BLE001 - a bug in the speed phase must not lose the quality verdict either
+        return {"status": "failed", "error": f"internal error: {type(exc).__name__}: {exc}", "profile": profile.as_dict()}
 
 
 def _speed_profile(args: argparse.Namespace, thresholds: Any, cand: Any) -> Any:
@@ -188,6 +191,116 @@ def _concurrency_list(text: str) -> list[int]:
     if not values or min(values) < 1 or len(set(values)) != len(values):
         raise argparse.ArgumentTypeError(f"must be distinct integers >= 1, e.g. 1,16,256; got {text!r}")
     return values
+
+
+@_error_outputs
+def cmd_ablate(args: argparse.Namespace) -> int:
+    """Each switch of a recipe alone, then cumulatively, against the recipe's baseline: quality and speed per switch
+    (``evalgate.ablate``); writes ``ablation.html``, ``ablation.json`` and one run directory per variant.
+    Exit 0, or 3 when a variant's engine or speed measurement failed (the others are kept)."""
+    from evalgate import ablate
+    from evalgate import config as config_mod
+    from evalgate.engine import check_platform
+    from evalgate.errors import EngineError
+    from evalgate.gating import gate_runs
+    from evalgate.model import evalgate_home
+    from evalgate.outputs import write_outputs
+    from evalgate.runner import check_engine_values, start_config
+    from evalgate.store import ResultStore, write_json_atomic
+    from evalgate.suites import default_suites_dir, list_suites, load_suite
+    from evalgate.thresholds import load_thresholds
+
+    _check_run_args(args)
+    configs_dir = Path(args.configs_dir)
+    recipe = config_mod.load_config(args.config, configs_dir)
+    base = config_mod.load_baseline(recipe, configs_dir)
+    check_platform(base.engine_args, base.path)
+    thresholds = load_thresholds(Path(args.thresholds))
+    suites_dir = Path(args.suites_dir) if args.suites_dir else default_suites_dir()
+    suites = [load_suite(n, suites_dir) for n in args.suites] if args.suites else list_suites(suites_dir)
+    if not suites:
+        raise ConfigError("no suites found", path=suites_dir)
+    known = {n: config_mod.load_config(n, configs_dir, check_engine_args=False) for n in config_mod.list_configs(configs_dir)}
+
+    def refuse(cfg: Any) -> str:
+        try:
+            check_platform(cfg.engine_args, cfg.path)
+        except ConfigError as exc:
+            return str(exc).split(": ", 2)[-1]
+        return ""
+
+    variants = ablate.plan_variants(base, recipe, known, refuse)
+    if not variants:
+        raise ConfigError(f"{recipe.name} does not differ from its baseline {base.name}: nothing to ablate",
+                          path=recipe.path)
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = Path(args.out) if args.out else Path("runs") / f"ablate-{recipe.name.replace('/', '_')}-{stamp}"
+    args.run_dir = out
+    args.speed = not args.no_speed  # an ablation measures speed unless told not to
+    profile = _speed_profile(args, thresholds, recipe)
+    if profile is not None:
+        limits = {"baseline": check_engine_values(base, out / "logs" / "baseline-check.log", args.timeout)}
+        _check_profile(profile, limits, {"baseline": base}, thresholds)
+    store = ResultStore(evalgate_home() / "store")
+    docs: dict[str, dict[str, Any]] = {}
+    failed: dict[str, str] = {}
+    refused: dict[str, str] = {}
+    kwargs = dict(limit=args.limit, store=store, timeout_s=args.timeout, logprob_items=args.logprob_items)
+    base_worker, base_run = start_config(base, suites, log_path=out / "logs" / "baseline.log", **kwargs)
+    info = dict(base_worker.info)
+    try:
+        for v in variants:
+            name = v.config.name
+            if v.skipped or name in docs or name in failed or name in refused:
+                continue
+            slug = name.replace("/", "_").replace("~", "-")
+            log.info("ablate: %s %s (config %s)", v.kind, v.label, name)
+            timings: dict[str, float] = {}
+            try:
+                worker, run = start_config(v.config, suites, log_path=out / "logs" / f"{slug}.log",
+                                           reference=base_run, **kwargs)
+            except ConfigError as exc:  # vLLM refused a value of this variant: skip it, as the platform check does
+                refused[name] = str(exc)
+                continue
+            except EngineError as exc:
+                failed[name] = str(exc)
+                continue
+            try:
+                speed = None
+                if profile is not None:
+                    t0 = time.monotonic()
+                    speed = _measure({"baseline": base_worker, "candidate": worker}, profile)
+                    timings["speed"] = time.monotonic() - t0
+            finally:
+                worker.close()
+            doc, manifest = gate_runs({"baseline": base_run, "candidate": run}, thresholds, suites, limit=args.limit,
+                                      stamp=stamp, timings=timings, speed=speed,
+                                      gate_name=name if name in known else recipe.name)
+            write_json_atomic(out / "variants" / slug / "verdict.json", doc)
+            write_json_atomic(out / "variants" / slug / "manifest.json", manifest)
+            write_outputs(doc, out / "variants" / slug)
+            docs[name] = doc
+            if speed is not None and speed.get("status") != "measured":
+                failed[name] = f"speed measurement failed: {speed.get('error')}"
+    finally:
+        base_worker.close()
+    variants = [dataclasses.replace(v, skipped=v.skipped or refused.get(v.config.name, "")) for v in variants]
+    rows = ablate.ablation_rows(variants, docs)
+    for r in rows:
+        if r["config"] in failed and not r.get("verdict"):
+            r["skipped"] = f"failed: {failed[r['config']]}"
+    meta = {"recipe": recipe.name, "baseline": base.name, "model": recipe.model, "limit": args.limit,
+            "profile": None if profile is None else profile.as_dict(), "device": info.get("device", "?"),
+            "isa": info.get("isa", []), "method": __import__("evalgate.speed", fromlist=["METHOD"]).METHOD,
+            "versions": info.get("versions", {}), "created": stamp}
+    write_json_atomic(out / "ablation.json", {"meta": meta, "rows": rows})
+    (out / "ablation.html").write_text(ablate.render_html(rows, meta), encoding="utf-8")
+    print(ablate.render_table(rows))
+    print(f"report: {out / 'ablation.html'}")
+    if failed:
+        raise EngineError(f"{len(failed)} variant(s) failed (the others are in {out / 'ablation.html'}): "
+                          + "; ".join(f"{k}: {v}" for k, v in failed.items()))
+    return int(ExitCode.PASS)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -412,6 +525,17 @@ def build_parser() -> argparse.ArgumentParser:
     _speed_args(r)
     r.set_defaults(func=cmd_run)
 
+    ab = sub.add_parser("ablate", help="each switch of a recipe alone and cumulatively: speed-up and quality per switch")
+    ab.add_argument("--config", required=True, help="the recipe config (its differences from its baseline are the switches)")
+    ab.add_argument("--limit", type=int, default=None, help="items per task (default: all)")
+    ab.add_argument("--suites", nargs="+", default=None, help="suites to run (default: all)")
+    ab.add_argument("--out", default=None, help="output directory (default: runs/ablate-<config>-<UTC time>)")
+    ab.add_argument("--thresholds", default=str(THRESHOLDS_FILE), help="thresholds file (traffic profile, margins)")
+    ab.add_argument("--timeout", type=float, default=3 * 3600, help="seconds per engine (default 3 h)")
+    ab.add_argument("--logprob-items", type=int, default=8, metavar="N", help="as for run")
+    _speed_args(ab)
+    ab.set_defaults(func=cmd_ablate)
+
     m = sub.add_parser("model", help="the embedded default model")
     msub = m.add_subparsers(dest="model_command", required=True)
     mp = msub.add_parser("prepare", help="convert the packaged Gemma 3 270M GGUF (the dense family's model) to a local checkpoint; the hybrid ships ready")
@@ -448,7 +572,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--thresholds", default=str(THRESHOLDS_FILE), help="thresholds file (alpha, power)")
     pl.add_argument("--configs-dir", default=str(CONFIGS_DIR), help=argparse.SUPPRESS)
     pl.set_defaults(func=cmd_plan)
-    for sp in (r, ls, cc):
+    for sp in (r, ab, ls, cc):
         sp.add_argument("--configs-dir", default=str(CONFIGS_DIR), help=argparse.SUPPRESS)
         sp.add_argument("--suites-dir", default=None, help=argparse.SUPPRESS)
     return p

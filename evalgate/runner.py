@@ -266,7 +266,7 @@ class Worker:
         self._log = log_path.open("w", encoding="utf-8")
         try:
             self.proc = subprocess.Popen([sys.executable, "-m", "evalgate.runner", str(spec_path)], stdin=subprocess.PIPE,
-                                         stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **cfg.env},
+                                         text=True, encoding="utf-8", stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **cfg.env},
                                          start_new_session=True, preexec_fn=_die_with_parent, pass_fds=(write_fd,))
         finally:
             os.close(write_fd)
