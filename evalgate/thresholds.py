@@ -20,12 +20,24 @@ Schema (margins are in points, i.e. percentage points of a task's primary metric
     spec_decode:                 # optional floors for a candidate that runs speculative decoding
       min_acceptance_rate: 0.5   #   accepted / draft tokens, 0..1
       min_mean_acceptance_length: 1.5   # 1 + accepted / drafts, >= 1
+    traffic:                     # optional: measure speed after the suites (evalgate.speed); every key optional,
+      input_len: 512             #   defaults: 512/512/256 with CUDA, 256/256/64 (192 prompts) on CPU. ints >= 1
+      output_len: 512
+      concurrency: [1, 16, 256]  #   one int >= 1 or a list of distinct ones (a sweep), each <= max_num_seqs
+      num_prompts: 256           #   requests per repeat (null: = the level's concurrency, one wave)
+      repeats: 3                 #   interleaved timed passes per side (>= 2 for an interval)
+      prompts: random            #   random (vLLM's RandomDataset) | suites (the suites' own prompts)
+      mode: offline              #   offline | serve (serve is refused in this version)
+    speed:                       # optional, BLOCK thresholds on the measured speed-up (absent: report only)
+      min_speedup: 1.1           #   a lossy config must show candidate/baseline >= this (interval's lower end)
+      max_slowdown: 0.05         #   a lossless config may not be shown slower than 1 - this (interval's upper end)
     default:
       margin: 2.0                # required. Non-inferiority margin in points, >= 0
     configs:                     # optional, per candidate config (name as in configs/)
       fp16-state:
         margin: 3.0              #   margin / alpha / min_identical_share / min_acceptance_rate /
-                                 #   min_mean_acceptance_length for this config
+                                 #   min_mean_acceptance_length / min_speedup / max_slowdown for this config
+        traffic: {concurrency: 64}         # and its own traffic fields (over the top-level ones, key by key)
         suites: {coding: {margin: 6.0}}    # and this config's own suite / task entries
         tasks: {finance_tableqa: {margin: 4.0}}
     suites:
