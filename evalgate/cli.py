@@ -120,9 +120,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             t3 = time.monotonic()
             speed = _measure(workers, profile)
             timings["speed"] = time.monotonic() - t3
-    finally:
+    except BaseException:  # an error or Ctrl-C: stop the engines now (they run in sessions of their own)
         for w in workers.values():
-            w.close()
+            w.kill()
+        raise
+    for w in workers.values():
+        w.close()
     doc, manifest = gate_runs(runs, thresholds, suites, limit=args.limit, stamp=stamp, timings=timings, speed=speed)
     write_json_atomic(out / "manifest.json", manifest)
     write_json_atomic(out / "verdict.json", doc)
@@ -271,8 +274,10 @@ def cmd_ablate(args: argparse.Namespace) -> int:
                     t0 = time.monotonic()
                     speed = _measure({"baseline": base_worker, "candidate": worker}, profile)
                     timings["speed"] = time.monotonic() - t0
-            finally:
-                worker.close()
+            except BaseException:
+                worker.kill()
+                raise
+            worker.close()
             doc, manifest = gate_runs({"baseline": base_run, "candidate": run}, thresholds, suites, limit=args.limit,
                                       stamp=stamp, timings=timings, speed=speed,
                                       gate_name=name if name in known else recipe.name)
@@ -282,8 +287,10 @@ def cmd_ablate(args: argparse.Namespace) -> int:
             docs[name] = doc
             if speed is not None and speed.get("status") != "measured":
                 failed[name] = f"speed measurement failed: {speed.get('error')}"
-    finally:
-        base_worker.close()
+    except BaseException:
+        base_worker.kill()
+        raise
+    base_worker.close()
     variants = [dataclasses.replace(v, skipped=v.skipped or refused.get(v.config.name, "")) for v in variants]
     rows = ablate.ablation_rows(variants, docs)
     for r in rows:

@@ -31,6 +31,8 @@ class Fake:
     def close(self) -> None:
         self.closed = True
 
+    kill = close
+
 
 def _setup(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, traffic: str, *, limits: dict[str, int],
            fail: bool = False) -> dict[str, Fake]:
