@@ -233,6 +233,8 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         return ""
 
     variants = ablate.plan_variants(base, recipe, known, refuse)
+    if args.kind != "all":  # e.g. the alone rows in one command, the cumulative ones in another (the store is shared)
+        variants = [v for v in variants if v.kind == args.kind]
     if not variants:
         raise ConfigError(f"{recipe.name} does not differ from its baseline {base.name}: nothing to ablate",
                           path=recipe.path)
@@ -540,6 +542,8 @@ def build_parser() -> argparse.ArgumentParser:
     ab.add_argument("--thresholds", default=str(THRESHOLDS_FILE), help="thresholds file (traffic profile, margins)")
     ab.add_argument("--timeout", type=float, default=3 * 3600, help="seconds per engine (default 3 h)")
     ab.add_argument("--logprob-items", type=int, default=8, metavar="N", help="as for run")
+    ab.add_argument("--kind", choices=("all", "alone", "cumulative"), default="all",
+                    help="which rows: each switch alone, the cumulative recipe, or both (default)")
     _speed_args(ab)
     ab.set_defaults(func=cmd_ablate)
 

@@ -74,3 +74,58 @@ def test_rows_and_table() -> None:
     html = ablate.render_html(rows, {"recipe": "cline-recipe", "baseline": "baseline", "model": "m", "limit": 5,
                                      "profile": None, "device": "cpu", "isa": [], "method": "t"})
     assert "<svg" in html and "\u00d71.50 [1.30, 1.70]" in html and "<script" not in html
+
+
+def test_ablate_command_with_fake_workers(monkeypatch, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """The command's plumbing: one baseline engine for the whole ablation, one engine per distinct runnable variant,
+    CPU-refused switches skipped in the table, a row per variant, ablation.html/json and per-variant run dirs."""
+    import json
+
+    from runfixtures import task
+
+    from evalgate import cli, engine, runner
+    from evalgate.runner import ConfigRun
+
+    started: list[str] = []
+
+    class Fake:
+        def __init__(self, name: str, speed: float) -> None:
+            self.name, self.speed, self.closed = name, speed, False
+            self.info = {"event": "ready", "device": "fake CPU", "isa": ["avx2"], "versions": {}}
+
+        def measure(self, cmd: dict) -> dict:
+            return {"output_tok_s": self.speed, "total_tok_s": 2 * self.speed}
+
+        def close(self) -> None:
+            self.closed = True
+
+        kill = close
+
+    def start(cfg, suites, **kw):  # type: ignore[no-untyped-def]
+        started.append(cfg.name)
+        n = 40
+        t = {"t": task("t", "docparse", ["ok"] * n, [1.0] * n)}
+        eff = {"engine_args": dict(cfg.engine_args), "env": dict(cfg.env)}
+        return Fake(cfg.name, 100.0 if cfg.name == "baseline" else 150.0), ConfigRun(
+            config=cfg, tasks=t, effective=eff, journal=str(tmp_path / f"{len(started)}.jsonl"))
+
+    monkeypatch.setattr(runner, "start_config", start)
+    monkeypatch.setattr(runner, "check_engine_values", lambda cfg, log, timeout: {"max_model_len": 2048,
+                                                                                 "max_num_seqs": 256})
+    monkeypatch.setattr(engine, "_has_cuda", lambda: False)
+    (tmp_path / "t.yaml").write_text("alpha: 0.05\ndefault: {margin: 10.0}\nbootstrap_resamples: 1000\n"
+                                     "traffic: {input_len: 8, output_len: 8, concurrency: 4, repeats: 2}\n")
+    out = tmp_path / "ab"
+    code = cli.main(["ablate", "--config", "cline-recipe", "--suites", "docparse", "--thresholds",
+                     str(tmp_path / "t.yaml"), "--out", str(out)])
+    assert code == 0
+    # baseline once; fp16-state (alone = first cumulative step) once; flashinfer / SR never (CPU refuses them)
+    assert started[0] == "baseline" and started.count("fp16-state") == 1
+    assert not any("mamba_backend" in n or "stochastic" in n for n in started)
+    rows = json.loads((out / "ablation.json").read_text())["rows"]
+    assert len(rows) == 12 and sum(bool(r["skipped"]) for r in rows) == 4
+    ran = [r for r in rows if not r["skipped"]]
+    assert all(r["speed"][0]["ratio"] == 1.5 for r in ran)
+    assert (out / "ablation.html").is_file() and (out / "variants" / "fp16-state" / "verdict.json").is_file()
+    table = capsys.readouterr().out
+    assert "skipped: the FlashInfer Mamba kernel needs a CUDA GPU" in table and "c=4 \u00d71.50" in table
