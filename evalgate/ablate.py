@@ -55,17 +55,34 @@ class Variant:
 def switches(base: Any, recipe: Any) -> list[Switch]:
     """The recipe's differences from ``base`` (``EngineConfig``s): engine args then env, in the recipe's order.
 
-    A key the recipe removes (present in the baseline only) is a switch to ``None`` (vLLM's default)."""
+    A key the recipe removes (present in the baseline only) is a switch to ``None`` (vLLM's default). The order is
+    the recipe's own files' (child first): the merged config lists an inherited key where its parent had it."""
     out = []
     for section in ("engine_args", "env"):
         mine, theirs = getattr(recipe, section), getattr(base, section)
-        for key, value in mine.items():
-            if theirs.get(key, _ABSENT) != value:
-                out.append(Switch(section, key, value))
+        order = _file_order(recipe, section)
+        for key in sorted(mine, key=lambda k: order.get(k, len(order))):
+            if theirs.get(key, _ABSENT) != mine[key]:
+                out.append(Switch(section, key, mine[key]))
         for key in theirs:
             if key not in mine:
                 out.append(Switch(section, key, None))
     return out
+
+
+def _file_order(cfg: Any, section: str) -> dict[str, int]:
+    """Position of each ``section`` key as written in ``cfg``'s files (the child's first, then its parents')."""
+    import yaml
+
+    order: dict[str, int] = {}
+    for path in cfg.chain or (cfg.path,):
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        for key in (data.get(section) or {}) if isinstance(data, dict) else {}:
+            order.setdefault(key, len(order))
+    return order
 
 
 _ABSENT = object()
