@@ -88,7 +88,7 @@ def _file_order(cfg: Any, section: str) -> dict[str, int]:
 _ABSENT = object()
 
 
-def _apply(base: Any, chosen: tuple[Switch, ...], name: str, known: dict[str, Any]) -> Any:
+def _apply(base: Any, chosen: tuple[Switch, ...], name: str, known: dict[str, Any], path: Any = None) -> Any:
     """``base`` with ``chosen`` switches applied; named after an existing config with the same requested identity
     (its name, ``expect`` and thresholds then apply), else ``name``."""
     engine_args, env = dict(base.engine_args), dict(base.env)
@@ -98,7 +98,8 @@ def _apply(base: Any, chosen: tuple[Switch, ...], name: str, known: dict[str, An
             target.pop(s.key, None)
         else:
             target[s.key] = s.value
-    cfg = dataclasses.replace(base, name=name, engine_args=engine_args, env=env, baseline=base.name)
+    cfg = dataclasses.replace(base, name=name, engine_args=engine_args, env=env, baseline=base.name,
+                              path=path or base.path)
     for other in known.values():
         if other.identity() == cfg.identity() and other.baseline:
             return dataclasses.replace(cfg, name=other.name, path=other.path, expect=other.expect,
@@ -116,12 +117,12 @@ def plan_variants(base: Any, recipe: Any, known: dict[str, Any], refuse: Any) ->
     found = switches(base, recipe)
     out: list[Variant] = []
     for s in found:
-        cfg = _apply(base, (s,), f"{recipe.name}~{s.key}", known)
+        cfg = _apply(base, (s,), f"{recipe.name}~{s.key}", known, recipe.path)
         out.append(Variant("alone", (s,), cfg, refuse(cfg)))
     chain: list[Switch] = []
     for i, s in enumerate(found):
         trial = (*chain, s)
-        cfg = _apply(base, trial, f"{recipe.name}~cum{i + 1}", known)
+        cfg = _apply(base, trial, f"{recipe.name}~cum{i + 1}", known, recipe.path)
         why = refuse(cfg)
         if why:  # the chain goes on without it
             why += f" (the cumulative chain continues without {s.key})"

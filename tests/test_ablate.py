@@ -50,7 +50,8 @@ def test_variants_alone_then_cumulative_with_cpu_skips() -> None:
     assert cum[1].skipped.startswith("stochastic rounding needs CUDA (the cumulative chain continues")
     assert cum[2].skipped and not cum[3].skipped
     assert cum[3].config.engine_args["mamba_ssm_cache_dtype"] == "float16"
-    assert "mamba_backend" not in cum[3].config.engine_args and cum[3].config.engine_args["async_scheduling"] is True
+    assert cum[3].config.engine_args.get("mamba_backend") == base.engine_args.get("mamba_backend")  # not flashinfer
+    assert cum[3].config.engine_args["async_scheduling"] is True and cum[3].config.path == recipe.path
     assert cum[5].config.env == {"OMP_NUM_THREADS": "1"}
     assert cum[5].config.engine_args["speculative_config"] == {"method": "mtp", "num_speculative_tokens": 3}
     # On a platform that runs everything, the last cumulative step is the recipe itself.
