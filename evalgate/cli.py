@@ -115,6 +115,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             timings.update({f"{role}:{k}": v for k, v in runs[role].timings.items()})
             write_json_atomic(out / f"{role}.json", {"config": cfg.name, "effective": runs[role].effective,
                                                      "spec_decode": runs[role].spec_decode,
+                                                     "evidence_sources": runs[role].evidence_sources,
                                                      "tasks": tasks_to_json(runs[role].tasks)})
         if profile is not None:
             t3 = time.monotonic()

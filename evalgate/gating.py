@@ -44,7 +44,7 @@ def gate_runs(runs: dict[str, Any], thresholds: Any, suites: list[Any], *, limit
         "suites": [{"name": s.name, "tasks": list(s.tasks), "content_hash": s.content_hash} for s in suites],
         **{role: {"name": r.config.name, "path": str(r.config.path), "expect": r.config.expect,
                   "requested": r.config.identity(), "effective": r.effective, "spec_decode": r.spec_decode,
-                  "cached_suites": r.cached, "generations": r.generations} for role, r in runs.items()},
+                  "evidence_sources": r.evidence_sources, "cached_suites": r.cached, "generations": r.generations} for role, r in runs.items()},
     }
     doc = gate_document(decision, comparisons, manifest, spec_floors=thresholds.spec_floors_for(name),
                         near_tie=thresholds.near_tie_logprob, speed=speed, speed_floors=thresholds.speed_floors_for(name))

@@ -111,6 +111,26 @@ def floor_note(doc: dict[str, Any]) -> str | None:
     return FLOOR_NOTE if any((items_needed_short(t) or "").endswith("(floor)") for t in doc["tasks"]) else None
 
 
+# How the candidate's spec-decode counts were obtained (report.gate_document's "spec_decode_source").
+SPEC_SOURCE_NOTE = {
+    "per_request": "summed from vLLM's per-request metrics",
+    "engine_counters": "engine-wide counters diffed per suite; per-request counts are unavailable on this vLLM",
+    "mixed": "per-request metrics for some suites, engine-wide counters for others",
+}
+
+
+def spec_decode_line(doc: dict[str, Any]) -> str | None:
+    """One sentence on the candidate's speculative decoding (acceptance and its source), None when it had none."""
+    sd = (doc.get("spec_decode") or {}).get("candidate")
+    if not sd:
+        return None
+    source = doc.get("spec_decode_source")
+    note = SPEC_SOURCE_NOTE.get(source, f"source {source}") if source else "source not recorded"
+    return (f"Speculative decoding (candidate): {sd['drafts']:.0f} drafts, {sd['draft_tokens']:.0f} draft tokens, "
+            f"{sd['accepted_tokens']:.0f} accepted; acceptance rate {100 * sd['acceptance_rate']:.1f}%, mean "
+            f"acceptance length {sd['mean_acceptance_length']:.2f} ({note}).")
+
+
 def render_junit(doc: dict[str, Any]) -> str:
     """JUnit XML for ``doc``: a ``<testsuite>`` per suite, a ``<testcase>`` per task (``xml.etree``)."""
     m = doc.get("manifest", {})
@@ -260,6 +280,8 @@ def render_markdown(doc: dict[str, Any], report_link: str = HTML_NAME) -> str:
         out += ["", f"_{_md(NO_OP_NOTE)}._"]
     if floor_note(doc):
         out += ["", f"_{_md(FLOOR_NOTE)}._"]
+    if spec_decode_line(doc):
+        out += ["", _md(spec_decode_line(doc))]
     if doc.get("speed"):
         out += ["", *speed_markdown(doc["speed"])]
     diff = doc.get("effective_diff") or []

@@ -19,7 +19,7 @@ from evalgate.compare import TaskComparison
 from evalgate.evidence import as_dict, spec_decode_health, task_evidence
 from evalgate.gate import (MISSING, Decision, TaskDecision, Verdict, effective_diff, escalate, spec_decode_floor_failures,
                            speed_floor_failures)
-from evalgate.outputs import NO_OP_NOTE, floor_note, items_needed_short, shown_verdict
+from evalgate.outputs import NO_OP_NOTE, SPEC_SOURCE_NOTE, floor_note, items_needed_short, shown_verdict
 from evalgate.plot import delta_plot, kl_curve, sweep_plot, tradeoff_plot
 from evalgate.power import items_needed, items_needed_basis
 
@@ -103,6 +103,8 @@ def gate_document(decision: Decision, comparisons: list[TaskComparison], manifes
         "config_diff": _diff_rows(base["requested"], cand["requested"]),
         "effective_diff": _diff_rows(base["effective"], cand["effective"]),
         "spec_decode": {role: as_dict(h) for role, h in spec.items()},
+        # Where the candidate's acceptance counts came from (runner.ConfigRun.evidence_sources); None when none.
+        "spec_decode_source": (cand.get("evidence_sources") or {}).get("spec_decode"),
         "manifest": manifest,
     }
     if speed is not None:
@@ -213,6 +215,7 @@ def _env() -> Environment:
     env.globals["floor_note"] = floor_note
     env.globals["shown_verdict"] = shown_verdict
     env.globals["NO_OP_NOTE"] = NO_OP_NOTE
+    env.globals["spec_source_note"] = SPEC_SOURCE_NOTE
     return env
 
 

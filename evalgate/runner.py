@@ -33,6 +33,7 @@ LOG_TAIL_LINES = 8
 CONFIG_ERROR_EXIT = 2  # the worker's exit code when vLLM refuses an engine-arg value before loading the model
 CONFIG_ERROR_TAG = "evalgate-config-error:"
 LIMITS_TAG = "evalgate-engine-limits:"  # the check worker's line: the engine's max_num_seqs and max_model_len
+MIXED_SOURCES = "mixed"  # suites of one run whose evidence came from different sources
 
 
 @dataclass
@@ -44,6 +45,9 @@ class ConfigRun:
         tasks: per-task results, by task name.
         effective: the engine config as vLLM applied it (see ``VllmEngine.effective_config``).
         spec_decode: speculative-decoding counters summed over the suites evaluated in this run.
+        evidence_sources: where evidence came from, e.g. ``{"spec_decode": "per_request"}`` (vLLM's per-request
+            metrics) or ``"engine_counters"`` (engine-wide counters diffed per suite; vLLM 0.26), ``"mixed"`` when
+            suites differ.
         timings: seconds, e.g. ``{"engine_start": 31.2, "suite:docparse": 40.1}``; cached suites are 0.
         cached: names of suites served from the store.
         generations: ``{"reused": n, "generated": m}`` over the suites computed in this run: requests
@@ -55,6 +59,7 @@ class ConfigRun:
     tasks: dict[str, TaskResult]
     effective: dict[str, Any]
     spec_decode: dict[str, float] = field(default_factory=dict)
+    evidence_sources: dict[str, str] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     cached: list[str] = field(default_factory=list)
     generations: dict[str, int] = field(default_factory=dict)
@@ -192,6 +197,9 @@ def _collect(plan: _Plan, store: ResultStore, log_path: Path) -> ConfigRun:
         run.effective = run.effective or entry["effective"]
         for k, v in entry.get("spec_decode", {}).items():
             run.spec_decode[k] = run.spec_decode.get(k, 0.0) + v
+        for k, v in entry.get("evidence_sources", {}).items():
+            seen = run.evidence_sources.get(k)
+            run.evidence_sources[k] = v if seen in (None, v) else MIXED_SOURCES
         if s in missing:
             for k, v in entry.get("generations", {}).items():
                 run.generations[k] = run.generations.get(k, 0) + v
@@ -476,7 +484,7 @@ def _worker_main(spec_path: str) -> int:
         score_s = time.monotonic() - t2
         store.put(suite["key"], {
             "suite": suite["name"], "effective": effective, "tasks": tasks_to_json(tasks),
-            "spec_decode": _suite_spec_decode(lm.records, keys.values(), before, after),
+            **_suite_spec_decode(lm.records, keys.values(), before, after),
             "timings": {"engine_start": start_s, f"suite:{suite['name']}": suite_s,
                         f"logprobs:{suite['name']}": score_s},
             "generations": {"reused": lm.reused - reused, "generated": lm.generated - generated},
@@ -528,13 +536,22 @@ def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, An
 
 
 def _suite_spec_decode(records: dict[str, Any], keys: Any, before: dict[str, float],
-                       after: dict[str, float]) -> dict[str, float]:
-    """Speculative-decoding counts of one suite: the sum of its items' per-request counts when the engine
-    recorded them (true for reused journal entries too), else the engine-wide counters' change while it ran."""
+                       after: dict[str, float]) -> dict[str, Any]:
+    """Speculative-decoding counts of one suite, and where they came from, as store-entry fields.
+
+    The sum of its items' per-request counts when the engine recorded them (true for reused journal entries too),
+    else the engine-wide counters' change while it ran (vLLM 0.26 has no per-request metrics; those counters then
+    also miss requests answered from the journal). Returns ``{"spec_decode": {name: count}, "evidence_sources":
+    {"spec_decode": "per_request" | "engine_counters"}}``; the source is omitted when there are no counts at all.
+    """
+    from evalgate.engine import ENGINE_COUNTERS, PER_REQUEST
+
     per_request = [records[k]["spec_decode"] for k in set(keys) if k in records and records[k].get("spec_decode")]
     if per_request:
-        return {name: float(sum(r.get(name, 0) for r in per_request)) for name in per_request[0]}
-    return {k: after[k] - before.get(k, 0.0) for k in after}
+        counts = {name: float(sum(r.get(name, 0) for r in per_request)) for name in per_request[0]}
+        return {"spec_decode": counts, "evidence_sources": {"spec_decode": PER_REQUEST}}
+    counts = {k: after[k] - before.get(k, 0.0) for k in after}
+    return {"spec_decode": counts, "evidence_sources": {"spec_decode": ENGINE_COUNTERS} if counts else {}}
 
 
 def _check_engine_values(model: str, engine_args: dict[str, Any]) -> tuple[str | None, dict[str, int]]:

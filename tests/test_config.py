@@ -121,7 +121,7 @@ def test_unknown_config_name_suggests(tmp_path: Path) -> None:
 def test_shipped_configs_all_load_and_extend_baseline() -> None:
     names = list_configs(CONFIGS_DIR)
     for required in ("baseline", "fp16-state", "mtp1", "mtp3", "async-sched", "flashinfer-mamba", "omp1",
-                     "cline-recipe", "dense/baseline", "dense/bf16", "dense/ngram", "dense/fp16-state"):
+                     "cline-recipe", "fp16-state-sr", "fp16-state-flashinfer", "sr-only", "aa", "dense/baseline", "dense/bf16", "dense/ngram", "dense/fp16-state"):
         assert required in names
     # The seed's switches act on evalgate's own hybrid (Mamba2 + attention, MTP head); Gemma is the dense family.
     base = load_config("baseline", CONFIGS_DIR, check_engine_args=False)
@@ -137,6 +137,43 @@ def test_shipped_configs_all_load_and_extend_baseline() -> None:
     assert load_config("mtp3", CONFIGS_DIR, check_engine_args=False).engine_args["speculative_config"] == {
         "method": "mtp", "num_speculative_tokens": 3}
     assert load_config("omp1", CONFIGS_DIR, check_engine_args=False).env == {"OMP_NUM_THREADS": "1"}
+
+
+def _differs(name: str) -> dict[str, object]:
+    """Engine args (and env) in which config ``name`` differs from its baseline: {key: (baseline, candidate)}."""
+    from evalgate.config import load_baseline
+
+    cand = load_config(name, CONFIGS_DIR, check_engine_args=False)
+    base = load_baseline(cand, CONFIGS_DIR, check_engine_args=False)
+    a, b = {**base.engine_args, **base.env}, {**cand.engine_args, **cand.env}
+    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+
+
+def test_hybrid_baseline_pins_every_switch_off_and_each_candidate_flips_only_its_own() -> None:
+    base = load_config("baseline", CONFIGS_DIR, check_engine_args=False).engine_args
+    assert base["async_scheduling"] is False and base["mamba_backend"] == "triton"
+    assert base["mamba_ssm_cache_dtype"] == "float32" and "speculative_config" not in base
+    assert _differs("async-sched") == {"async_scheduling": (False, True)}
+    assert _differs("fp16-state") == {"mamba_ssm_cache_dtype": ("float32", "float16")}
+    assert _differs("flashinfer-mamba") == {"mamba_backend": ("triton", "flashinfer")}
+    assert _differs("aa") == {"seed": (0, 1)}
+    assert set(_differs("mtp1")) == {"speculative_config"}
+    assert _differs("sr-only") == {"enable_mamba_cache_stochastic_rounding": (None, True)}
+    assert _differs("fp16-state-sr") == {"enable_mamba_cache_stochastic_rounding": (None, True),
+                                         "mamba_backend": ("triton", "flashinfer"),
+                                         "mamba_ssm_cache_dtype": ("float32", "float16")}
+    for family in ("dense", "gdn"):
+        assert load_config(f"{family}/baseline", CONFIGS_DIR, check_engine_args=False).engine_args[
+            "async_scheduling"] is False
+
+
+def test_cuda_only_configs_are_refused_on_cpu_before_any_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    from evalgate import engine
+    from evalgate.cli import main
+
+    monkeypatch.setattr(engine, "_has_cuda", lambda: False)
+    for name in ("fp16-state-sr", "fp16-state-flashinfer", "sr-only"):
+        assert main(["run", "--config", name, "--limit", "1"]) == 2
 
 
 vllm = pytest.importorskip("vllm.engine.arg_utils", reason="needs vLLM for EngineArgs names")

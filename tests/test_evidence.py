@@ -252,10 +252,15 @@ def test_per_request_spec_counts_and_suite_sums() -> None:
     records = {"a": {"spec_decode": _spec_counts(m)}, "b": {"spec_decode": _spec_counts(m)}, "c": {"text": "x"}}
     # Per-request counts win (a cached/reused item keeps its counts); keys repeated by tasks count once.
     assert _suite_spec_decode(records, ["a", "b", "a", "c"], {}, {"spec_decode_num_drafts": 0.0}) == {
-        "spec_decode_num_drafts": 10.0, "spec_decode_num_draft_tokens": 30.0, "spec_decode_num_accepted_tokens": 12.0}
-    # Without per-request counts: the engine-wide counters' change.
+        "spec_decode": {"spec_decode_num_drafts": 10.0, "spec_decode_num_draft_tokens": 30.0,
+                        "spec_decode_num_accepted_tokens": 12.0},
+        "evidence_sources": {"spec_decode": "per_request"}}
+    # Without per-request counts (vLLM 0.26): the engine-wide counters' change, and the source says so.
     assert _suite_spec_decode({"c": {}}, ["c"], {"spec_decode_num_drafts": 4.0},
-                              {"spec_decode_num_drafts": 9.0}) == {"spec_decode_num_drafts": 5.0}
+                              {"spec_decode_num_drafts": 9.0}) == {
+        "spec_decode": {"spec_decode_num_drafts": 5.0}, "evidence_sources": {"spec_decode": "engine_counters"}}
+    # No speculative decoding: no counts and no source.
+    assert _suite_spec_decode({"c": {}}, ["c"], {}, {}) == {"spec_decode": {}, "evidence_sources": {}}
 
 
 def test_contradiction_threshold_is_near_all_accepted() -> None:
