@@ -236,6 +236,13 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     variants = ablate.plan_variants(base, recipe, known, refuse)
     if args.kind != "all":  # e.g. the alone rows in one command, the cumulative ones in another (the store is shared)
         variants = [v for v in variants if v.kind == args.kind]
+    if args.switches:  # only these switches' alone rows (the cumulative rows need the whole chain)
+        names = {s.key for v in variants for s in v.switches}
+        unknown = [k for k in args.switches if k not in names]
+        if unknown:
+            raise ConfigError(f"{unknown[0]!r} is not a switch of {recipe.name}; its switches: {', '.join(sorted(names))}",
+                              field="--switches")
+        variants = [v for v in variants if v.kind != "alone" or v.switches[0].key in args.switches]
     if not variants:
         raise ConfigError(f"{recipe.name} does not differ from its baseline {base.name}: nothing to ablate",
                           path=recipe.path)
@@ -545,6 +552,8 @@ def build_parser() -> argparse.ArgumentParser:
     ab.add_argument("--logprob-items", type=int, default=8, metavar="N", help="as for run")
     ab.add_argument("--kind", choices=("all", "alone", "cumulative"), default="all",
                     help="which rows: each switch alone, the cumulative recipe, or both (default)")
+    ab.add_argument("--switches", type=lambda t: [k for k in t.split(",") if k], default=None, metavar="KEY[,KEY]",
+                    help="only these switches' alone rows, e.g. mamba_backend,speculative_config")
     _speed_args(ab)
     ab.set_defaults(func=cmd_ablate)
 

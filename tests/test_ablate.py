@@ -130,3 +130,11 @@ def test_ablate_command_with_fake_workers(monkeypatch, tmp_path, capsys) -> None
     assert (out / "ablation.html").is_file() and (out / "variants" / "fp16-state" / "verdict.json").is_file()
     table = capsys.readouterr().out
     assert "skipped: the FlashInfer Mamba kernel needs a CUDA GPU" in table and "c=4 \u00d71.50" in table
+    # --switches keeps only those alone rows; a name that is no switch is a usage error (exit 2)
+    started.clear()
+    assert cli.main(["ablate", "--config", "cline-recipe", "--suites", "docparse", "--thresholds", str(tmp_path / "t.yaml"),
+                     "--out", str(tmp_path / "ab2"), "--kind", "alone", "--switches", "OMP_NUM_THREADS"]) == 0
+    assert started == ["baseline", "omp1"]
+    assert cli.main(["ablate", "--config", "cline-recipe", "--thresholds", str(tmp_path / "t.yaml"),
+                     "--out", str(tmp_path / "ab3"), "--switches", "mamba_backnd"]) == 2
+    assert "is not a switch of cline-recipe" in capsys.readouterr().err
