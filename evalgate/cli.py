@@ -8,6 +8,7 @@ Errors print one line on stderr; ``--debug`` shows the traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import logging
 import math
@@ -60,14 +61,13 @@ def _error_outputs(cmd):  # type: ignore[no-untyped-def]
 def cmd_run(args: argparse.Namespace) -> int:
     """Gate a candidate config against its baseline; write the run directory; exit with the verdict."""
     from evalgate import config as config_mod
-    from evalgate.compare import compare_tasks
     from evalgate.engine import check_platform
-    from evalgate.gate import decide
+    from evalgate.gating import gate_runs
     from evalgate.model import evalgate_home
     from evalgate.outputs import write_outputs
     from evalgate.progress import engine_progress
-    from evalgate.report import gate_document, render_terminal
-    from evalgate.runner import check_engine_values, evaluate_config, versions
+    from evalgate.report import render_terminal
+    from evalgate.runner import check_engine_values, evaluate_config, start_config
     from evalgate.store import ResultStore, tasks_to_json, write_json_atomic
     from evalgate.suites import check_datasets, default_suites_dir, list_suites, load_suite
     from evalgate.thresholds import load_thresholds
@@ -95,45 +95,234 @@ def cmd_run(args: argparse.Namespace) -> int:
     store = ResultStore(evalgate_home() / "store")
     timings = {"load": time.monotonic() - t0}
 
+    profile = _speed_profile(args, thresholds, cand)
     # vLLM validates the candidate's values before the baseline runs: a refused value costs seconds, not a baseline.
-    check_engine_values(cand, out / "logs" / "candidate-check.log", args.timeout)
-    runs = {}
-    for role, cfg in (("baseline", base), ("candidate", cand)):
-        log.info("%s '%s': %s (engine log: %s)", role, cfg.name, ", ".join(s.name for s in suites),
-                 out / "logs" / f"{role}.log")
-        t1 = time.monotonic()
-        with engine_progress(out / "logs" / f"{role}.log", f"{role} {cfg.name}", [s.name for s in suites]):
-            runs[role] = evaluate_config(cfg, suites, limit=args.limit, store=store,
-                                         log_path=out / "logs" / f"{role}.log", timeout_s=args.timeout,
-                                         reference=runs.get("baseline"), logprob_items=args.logprob_items)
-        timings[f"{role}:total"] = time.monotonic() - t1
-        timings.update({f"{role}:{k}": v for k, v in runs[role].timings.items()})
-        write_json_atomic(out / f"{role}.json", {"config": cfg.name, "effective": runs[role].effective,
-                                                 "spec_decode": runs[role].spec_decode,
-                                                 "evidence_sources": runs[role].evidence_sources,
-                                                 "tasks": tasks_to_json(runs[role].tasks)})
-    t2 = time.monotonic()
-    comparisons = compare_tasks(runs["baseline"].tasks, runs["candidate"].tasks, thresholds, config=cand.name)
-    decision = decide([(c.suite, c.task, c.comparison) for c in comparisons], thresholds,
-                      baseline_effective=runs["baseline"].effective, candidate_effective=runs["candidate"].effective,
-                      config=cand.name, expect=cand.expect, outputs={c.task: c.agreement(thresholds.near_tie_logprob) for c in comparisons})
-    timings["compare"] = time.monotonic() - t2
-    manifest = {
-        "created": stamp, "model": cand.model, "limit": args.limit, "versions": versions(),
-        "thresholds": str(thresholds.path), "timings": timings,
-        "suites": [{"name": s.name, "tasks": list(s.tasks), "content_hash": s.content_hash} for s in suites],
-        **{role: {"name": r.config.name, "path": str(r.config.path), "expect": r.config.expect,
-                  "requested": r.config.identity(), "effective": r.effective, "spec_decode": r.spec_decode,
-                  "evidence_sources": r.evidence_sources, "cached_suites": r.cached, "generations": r.generations} for role, r in runs.items()},
-    }
-    doc = gate_document(decision, comparisons, manifest, spec_floors=thresholds.spec_floors_for(cand.name),
-                        near_tie=thresholds.near_tie_logprob)
+    limits = {"candidate": check_engine_values(cand, out / "logs" / "candidate-check.log", args.timeout)}
+    if profile is not None:  # a profile the engines cannot run is refused before any engine starts
+        limits["baseline"] = check_engine_values(base, out / "logs" / "baseline-check.log", args.timeout)
+        _check_profile(profile, limits, {"baseline": base, "candidate": cand}, thresholds)
+    runs: dict[str, Any] = {}
+    workers: dict[str, Any] = {}
+    speed: dict[str, Any] | None = None
+    try:
+        for role, cfg in (("baseline", base), ("candidate", cand)):
+            log.info("%s '%s': %s (engine log: %s)", role, cfg.name, ", ".join(s.name for s in suites),
+                     out / "logs" / f"{role}.log")
+            t1 = time.monotonic()
+            kwargs = dict(limit=args.limit, store=store, log_path=out / "logs" / f"{role}.log", timeout_s=args.timeout,
+                          reference=runs.get("baseline"), logprob_items=args.logprob_items)
+            with engine_progress(out / "logs" / f"{role}.log", f"{role} {cfg.name}", [s.name for s in suites]):
+                if profile is None:
+                    runs[role] = evaluate_config(cfg, suites, **kwargs)
+                else:  # the engine stays up for the speed phase, after both sides' suites
+                    workers[role], runs[role] = start_config(cfg, suites, **kwargs)
+            timings[f"{role}:total"] = time.monotonic() - t1
+            timings.update({f"{role}:{k}": v for k, v in runs[role].timings.items()})
+            write_json_atomic(out / f"{role}.json", {"config": cfg.name, "effective": runs[role].effective,
+                                                     "spec_decode": runs[role].spec_decode,
+                                                     "evidence_sources": runs[role].evidence_sources,
+                                                     "tasks": tasks_to_json(runs[role].tasks)})
+        if profile is not None:
+            t3 = time.monotonic()
+            speed = _measure(workers, profile)
+            timings["speed"] = time.monotonic() - t3
+    except BaseException:  # an error or Ctrl-C: stop the engines now (they run in sessions of their own)
+        for w in workers.values():
+            w.kill()
+        raise
+    for w in workers.values():
+        w.close()
+    doc, manifest = gate_runs(runs, thresholds, suites, limit=args.limit, stamp=stamp, timings=timings, speed=speed)
     write_json_atomic(out / "manifest.json", manifest)
     write_json_atomic(out / "verdict.json", doc)
     paths = write_outputs(doc, out)
     print(render_terminal(doc))
     print(f"report: {paths['html']}")
+    if speed is not None and speed.get("status") != "measured":
+        from evalgate.runner import SpeedError
+
+        # The quality results are in the store and in the run directory; the run as a whole failed (exit 3).
+        raise SpeedError(f"quality verdict {doc['verdict']} (kept in {out / 'verdict.json'}), but the speed "
+                         f"measurement failed: {speed.get('error')}")
     return int(_VERDICT_EXIT[doc["verdict"]])
+
+
+def _measure(workers: dict[str, Any], profile: Any) -> dict[str, Any]:
+    """The speed block, or ``{"status": "failed", "error", "profile"}`` when a measurement failed (exit 3 later)."""
+    from evalgate.runner import SpeedError
+    from evalgate.speedrun import measure_speed
+
+    log.info("speed: %s in / %s out tokens, concurrency %s, %s repeats per side, interleaved",
+             profile.input_len, profile.output_len, ",".join(map(str, profile.concurrency)), profile.repeats)
+    try:
+        return measure_speed(workers, profile)
+    except SpeedError as exc:
+        return {"status": "failed", "error": str(exc), "profile": profile.as_dict()}
+    except Exception as exc:  # noqa: BLE001 - a bug in the speed phase must not lose the quality verdict either
+        return {"status": "failed", "error": f"internal error: {type(exc).__name__}: {exc}", "profile": profile.as_dict()}
+
+
+def _speed_profile(args: argparse.Namespace, thresholds: Any, cand: Any) -> Any:
+    """The traffic profile to measure, or None: speed is measured when the thresholds file has a ``traffic``
+    section (or ``configs.<name>.traffic``) or the command line passes ``--speed`` / ``--concurrency``, and not
+    with ``--no-speed``."""
+    from evalgate.engine import has_cuda
+    from evalgate.speed import resolve_profile
+
+    fields = thresholds.traffic_for(cand.name)
+    wanted = args.speed or bool(args.concurrency) or args.repeats is not None or fields is not None
+    if args.no_speed or not wanted:
+        return None
+    profile = resolve_profile(fields, cuda=has_cuda(), concurrency=args.concurrency, repeats=args.repeats)
+    if profile.mode == "serve":
+        raise ConfigError("traffic.mode 'serve' (vllm serve + vllm bench serve) is not available in this version; "
+                          "use mode: offline", path=thresholds.path, field="traffic.mode")
+    return profile
+
+
+def _check_profile(profile: Any, limits: dict[str, dict[str, int]], configs: dict[str, Any], thresholds: Any) -> None:
+    """ConfigError (exit 2) when either engine cannot run ``profile`` (too long for max_model_len, or more
+    concurrent requests than max_num_seqs)."""
+    from evalgate.speed import profile_problems
+
+    for role, cfg in configs.items():
+        for fld, msg in profile_problems(profile, limits.get(role, {})):
+            raise ConfigError(f"{msg} of {role} config {cfg.name} ({cfg.path})", path=thresholds.path,
+                              field=f"traffic.{fld}")
+
+
+def _concurrency_list(text: str) -> list[int]:
+    """``--concurrency 1,16,256`` as a list of distinct integers >= 1 (argparse type)."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be integers separated by commas, e.g. 1,16,256; got {text!r}") from None
+    if not values or min(values) < 1 or len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"must be distinct integers >= 1, e.g. 1,16,256; got {text!r}")
+    return values
+
+
+@_error_outputs
+def cmd_ablate(args: argparse.Namespace) -> int:
+    """Each switch of a recipe alone, then cumulatively, against the recipe's baseline: quality and speed per switch
+    (``evalgate.ablate``); writes ``ablation.html``, ``ablation.json`` and one run directory per variant.
+    Exit 0, or 3 when a variant's engine or speed measurement failed (the others are kept)."""
+    from evalgate import ablate
+    from evalgate import config as config_mod
+    from evalgate.engine import check_platform
+    from evalgate.errors import EngineError
+    from evalgate.gating import gate_runs
+    from evalgate.model import evalgate_home
+    from evalgate.outputs import write_outputs
+    from evalgate.runner import check_engine_values, start_config
+    from evalgate.store import ResultStore, write_json_atomic
+    from evalgate.suites import default_suites_dir, list_suites, load_suite
+    from evalgate.thresholds import load_thresholds
+
+    _check_run_args(args)
+    configs_dir = Path(args.configs_dir)
+    recipe = config_mod.load_config(args.config, configs_dir)
+    base = config_mod.load_baseline(recipe, configs_dir)
+    check_platform(base.engine_args, base.path)
+    thresholds = load_thresholds(Path(args.thresholds))
+    suites_dir = Path(args.suites_dir) if args.suites_dir else default_suites_dir()
+    suites = [load_suite(n, suites_dir) for n in args.suites] if args.suites else list_suites(suites_dir)
+    if not suites:
+        raise ConfigError("no suites found", path=suites_dir)
+    known = {n: config_mod.load_config(n, configs_dir, check_engine_args=False) for n in config_mod.list_configs(configs_dir)}
+
+    def refuse(cfg: Any) -> str:
+        try:
+            check_platform(cfg.engine_args, cfg.path)
+        except ConfigError as exc:
+            return str(exc).split(": ", 2)[-1]
+        return ""
+
+    variants = ablate.plan_variants(base, recipe, known, refuse)
+    if args.kind != "all":  # e.g. the alone rows in one command, the cumulative ones in another (the store is shared)
+        variants = [v for v in variants if v.kind == args.kind]
+    if args.switches:  # only these switches' alone rows (the cumulative rows need the whole chain)
+        names = {s.key for v in variants for s in v.switches}
+        unknown = [k for k in args.switches if k not in names]
+        if unknown:
+            raise ConfigError(f"{unknown[0]!r} is not a switch of {recipe.name}; its switches: {', '.join(sorted(names))}",
+                              field="--switches")
+        variants = [v for v in variants if v.kind != "alone" or v.switches[0].key in args.switches]
+    if not variants:
+        raise ConfigError(f"{recipe.name} does not differ from its baseline {base.name}: nothing to ablate",
+                          path=recipe.path)
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = Path(args.out) if args.out else Path("runs") / f"ablate-{recipe.name.replace('/', '_')}-{stamp}"
+    args.run_dir = out
+    args.speed = not args.no_speed  # an ablation measures speed unless told not to
+    profile = _speed_profile(args, thresholds, recipe)
+    if profile is not None:
+        limits = {"baseline": check_engine_values(base, out / "logs" / "baseline-check.log", args.timeout)}
+        _check_profile(profile, limits, {"baseline": base}, thresholds)
+    store = ResultStore(evalgate_home() / "store")
+    docs: dict[str, dict[str, Any]] = {}
+    failed: dict[str, str] = {}
+    refused: dict[str, str] = {}
+    kwargs = dict(limit=args.limit, store=store, timeout_s=args.timeout, logprob_items=args.logprob_items)
+    base_worker, base_run = start_config(base, suites, log_path=out / "logs" / "baseline.log", **kwargs)
+    info = dict(base_worker.info)
+    try:
+        for v in variants:
+            name = v.config.name
+            if v.skipped or name in docs or name in failed or name in refused:
+                continue
+            slug = name.replace("/", "_").replace("~", "-")
+            log.info("ablate: %s %s (config %s)", v.kind, v.label, name)
+            timings: dict[str, float] = {}
+            try:
+                worker, run = start_config(v.config, suites, log_path=out / "logs" / f"{slug}.log",
+                                           reference=base_run, **kwargs)
+            except ConfigError as exc:  # vLLM refused a value of this variant: skip it, as the platform check does
+                refused[name] = str(exc)
+                continue
+            except EngineError as exc:
+                failed[name] = str(exc)
+                continue
+            try:
+                speed = None
+                if profile is not None:
+                    t0 = time.monotonic()
+                    speed = _measure({"baseline": base_worker, "candidate": worker}, profile)
+                    timings["speed"] = time.monotonic() - t0
+            except BaseException:
+                worker.kill()
+                raise
+            worker.close()
+            doc, manifest = gate_runs({"baseline": base_run, "candidate": run}, thresholds, suites, limit=args.limit,
+                                      stamp=stamp, timings=timings, speed=speed,
+                                      gate_name=name if name in known else recipe.name)
+            write_json_atomic(out / "variants" / slug / "verdict.json", doc)
+            write_json_atomic(out / "variants" / slug / "manifest.json", manifest)
+            write_outputs(doc, out / "variants" / slug)
+            docs[name] = doc
+            if speed is not None and speed.get("status") != "measured":
+                failed[name] = f"speed measurement failed: {speed.get('error')}"
+    except BaseException:
+        base_worker.kill()
+        raise
+    base_worker.close()
+    variants = [dataclasses.replace(v, skipped=v.skipped or refused.get(v.config.name, "")) for v in variants]
+    rows = ablate.ablation_rows(variants, docs)
+    for r in rows:
+        if r["config"] in failed and not r.get("verdict"):
+            r["skipped"] = f"failed: {failed[r['config']]}"
+    meta = {"recipe": recipe.name, "baseline": base.name, "model": recipe.model, "limit": args.limit,
+            "profile": None if profile is None else profile.as_dict(), "device": info.get("device", "?"),
+            "isa": info.get("isa", []), "method": __import__("evalgate.speed", fromlist=["METHOD"]).METHOD,
+            "versions": info.get("versions", {}), "created": stamp}
+    write_json_atomic(out / "ablation.json", {"meta": meta, "rows": rows})
+    (out / "ablation.html").write_text(ablate.render_html(rows, meta), encoding="utf-8")
+    print(ablate.render_table(rows))
+    print(f"report: {out / 'ablation.html'}")
+    if failed:
+        raise EngineError(f"{len(failed)} variant(s) failed (the others are in {out / 'ablation.html'}): "
+                          + "; ".join(f"{k}: {v}" for k, v in failed.items()))
+    return int(ExitCode.PASS)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -194,6 +383,10 @@ def _check_run_args(args: argparse.Namespace) -> None:
         raise ConfigError(f"must be >= 1, got {args.limit}", field="--limit")
     if args.logprob_items < 0:
         raise ConfigError(f"must be >= 0, got {args.logprob_items}", field="--logprob-items")
+    if getattr(args, "repeats", None) is not None and args.repeats < 1:
+        raise ConfigError(f"must be >= 1, got {args.repeats}", field="--repeats")
+    if getattr(args, "no_speed", False) and (args.speed or args.concurrency or args.repeats is not None):
+        raise ConfigError("--no-speed contradicts --speed / --concurrency / --repeats", field="--no-speed")
     if not (0 < args.timeout < float("inf")):  # also rejects nan
         raise ConfigError(f"must be a number of seconds > 0, got {args.timeout}", field="--timeout")
     if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
@@ -422,7 +615,23 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--timeout", type=float, default=3 * 3600, help="seconds per engine run (default 3 h)")
     r.add_argument("--logprob-items", type=int, default=8, metavar="N",
                    help="items per task scored for the logit divergence (teacher forcing; costly on CPU; 0 = off)")
+    _speed_args(r)
     r.set_defaults(func=cmd_run)
+
+    ab = sub.add_parser("ablate", help="each switch of a recipe alone and cumulatively: speed-up and quality per switch")
+    ab.add_argument("--config", required=True, help="the recipe config (its differences from its baseline are the switches)")
+    ab.add_argument("--limit", type=int, default=None, help="items per task (default: all)")
+    ab.add_argument("--suites", nargs="+", default=None, help="suites to run (default: all)")
+    ab.add_argument("--out", default=None, help="output directory (default: runs/ablate-<config>-<UTC time>)")
+    ab.add_argument("--thresholds", default=None, help="thresholds file (traffic profile, margins); default: the project's thresholds.yaml, else the built-in one")
+    ab.add_argument("--timeout", type=float, default=3 * 3600, help="seconds per engine (default 3 h)")
+    ab.add_argument("--logprob-items", type=int, default=8, metavar="N", help="as for run")
+    ab.add_argument("--kind", choices=("all", "alone", "cumulative"), default="all",
+                    help="which rows: each switch alone, the cumulative recipe, or both (default)")
+    ab.add_argument("--switches", type=lambda t: [k for k in t.split(",") if k], default=None, metavar="KEY[,KEY]",
+                    help="only these switches' alone rows, e.g. mamba_backend,speculative_config")
+    _speed_args(ab)
+    ab.set_defaults(func=cmd_ablate)
 
     m = sub.add_parser("model", help="the embedded default model")
     msub = m.add_subparsers(dest="model_command", required=True)
@@ -463,7 +672,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--thresholds", default=None, help="thresholds file (alpha, power); default: the project's thresholds.yaml, else the built-in one")
     pl.add_argument("--configs-dir", default=None, help=_CONFIGS_HELP)
     pl.set_defaults(func=cmd_plan)
-    for sp in (r, ls, cc):
+    for sp in (r, ab, ls, cc):
         sp.add_argument("--configs-dir", default=None, help=_CONFIGS_HELP)
         sp.add_argument("--suites-dir", default=None, help=_SUITES_HELP)
     return p
@@ -491,6 +700,17 @@ def _apply_layout(args: argparse.Namespace) -> None:
     for attr, value in (("configs_dir", lay.configs), ("suites_dir", lay.suites), ("thresholds", lay.thresholds)):
         if hasattr(args, attr):
             setattr(args, attr, str(value))
+
+
+def _speed_args(p: argparse.ArgumentParser) -> None:
+    """``--speed``, ``--no-speed``, ``--concurrency``, ``--repeats`` (the traffic profile's command-line overrides)."""
+    p.add_argument("--speed", action="store_true",
+                   help="measure throughput after the suites (default when thresholds has a traffic: section)")
+    p.add_argument("--no-speed", action="store_true", help="do not measure throughput, whatever thresholds say")
+    p.add_argument("--concurrency", type=_concurrency_list, default=None, metavar="C[,C...]",
+                   help="requests in flight, one level or a sweep, e.g. 1,16,256 (implies --speed)")
+    p.add_argument("--repeats", type=int, default=None, metavar="N",
+                   help="timed passes per side and level (default 3; >= 2 for an interval)")
 
 
 def _sigterm_interrupts() -> None:

@@ -161,6 +161,11 @@ def _has_cuda() -> bool:
     return os.path.exists("/dev/nvidia0") or bool(os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
+def has_cuda() -> bool:
+    """Whether this host has a CUDA GPU (picks the speed profile's default; no vLLM import)."""
+    return _has_cuda()
+
+
 @dataclass
 class Generation:
     """One completion: ``text`` (untrusted), ``n_tokens`` generated, vLLM's ``finish_reason`` ("stop"/"length"),

@@ -54,7 +54,7 @@ from evalgate.stats import PairedComparison
 from evalgate.thresholds import TaskThreshold, Thresholds
 
 __all__ = ["MISSING", "Decision", "OutputAgreement", "TaskDecision", "Verdict", "decide", "effective_diff",
-           "escalate", "spec_decode_floor_failures"]
+           "escalate", "spec_decode_floor_failures", "speed_floor_failures"]
 
 _MINUS = "\u2212"
 _LIST_DIFFERING = 10
@@ -393,3 +393,29 @@ def effective_diff(
     diff: dict[str, tuple[Any, Any]] = {}
     _walk(baseline_effective, candidate_effective, "", diff)
     return dict(sorted(diff.items()))
+
+
+def speed_floor_failures(levels: Sequence[Mapping[str, Any]], *, expect: str, min_speedup: float | None,
+                         max_slowdown: float | None) -> list[str]:
+    """Sentences for each speed threshold the candidate misses (empty when none is set or none is missed).
+
+    Args:
+        levels: the ``speed`` block's rows (``speed.speed_block``): ``concurrency``, ``ratio``, ``ci_low``,
+            ``ci_high`` (candidate / baseline throughput; None where undefined).
+        expect: the candidate's ``expect``. ``min_speedup`` applies to a lossy candidate: each level's interval must
+            lie at or above it (the speed it costs quality for must be shown). ``max_slowdown`` applies to a lossless
+            one: each level's interval must reach ``1 - max_slowdown`` (BLOCK only when a slowdown beyond it is shown).
+    An undefined interval (fewer than 2 repeats) fails a set threshold (closed): the claim cannot be checked.
+    """
+    out = []
+    for row in levels:
+        c, lo, hi, ratio = row.get("concurrency"), row.get("ci_low"), row.get("ci_high"), row.get("ratio")
+        shown = f"\u00d7{ratio:.2f}" if isinstance(ratio, (int, float)) else "n/a"
+        interval = f"[{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "no interval (< 2 repeats)"
+        if expect == "lossy" and min_speedup is not None and not (lo is not None and lo >= min_speedup):
+            out.append(f"costs quality, buys no measurable speed: speed-up {shown} {interval} at concurrency {c} "
+                       f"does not reach min_speedup \u00d7{min_speedup:g}")
+        if expect == "lossless" and max_slowdown is not None and not (hi is not None and hi >= 1 - max_slowdown):
+            out.append(f"speed regression: speed-up {shown} {interval} at concurrency {c} is slower than max_slowdown "
+                       f"{100 * max_slowdown:g}% allows (\u00d7{1 - max_slowdown:g})")
+    return out

@@ -146,7 +146,8 @@ def render_junit(doc: dict[str, Any]) -> str:
         secs = sum(float(timings.get(f"{role}:suite:{suite}", 0.0)) for role in ("baseline", "candidate"))
         ts = ET.SubElement(root, "testsuite", name=f"evalgate.{suite}", time=f"{secs:.3f}")
         props = ET.SubElement(ts, "properties")
-        for k, v in (("verdict", verdict), ("baseline", base), ("candidate", cand), ("model", m.get("model"))):
+        for k, v in (("verdict", verdict), ("baseline", base), ("candidate", cand), ("model", m.get("model")),
+                     *speed_properties(doc.get("speed"))):
             ET.SubElement(props, "property", name=k, value=str(v))
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
         for t in tasks:
@@ -170,9 +171,54 @@ def render_junit(doc: dict[str, Any]) -> str:
         for k, v in counts.items():
             ts.set(k, str(v))
             totals[k] += v
+    if doc.get("speed"):
+        _speed_junit(root, doc, totals, cand)
     for k, v in totals.items():
         root.set(k, str(v))
     return _xml(root)
+
+
+def speed_properties(speed: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    """JUnit ``<property>`` pairs of the speed block (none when speed was not measured)."""
+    if not speed:
+        return []
+    if speed.get("status") != "measured":
+        return [("speed", f"failed: {speed.get('error')}")]
+    p = speed.get("profile", {})
+    out: list[tuple[str, Any]] = [("speed_profile", f"{p.get('input_len')} in / {p.get('output_len')} out, "
+                                   f"concurrency {','.join(map(str, p.get('concurrency', [])))}, {p.get('repeats')} "
+                                   f"repeats, {p.get('mode')}")]
+    for row in speed.get("levels", []):
+        c = row["concurrency"]
+        out += [(f"speedup_c{c}", f"{row['ratio']:.4f}"), (f"speedup_c{c}_ci", f"[{row.get('ci_low')}, {row.get('ci_high')}]"),
+                (f"speed_c{c}", row["verdict"]), (f"output_tok_s_c{c}_baseline", f"{row['baseline']['median']:.1f}"),
+                (f"output_tok_s_c{c}_candidate", f"{row['candidate']['median']:.1f}")]
+    return out
+
+
+def _speed_junit(root: ET.Element, doc: dict[str, Any], totals: dict[str, int], cand: str) -> None:
+    """A ``evalgate.speed`` test suite with one case: a failure when a speed threshold BLOCKed."""
+    from evalgate.speed import headline
+
+    speed = doc["speed"]
+    ts = ET.SubElement(root, "testsuite", name="evalgate.speed", tests="1", errors="0", skipped="0", time="0")
+    props = ET.SubElement(ts, "properties")
+    for k, v in speed_properties(speed):
+        ET.SubElement(props, "property", name=k, value=str(v))
+    case = ET.SubElement(ts, "testcase", classname=f"evalgate.{cand}.speed", name="throughput", time="0")
+    line = headline(speed)
+    missed = [r for r in doc.get("reasons", []) if r.startswith("speed: ")]
+    failed = speed.get("status") != "measured"
+    if failed:
+        ET.SubElement(case, "error", type="speed", message=line).text = line
+    elif missed:
+        ET.SubElement(case, "failure", type="BLOCK", message="; ".join(missed)).text = "\n".join(missed)
+    ET.SubElement(case, "system-out").text = line
+    ts.set("failures", "1" if missed and not failed else "0")
+    ts.set("errors", "1" if failed else "0")
+    totals["tests"] += 1
+    totals["failures"] += int(bool(missed) and not failed)
+    totals["errors"] += int(failed)
 
 
 def _failure_text(t: dict[str, Any]) -> str:
@@ -236,6 +282,8 @@ def render_markdown(doc: dict[str, Any], report_link: str = HTML_NAME) -> str:
         out += ["", f"_{_md(FLOOR_NOTE)}._"]
     if spec_decode_line(doc):
         out += ["", _md(spec_decode_line(doc))]
+    if doc.get("speed"):
+        out += ["", *speed_markdown(doc["speed"])]
     diff = doc.get("effective_diff") or []
     out += ["", "**Effective engine config** (as the engine applied it), baseline \u2192 candidate:"]
     out += [f"- {_md(r['key'])}: {_md(r['baseline'])} \u2192 {_md(r['candidate'])}" for r in diff] or \
@@ -247,6 +295,24 @@ def render_markdown(doc: dict[str, Any], report_link: str = HTML_NAME) -> str:
         more = f" and {len(regressed) - _MAX_ITEM_IDS} more" if len(regressed) > _MAX_ITEM_IDS else ""
         out += ["", f"**Regressed items** ({len(regressed)}): {shown}{more}."]
     return "\n".join(out) + "\n"
+
+
+def speed_markdown(speed: dict[str, Any]) -> list[str]:
+    """Markdown lines of the speed block: a table of speed-up per concurrency level with its interval."""
+    if speed.get("status") != "measured":
+        return [f"**Speed**: not measured: {_md(speed.get('error'))}"]
+    p = speed.get("profile", {})
+    out = [f"**Speed** ({p.get('input_len')} in / {p.get('output_len')} out tokens, {p.get('repeats')} interleaved "
+           f"repeats per side, {_md(p.get('mode'))}, {_md(speed.get('sides', {}).get('candidate', {}).get('device', '?'))}):",
+           "", "| concurrency | baseline output tok/s | candidate output tok/s | speed-up | interval | CV base / cand | |",
+           "|--:|--:|--:|--:|--:|--:|---|"]
+    for r in speed.get("levels", []):
+        lo, hi = r.get("ci_low"), r.get("ci_high")
+        ci = f"{100 * r.get('level', 0.95):.0f}% [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "n/a"
+        cv = "/".join("n/a" if r[s].get("cv") is None else f"{100 * r[s]['cv']:.1f}%" for s in ("baseline", "candidate"))
+        out.append(f"| {r['concurrency']} | {r['baseline']['median']:,.0f} | {r['candidate']['median']:,.0f} | "
+                   f"\u00d7{r['ratio']:.2f} | {ci} | {cv} | {_md(r['verdict'])} |")
+    return out
 
 
 def render_error_markdown(message: str, exit_code: int, name: str = "run") -> str:

@@ -155,3 +155,134 @@ def kl_curve(task: dict[str, Any]) -> Markup:
     parts.append(f'<text x="{x1}" y="{y0 + 26}" text-anchor="end" fill="#57606a">output token position</text>')
     parts.append("</svg>")
     return Markup("".join(parts))
+
+
+TRADE_W, TRADE_H, TRADE_L, TRADE_B, TRADE_T, TRADE_R = 640, 360, 70, 44, 24, 20
+
+
+def tradeoff_plot(points: list[dict[str, Any]], *, title: str = "speed-up against quality") -> Markup:
+    """An inline SVG scatter of speed-up (x, log scale, with its interval) against Δ (y, points, with its interval).
+
+    ``points``: ``{"label", "ratio", "ratio_low", "ratio_high", "delta", "delta_low", "delta_high", "verdict"}``
+    (one per task of a run, or per switch and task of an ablation); None marks a missing value (that bar is not
+    drawn; a point without ratio or Δ is skipped). The dashed vertical line is ×1 (no speed-up), the horizontal
+    one Δ = 0. Empty markup when nothing can be drawn. Every label is XML-escaped.
+    """
+    pts_ = [p for p in points if _finite(p.get("ratio")) and _finite(p.get("delta")) is not None and p["ratio"] > 0]
+    if not pts_:
+        return Markup("")
+    xs = [math.log(v) for p in pts_ for v in (p["ratio"], p.get("ratio_low"), p.get("ratio_high"))
+          if _finite(v) is not None and v > 0] + [0.0]
+    ys = [v for p in pts_ for v in (p["delta"], p.get("delta_low"), p.get("delta_high")) if _finite(v) is not None] + [0.0]
+    xlo, xhi = min(xs), max(xs)
+    ylo, yhi = min(ys), max(ys)
+    xpad, ypad = max(xhi - xlo, 0.1) * 0.1, max(yhi - ylo, 1.0) * 0.1
+    xlo, xhi, ylo, yhi = xlo - xpad, xhi + xpad, ylo - ypad, yhi + ypad
+    x0, x1, y0, y1 = TRADE_L, TRADE_W - TRADE_R, TRADE_H - TRADE_B, TRADE_T
+
+    def x(v: float) -> float:
+        return round(x0 + (math.log(v) - xlo) / (xhi - xlo) * (x1 - x0), 1)
+
+    def y(v: float) -> float:
+        return round(y0 - (v - ylo) / (yhi - ylo) * (y0 - y1), 1)
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="plot" role="img" width="{TRADE_W}" height="{TRADE_H}" '
+             f'viewBox="0 0 {TRADE_W} {TRADE_H}" font-family="system-ui, sans-serif" font-size="11">',
+             f"<title>{escape(title)}: speed-up (candidate / baseline throughput) against \u0394 (points)</title>",
+             f'<text x="{x0}" y="14" fill="#57606a">{escape(title)}: right = faster, up = better; bars: intervals</text>',
+             f'<line x1="{x0}" x2="{x1}" y1="{y0}" y2="{y0}" stroke="#8c959f"/>',
+             f'<line x1="{x0}" x2="{x0}" y1="{y1}" y2="{y0}" stroke="#8c959f"/>',
+             f'<line x1="{x(1.0)}" x2="{x(1.0)}" y1="{y1}" y2="{y0}" stroke="#57606a" stroke-dasharray="4 3"/>',
+             f'<line x1="{x0}" x2="{x1}" y1="{y(0.0)}" y2="{y(0.0)}" stroke="#57606a" stroke-dasharray="4 3"/>']
+    for v in _ratio_ticks(math.exp(xlo), math.exp(xhi)):
+        parts.append(f'<text x="{x(v)}" y="{y0 + 14}" text-anchor="middle" fill="#57606a">\u00d7{v:g}</text>')
+    ticks, decimals = _ticks(ylo, yhi)
+    for v in ticks:
+        label = "0" if v == 0 else f"{v:+.{decimals}f}".replace("-", "\u2212")
+        parts.append(f'<text x="{x0 - 4}" y="{y(v) + 4}" text-anchor="end" fill="#57606a">{label}</text>')
+    parts.append(f'<text x="{x1}" y="{y0 + 32}" text-anchor="end" fill="#57606a">speed-up (log scale)</text>')
+    parts.append(f'<text x="12" y="{y1 + 10}" fill="#57606a">\u0394 pts</text>')
+    for p in pts_:
+        colour = _COLOUR.get(p.get("verdict"), "#6e7781")
+        cx, cy = x(p["ratio"]), y(p["delta"])
+        tip = escape(f"{p['label']}: speed-up \u00d7{p['ratio']:.2f} [{_r(p.get('ratio_low'))}, {_r(p.get('ratio_high'))}], "
+                     f"\u0394 {pts(p['delta'])} [{pts(_finite(p.get('delta_low')))}, {pts(_finite(p.get('delta_high')))}] "
+                     f"pts, {p.get('verdict', '')}")
+        parts.append(f"<g><title>{tip}</title>")
+        rl, rh = _finite(p.get("ratio_low")), _finite(p.get("ratio_high"))
+        if rl is not None and rh is not None and rl > 0:
+            parts.append(f'<line x1="{x(max(rl, math.exp(xlo)))}" x2="{x(min(rh, math.exp(xhi)))}" y1="{cy}" y2="{cy}" '
+                         f'stroke="{colour}" stroke-width="2"/>')
+        dl, dh = _finite(p.get("delta_low")), _finite(p.get("delta_high"))
+        if dl is not None and dh is not None:
+            parts.append(f'<line x1="{cx}" x2="{cx}" y1="{y(dl)}" y2="{y(dh)}" stroke="{colour}" stroke-width="2"/>')
+        parts.append(f'<circle cx="{cx}" cy="{cy}" r="4.5" fill="{colour}"/>')
+        parts.append(f'<text x="{cx + 7}" y="{cy - 6}" fill="{colour}">{escape(p["label"])}</text></g>')
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
+def sweep_plot(rows: list[dict[str, Any]], *, title: str = "speed-up by concurrency") -> Markup:
+    """An inline SVG of speed-up (y, log scale, with its interval) against concurrency (x, log scale), one line per
+    series. ``rows``: ``{"series", "concurrency", "ratio", "ci_low", "ci_high"}``. Empty markup with < 1 row."""
+    rows = [r for r in rows if _finite(r.get("ratio")) and r["ratio"] > 0 and r.get("concurrency")]
+    if not rows:
+        return Markup("")
+    cs = sorted({int(r["concurrency"]) for r in rows})
+    ys = [math.log(v) for r in rows for v in (r["ratio"], r.get("ci_low"), r.get("ci_high"))
+          if _finite(v) is not None and v > 0] + [0.0]
+    ylo, yhi = min(ys), max(ys)
+    pad = max(yhi - ylo, 0.1) * 0.1
+    ylo, yhi = ylo - pad, yhi + pad
+    x0, x1, y0, y1 = TRADE_L, TRADE_W - 160, TRADE_H - TRADE_B, TRADE_T
+    span = max(math.log(cs[-1]) - math.log(cs[0]), 1e-9)
+
+    def x(c: float) -> float:
+        return round(x0 + (math.log(c) - math.log(cs[0])) / span * (x1 - x0), 1) if len(cs) > 1 else (x0 + x1) / 2
+
+    def y(v: float) -> float:
+        return round(y0 - (math.log(v) - ylo) / (yhi - ylo) * (y0 - y1), 1)
+
+    palette = ["#0969da", "#cf222e", "#1a7f37", "#9a6700", "#8250df", "#bf3989", "#57606a"]
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="plot" role="img" width="{TRADE_W}" height="{TRADE_H}" '
+             f'viewBox="0 0 {TRADE_W} {TRADE_H}" font-family="system-ui, sans-serif" font-size="11">',
+             f"<title>{escape(title)}</title>",
+             f'<text x="{x0}" y="14" fill="#57606a">{escape(title)} (both axes log scale; bars: intervals)</text>',
+             f'<line x1="{x0}" x2="{x1}" y1="{y0}" y2="{y0}" stroke="#8c959f"/>',
+             f'<line x1="{x0}" x2="{x1}" y1="{y(1.0)}" y2="{y(1.0)}" stroke="#57606a" stroke-dasharray="4 3"/>']
+    for c in cs:
+        parts.append(f'<text x="{x(c)}" y="{y0 + 14}" text-anchor="middle" fill="#57606a">{c}</text>')
+    parts.append(f'<text x="{x1}" y="{y0 + 30}" text-anchor="end" fill="#57606a">concurrency</text>')
+    for v in _ratio_ticks(math.exp(ylo), math.exp(yhi)):
+        parts.append(f'<text x="{x0 - 4}" y="{y(v) + 4}" text-anchor="end" fill="#57606a">\u00d7{v:g}</text>')
+    series = list(dict.fromkeys(str(r.get("series", "")) for r in rows))
+    for k, name in enumerate(series):
+        colour = palette[k % len(palette)]
+        mine = sorted((r for r in rows if str(r.get("series", "")) == name), key=lambda r: r["concurrency"])
+        line = " ".join(f"{x(r['concurrency'])},{y(r['ratio'])}" for r in mine)
+        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{line}"/>')
+        for r in mine:
+            lo, hi = _finite(r.get("ci_low")), _finite(r.get("ci_high"))
+            tip = escape(f"{name} at concurrency {r['concurrency']}: \u00d7{r['ratio']:.2f} [{_r(lo)}, {_r(hi)}]")
+            parts.append(f"<g><title>{tip}</title>")
+            if lo is not None and hi is not None and lo > 0:
+                parts.append(f'<line x1="{x(r["concurrency"])}" x2="{x(r["concurrency"])}" y1="{y(max(lo, math.exp(ylo)))}" '
+                             f'y2="{y(min(hi, math.exp(yhi)))}" stroke="{colour}" stroke-width="2"/>')
+            parts.append(f'<circle cx="{x(r["concurrency"])}" cy="{y(r["ratio"])}" r="3.5" fill="{colour}"/></g>')
+        parts.append(f'<text x="{x1 + 10}" y="{y1 + 14 * k + 10}" fill="{colour}">{escape(name)}</text>')
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
+def _r(v: Any) -> str:
+    f = _finite(v)
+    return "n/a" if f is None else f"{f:.2f}"
+
+
+def _ratio_ticks(lo: float, hi: float) -> list[float]:
+    """Round ratios between lo and hi for a log axis (always including 1 when inside)."""
+    cands = [0.1, 0.2, 0.25, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 10.0]
+    inside = [v for v in cands if lo <= v <= hi]
+    if len(inside) > 7:
+        inside = [v for v in inside if v in (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 10.0)]
+    return inside

@@ -17,16 +17,18 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from evalgate.compare import TaskComparison
 from evalgate.evidence import as_dict, spec_decode_health, task_evidence
-from evalgate.gate import escalate, MISSING, Decision, TaskDecision, Verdict, effective_diff, spec_decode_floor_failures
+from evalgate.gate import (MISSING, Decision, TaskDecision, Verdict, effective_diff, escalate, spec_decode_floor_failures,
+                           speed_floor_failures)
 from evalgate.outputs import NO_OP_NOTE, SPEC_SOURCE_NOTE, floor_note, items_needed_short, shown_verdict
-from evalgate.plot import delta_plot, kl_curve
+from evalgate.plot import delta_plot, kl_curve, sweep_plot, tradeoff_plot
 from evalgate.power import items_needed, items_needed_basis
 
 DOCUMENT_VERSION = 1
 
 
 def gate_document(decision: Decision, comparisons: list[TaskComparison], manifest: dict[str, Any], *,
-                  spec_floors: Any = None, near_tie: float = 0.0) -> dict[str, Any]:
+                  spec_floors: Any = None, near_tie: float = 0.0, speed: dict[str, Any] | None = None,
+                  speed_floors: Any = None) -> dict[str, Any]:
     """The verdict as a JSON-able document.
 
     Args:
@@ -36,6 +38,9 @@ def gate_document(decision: Decision, comparisons: list[TaskComparison], manifes
         spec_floors: ``thresholds.SpecDecodeFloors`` for the candidate (None: no floors); a missed floor BLOCKs.
         near_tie: nats (``thresholds.near_tie_logprob``); each task lists as ``tie_flips`` the differing items whose
             first flip was within it (numerics), for lossy configs too.
+        speed: the measured ``speed`` block (``speed.speed_block``, or a failed one), None when speed was not
+            measured (the document then has no ``speed`` key, as before).
+        speed_floors: ``thresholds.SpeedFloors`` for the candidate; a missed ``min_speedup``/``max_slowdown`` BLOCKs.
     Returns:
         ``{"version", "verdict", "reasons", "tasks": [...], "config_diff", "effective_diff", "manifest"}``;
         each task holds its statistics (points), threshold, verdict, its flipped items (regressions
@@ -61,6 +66,11 @@ def gate_document(decision: Decision, comparisons: list[TaskComparison], manifes
         min_mean_acceptance_length=spec_floors.min_mean_acceptance_length, speculative=speculative)
     if missed:
         failures["speculative decoding"] = missed
+    if speed is not None and speed.get("status") == "measured" and speed_floors is not None:
+        slow = speed_floor_failures(speed.get("levels", []), expect=manifest.get("candidate", {}).get("expect", "lossy"),
+                                    min_speedup=speed_floors.min_speedup, max_slowdown=speed_floors.max_slowdown)
+        if slow:
+            failures["speed"] = slow
     decision = escalate(decision, failures)
     by_task = {c.task: c for c in comparisons}
     tasks = []
@@ -85,7 +95,7 @@ def gate_document(decision: Decision, comparisons: list[TaskComparison], manifes
     reasons = list(decision.reasons)
     if decision.verdict is Verdict.NO_OP:
         reasons += _not_applied(base.get("requested") or {}, cand.get("requested") or {}, cand.get("effective") or {})
-    return {
+    doc = {
         "version": DOCUMENT_VERSION,
         "verdict": decision.verdict.value,
         "reasons": reasons,
@@ -97,6 +107,10 @@ def gate_document(decision: Decision, comparisons: list[TaskComparison], manifes
         "spec_decode_source": (cand.get("evidence_sources") or {}).get("spec_decode"),
         "manifest": manifest,
     }
+    if speed is not None:
+        doc["speed"] = {**speed, "thresholds": None if speed_floors is None else {
+            "min_speedup": speed_floors.min_speedup, "max_slowdown": speed_floors.max_slowdown}}
+    return doc
 
 
 def _decision_fields(td: TaskDecision) -> dict[str, Any]:
@@ -197,6 +211,10 @@ def _env() -> Environment:
     env.globals["highlight"] = _highlight
     env.globals["delta_plot"] = delta_plot
     env.globals["kl_curve"] = kl_curve
+    env.globals["tradeoff_plot"] = tradeoff_plot
+    env.globals["sweep_plot"] = sweep_plot
+    env.globals["tradeoff_points"] = tradeoff_points
+    env.globals["sweep_rows"] = sweep_rows
     env.globals["review_items"] = review_items
     env.globals["items_needed_short"] = items_needed_short
     env.globals["floor_note"] = floor_note
@@ -204,6 +222,21 @@ def _env() -> Environment:
     env.globals["NO_OP_NOTE"] = NO_OP_NOTE
     env.globals["spec_source_note"] = SPEC_SOURCE_NOTE
     return env
+
+
+def tradeoff_points(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """One trade-off point per task: the run's headline speed-up (first concurrency level) and the task's Δ."""
+    sp = doc.get("speed") or {}
+    return [{"label": t["task"], "ratio": sp.get("ratio"), "ratio_low": sp.get("ci_low"), "ratio_high": sp.get("ci_high"),
+             "delta": t.get("delta"), "delta_low": t.get("ci_low"), "delta_high": t.get("ci_high"),
+             "verdict": t.get("verdict")} for t in doc.get("tasks", [])]
+
+
+def sweep_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The speed-up per concurrency level of one run, as ``plot.sweep_plot`` rows."""
+    name = doc.get("manifest", {}).get("candidate", {}).get("name", "candidate")
+    return [{"series": name, **{k: r.get(k) for k in ("concurrency", "ratio", "ci_low", "ci_high")}}
+            for r in (doc.get("speed") or {}).get("levels", [])]
 
 
 def review_items(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -235,6 +268,10 @@ def render_terminal(doc: dict[str, Any]) -> str:
             shown = f"NO-OP, not gated (statistics: {t['verdict']}{rule.replace(' (', ', ').rstrip(')')})"
         lines.append(f"{t['suite'] + '/' + t['task']:34} {t['n']:>5} {t['baseline']:>6.1f} {t['candidate']:>6.1f} "
                      f"{t['delta']:>+6.1f} {ci:>15} {mde:>6} {t['margin']:>6.1f}  {shown}")
+    if doc.get("speed"):
+        from evalgate.speed import headline
+
+        lines.append(headline(doc["speed"]))
     lines.append("")
     lines.append(f"VERDICT: {doc['verdict']}")
     lines.extend(f"  - {r}" for r in doc["reasons"])

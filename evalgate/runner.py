@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 LOG_TAIL_LINES = 8
 CONFIG_ERROR_EXIT = 2  # the worker's exit code when vLLM refuses an engine-arg value before loading the model
 CONFIG_ERROR_TAG = "evalgate-config-error:"
+LIMITS_TAG = "evalgate-engine-limits:"  # the check worker's line: the engine's max_num_seqs and max_model_len
 MIXED_SOURCES = "mixed"  # suites of one run whose evidence came from different sources
 
 
@@ -87,6 +88,20 @@ JOURNAL_FORMAT = 3
 LOGPROB_ITEMS = 8
 
 
+@dataclass
+class _Plan:
+    """What evaluating one config needs: its store keys, the suites already stored, and the worker's spec."""
+
+    cfg: EngineConfig
+    suites: list[Suite]
+    keys: dict[str, str]
+    cached: dict[str, Any]
+    missing: list[Suite]
+    spec: dict[str, Any]
+    journal: str
+    scores: str
+
+
 def evaluate_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: ResultStore,
                     log_path: Path, timeout_s: float, reference: ConfigRun | None = None,
                     logprob_items: int = LOGPROB_ITEMS) -> ConfigRun:
@@ -107,6 +122,37 @@ def evaluate_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None
         EngineError: the worker failed, was killed or timed out (with the tail of its log).
         ModelError: the embedded model cannot be prepared.
     """
+    plan = _plan(cfg, suites, limit=limit, store=store, reference=reference, logprob_items=logprob_items)
+    if plan.missing:
+        _run_worker(plan.spec, cfg, log_path, timeout_s)
+    return _collect(plan, store, log_path)
+
+
+def start_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: ResultStore, log_path: Path,
+                 timeout_s: float, reference: ConfigRun | None = None,
+                 logprob_items: int = LOGPROB_ITEMS) -> tuple[Worker, ConfigRun]:
+    """Like ``evaluate_config``, but the worker stays alive after its suites (always started, even when every suite
+    is stored) to take speed-measurement commands (``Worker.measure``); the caller closes it.
+
+    Returns:
+        ``(worker, run)``: the live worker and the config's suite results (already in the store).
+    Raises:
+        EngineError, ConfigError: as ``evaluate_config``; the worker is stopped first.
+    """
+    plan = _plan(cfg, suites, limit=limit, store=store, reference=reference, logprob_items=logprob_items)
+    plan.spec["suites"] = [s for s in plan.spec["suites"] if s["name"] in {m.name for m in plan.missing}]
+    plan.spec["serve_commands"] = True
+    worker = Worker(plan.spec, cfg, log_path, timeout_s)
+    try:
+        worker.wait_ready()
+        return worker, _collect(plan, store, log_path)
+    except BaseException:
+        worker.kill()
+        raise
+
+
+def _plan(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: ResultStore,
+          reference: ConfigRun | None, logprob_items: int) -> _Plan:
     model_path = resolve_model(cfg.model)
     vers = versions()
     fingerprint = model_fingerprint(model_path)
@@ -122,25 +168,30 @@ def evaluate_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None
     }) for s in suites}
     cached = {name: e for name, key in keys.items() if (e := store.get(key)) is not None}
     missing = [s for s in suites if s.name not in cached]
-    if missing:
-        spec = {"model": model_path, "engine_args": cfg.engine_args, "env": cfg.env,
-                "sampling": vars(cfg.sampling), "limit": limit, "store": str(store.root),
-                "journal": str(store.root / "journal" / f"{journal_key}.jsonl"),
-                "scores": str(store.root / "scores" / f"{journal_key}.jsonl"), "logprobs_k": LOGPROBS_K if logprob_items > 0 else 0,
-                "logprob_items": logprob_items,
-                "reference": None if reference is None else {"journal": reference.journal, "scores": reference.scores},
-                "suites": [{"name": s.name, "dir": str(s.path.parent), "hash": s.content_hash, "tasks": list(s.tasks),
-                            "metrics": s.primary_metric, "key": keys[s.name], "builtins": s.builtins,
-                            "entries": [list(e) for e in s.entries] or [[t, None] for t in s.tasks]} for s in missing]}
-        _run_worker(spec, cfg, log_path, timeout_s)
-        for s in missing:
-            entry = store.get(keys[s.name])
-            if entry is None:
-                raise EngineError(f"engine worker for {cfg.name} finished without results for suite "
-                                  f"'{s.name}'; log: {log_path}")
-            cached[s.name] = entry
-    run = ConfigRun(config=cfg, tasks={}, effective={}, journal=str(store.root / "journal" / f"{journal_key}.jsonl"),
-                    scores=str(store.root / "scores" / f"{journal_key}.jsonl"), cached=[s.name for s in suites if s not in missing])
+    journal = str(store.root / "journal" / f"{journal_key}.jsonl")
+    scores = str(store.root / "scores" / f"{journal_key}.jsonl")
+    spec = {"model": model_path, "engine_args": cfg.engine_args, "env": cfg.env,
+            "sampling": vars(cfg.sampling), "limit": limit, "store": str(store.root),
+            "journal": journal, "scores": scores, "logprobs_k": LOGPROBS_K if logprob_items > 0 else 0,
+            "logprob_items": logprob_items,
+            "reference": None if reference is None else {"journal": reference.journal, "scores": reference.scores},
+            "suites": [{"name": s.name, "dir": str(s.path.parent), "hash": s.content_hash, "tasks": list(s.tasks),
+                        "metrics": s.primary_metric, "key": keys[s.name], "builtins": s.builtins,
+                        "entries": [list(e) for e in s.entries] or [[t, None] for t in s.tasks]} for s in missing]}
+    return _Plan(cfg, suites, keys, cached, missing, spec, journal, scores)
+
+
+def _collect(plan: _Plan, store: ResultStore, log_path: Path) -> ConfigRun:
+    """The config's ``ConfigRun`` from the store, once its worker has filed every missing suite."""
+    cfg, suites, keys, cached, missing = plan.cfg, plan.suites, plan.keys, dict(plan.cached), plan.missing
+    for s in missing:
+        entry = store.get(keys[s.name])
+        if entry is None:
+            raise EngineError(f"engine worker for {cfg.name} finished without results for suite "
+                              f"'{s.name}'; log: {log_path}")
+        cached[s.name] = entry
+    run = ConfigRun(config=cfg, tasks={}, effective={}, journal=plan.journal, scores=plan.scores,
+                    cached=[s.name for s in suites if s not in missing])
     for s in suites:
         entry = cached[s.name]
         run.tasks.update(tasks_from_json(entry["tasks"], store.path(keys[s.name])))
@@ -200,6 +251,123 @@ def _run_worker(spec: dict[str, Any], cfg: EngineConfig, log_path: Path, timeout
         raise EngineError(f"engine for {cfg.name} {how}; last log lines: {_tail(log_path)} (log: {log_path})")
 
 
+class SpeedError(EngineError):
+    """The speed measurement failed (exit 3); the quality results it followed are already in the store."""
+
+
+class Worker:
+    """A live engine worker: it evaluates its suites, says so, then answers speed-measurement commands.
+
+    Commands go to the worker's stdin, one JSON line each; replies come back one JSON line each on a pipe of
+    their own (stdout and stderr go to the log, which vLLM fills). The worker exits on ``close`` (or when its
+    stdin closes: the gate died). ``timeout_s`` bounds the worker's whole life, as for ``evaluate_config``.
+    """
+
+    def __init__(self, spec: dict[str, Any], cfg: EngineConfig, log_path: Path, timeout_s: float) -> None:
+        self.cfg, self.log_path = cfg, log_path
+        self.deadline = time.monotonic() + timeout_s
+        self.timeout_s = timeout_s
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        read_fd, write_fd = os.pipe()
+        spec = {**spec, "reply_fd": write_fd}
+        spec_path = log_path.with_suffix(".spec.json")
+        write_json_atomic(spec_path, spec)
+        self._log = log_path.open("w", encoding="utf-8")
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "evalgate.runner", str(spec_path)], stdin=subprocess.PIPE,
+                                         text=True, encoding="utf-8", stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **cfg.env},
+                                         start_new_session=True, preexec_fn=_die_with_parent, pass_fds=(write_fd,))
+        finally:
+            os.close(write_fd)
+        self._replies = os.fdopen(read_fd, "r", encoding="utf-8")
+        self.info: dict[str, Any] = {}
+
+    def wait_ready(self) -> dict[str, Any]:
+        """Block until the worker has filed its suites; returns its ``ready`` reply (device, limits, versions).
+
+        Raises:
+            ConfigError: vLLM refused an engine-arg value. EngineError: the worker died or timed out.
+        """
+        self.info = self._reply("evaluating its suites")
+        return self.info
+
+    def measure(self, command: dict[str, Any]) -> dict[str, Any]:
+        """Send one measurement command; returns the worker's result (``throughput.measure``'s fields).
+
+        Raises:
+            SpeedError: the worker reported a failure, died or timed out.
+        """
+        try:
+            self.proc.stdin.write(json.dumps(command) + "\n")  # type: ignore[union-attr]
+            self.proc.stdin.flush()  # type: ignore[union-attr]
+        except (BrokenPipeError, OSError):
+            pass  # the worker is gone: _reply reports how it ended
+        try:
+            reply = self._reply(f"measuring throughput at concurrency {command.get('concurrency')}")
+        except EngineError as exc:
+            raise SpeedError(str(exc)) from None
+        if reply.get("event") == "error":
+            raise SpeedError(f"throughput measurement of {self.cfg.name} failed: {reply.get('message')} "
+                             f"(log: {self.log_path})")
+        return reply["result"]
+
+    def close(self) -> None:
+        """Ask the worker to exit; kill its process group if it does not within 60 s."""
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()  # type: ignore[union-attr]
+            except OSError:
+                pass
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                _kill_group(self.proc)
+        self._cleanup()
+
+    def kill(self) -> None:
+        """Stop the worker now (its process group), e.g. on an error or Ctrl-C."""
+        if self.proc.poll() is None:
+            _kill_group(self.proc)
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        for f in (self._replies, self._log):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+    def _reply(self, doing: str) -> dict[str, Any]:
+        import select
+
+        while True:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                self.kill()
+                raise EngineError(f"engine for {self.cfg.name} timed out after {self.timeout_s:.0f} s while {doing}; "
+                                  f"last log lines: {_tail(self.log_path)} (log: {self.log_path})")
+            ready, _, _ = select.select([self._replies], [], [], min(left, 5.0))
+            if ready:
+                line = self._replies.readline()
+                if line:
+                    return json.loads(line)
+                break  # EOF: the worker exited
+        rc = self.proc.wait()
+        if rc == CONFIG_ERROR_EXIT:
+            raise ConfigError(f"vLLM rejected a value: {_config_error(self.log_path)}", path=self.cfg.path,
+                              field="engine_args")
+        how = f"was killed by signal {-rc} ({_signal_hint(-rc)})" if rc < 0 else f"exited with code {rc}"
+        raise EngineError(f"engine for {self.cfg.name} {how} while {doing}; last log lines: {_tail(self.log_path)} "
+                          f"(log: {self.log_path})")
+
+
+def _config_error(log_path: Path) -> str:
+    """The reason the worker's pre-flight printed for a refused engine-arg value."""
+    lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+    return next((ln.split(CONFIG_ERROR_TAG, 1)[1].strip() for ln in reversed(lines) if CONFIG_ERROR_TAG in ln),
+                "vLLM rejected the engine args")
+
+
 def _signal_hint(signum: int) -> str:
     """``SIGKILL; out of memory?`` and the like, for an engine killed by a signal."""
     import signal
@@ -255,12 +423,15 @@ def _tail(log_path: Path, n: int = LOG_TAIL_LINES) -> str:
 # Worker side: runs in its own process; imports vLLM (via evalgate.engine) and lm-eval.
 
 
-def check_engine_values(cfg: EngineConfig, log_path: Path, timeout_s: float) -> None:
+def check_engine_values(cfg: EngineConfig, log_path: Path, timeout_s: float) -> dict[str, int]:
     """Have vLLM validate ``cfg``'s engine-arg values in a short worker (no model weights loaded, ~5 s).
 
     ``evalgate run`` calls it for the candidate before the baseline's engine starts, so a value vLLM refuses costs
     seconds, not a whole baseline run.
 
+    Returns:
+        The engine's resolved limits, ``{"max_num_seqs": n, "max_model_len": tokens}`` (what ``vllm.LLM`` would
+        apply; a traffic profile is checked against them), or ``{}`` when vLLM did not report them.
     Raises:
         ConfigError: vLLM refused a value (its reason, naming the config file).
         EngineError: the check itself could not run (its log tail).
@@ -268,6 +439,9 @@ def check_engine_values(cfg: EngineConfig, log_path: Path, timeout_s: float) -> 
     spec = {"check_only": True, "model": resolve_model(cfg.model), "engine_args": cfg.engine_args,
             "sampling": vars(cfg.sampling)}
     _run_worker(spec, cfg, log_path, timeout_s)
+    lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+    found = [ln.split(LIMITS_TAG, 1)[1] for ln in lines if LIMITS_TAG in ln]
+    return json.loads(found[-1]) if found else {}
 
 
 def _worker_main(spec_path: str) -> int:
@@ -278,11 +452,12 @@ def _worker_main(spec_path: str) -> int:
     prepare_process_env({})
     sampling = Sampling(**spec["sampling"])
     t0 = time.monotonic()
-    problem = _check_engine_values(spec["model"], spec["engine_args"])
+    problem, limits = _check_engine_values(spec["model"], spec["engine_args"])
     if problem:
         print(f"{CONFIG_ERROR_TAG} {problem}", flush=True)
         return CONFIG_ERROR_EXIT
     if spec.get("check_only"):
+        print(f"{LIMITS_TAG} {json.dumps(limits)}", flush=True)
         return 0
     engine = VllmEngine(spec["model"], spec["engine_args"], sampling)
     start_s = time.monotonic() - t0
@@ -304,6 +479,8 @@ def _worker_main(spec_path: str) -> int:
             _run_suite(engine, lm, suite, spec, sampling, store, effective, start_s, reference)
     finally:
         scoring.shutdown()
+    if spec.get("serve_commands"):
+        _serve_commands(engine, lm, spec["reply_fd"], effective)
     return 0
 
 
@@ -336,6 +513,45 @@ def _run_suite(engine: Any, lm: Any, suite: dict[str, Any], spec: dict[str, Any]
           f"teacher-forced {score_s - decode_s:.1f} s)", flush=True)
 
 
+def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, Any]) -> None:
+    """After the suites: say ``ready``, then answer measurement commands (stdin, one JSON line each) until stdin
+    closes. A measurement that fails is reported (``{"event": "error"}``) and the worker keeps serving."""
+    from evalgate import throughput
+
+    llm = engine.llm
+    vc = llm.llm_engine.vllm_config
+    replies = os.fdopen(reply_fd, "w", encoding="utf-8")
+
+    def reply(msg: dict[str, Any]) -> None:
+        replies.write(json.dumps(msg) + "\n")
+        replies.flush()
+
+    reply({"event": "ready", **throughput.device_info(), "versions": versions(), "effective": effective,
+           "max_num_seqs": int(vc.scheduler_config.max_num_seqs), "max_model_len": int(vc.model_config.max_model_len)})
+    cache: dict[tuple[Any, ...], list[Any]] = {}
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        cmd = json.loads(line)
+        try:
+            key = (cmd["input_len"], cmd["output_len"], cmd["num_prompts"], cmd["prompts"], cmd.get("seed", 0))
+            if key not in cache:
+                suite_ids = ([r["prompt_token_ids"] for _, r in sorted(lm.records.items()) if r.get("prompt_token_ids")]
+                             if cmd["prompts"] == "suites" else None)
+                cache[key] = throughput.sample_requests(llm, cmd["input_len"], cmd["output_len"], cmd["num_prompts"],
+                                                        seed=cmd.get("seed", 0), suite_prompts=suite_ids)
+            t0 = time.monotonic()
+            result = throughput.measure(llm, cache[key], int(cmd["concurrency"]))
+            print(f"evalgate: {cmd.get('label', 'measure')} at concurrency {cmd['concurrency']}: "
+                  f"{result['output_tok_s']:.1f} output tok/s ({time.monotonic() - t0:.1f} s)", flush=True)
+            reply({"event": "measured", "result": result})
+        except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the speed part (exit 3)
+            import traceback
+
+            traceback.print_exc()
+            reply({"event": "error", "message": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"})
+
+
 def _suite_spec_decode(records: dict[str, Any], keys: Any, before: dict[str, float],
                        after: dict[str, float]) -> dict[str, Any]:
     """Speculative-decoding counts of one suite, and where they came from, as store-entry fields.
@@ -355,22 +571,26 @@ def _suite_spec_decode(records: dict[str, Any], keys: Any, before: dict[str, flo
     return {"spec_decode": counts, "evidence_sources": {"spec_decode": ENGINE_COUNTERS} if counts else {}}
 
 
-def _check_engine_values(model: str, engine_args: dict[str, Any]) -> str | None:
-    """vLLM's own validation of the engine-arg values, without loading the model: None if they are accepted.
+def _check_engine_values(model: str, engine_args: dict[str, Any]) -> tuple[str | None, dict[str, int]]:
+    """vLLM's own validation of the engine-arg values, without loading the model: ``(None, limits)`` if they are
+    accepted (``limits``: the resolved ``max_num_seqs`` and ``max_model_len``), else ``(reason, {})``.
 
     ``EngineArgs(...).create_engine_config()`` builds and checks the whole engine config (types, choices,
     limits against the model's config) in about a second; a wrong value is then a config error (exit 2) with
     vLLM's reason, not an engine crash (exit 3) after the model has loaded.
     """
     from vllm.engine.arg_utils import EngineArgs
+    from vllm.usage.usage_lib import UsageContext
 
     try:
-        EngineArgs(model=model, **engine_args).create_engine_config()
+        # LLM_CLASS: the defaults vllm.LLM applies (max_num_seqs depends on the usage context and the device).
+        vc = EngineArgs(model=model, **engine_args).create_engine_config(usage_context=UsageContext.LLM_CLASS)
     except Exception as exc:  # noqa: BLE001 - any refusal of the values (ValidationError, AttributeError on a
         # string where a mapping belongs, a model name vLLM cannot resolve) is a config problem: no engine ran yet
         first = " ".join(str(exc).split()).split(" For further information visit")[0]
-        return f"{type(exc).__name__}: {first[:400]}"
-    return None
+        return f"{type(exc).__name__}: {first[:400]}", {}
+    return None, {"max_num_seqs": int(vc.scheduler_config.max_num_seqs),
+                  "max_model_len": int(vc.model_config.max_model_len)}
 
 
 def _evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None,

@@ -20,12 +20,24 @@ Schema (margins are in points, i.e. percentage points of a task's primary metric
     spec_decode:                 # optional floors for a candidate that runs speculative decoding
       min_acceptance_rate: 0.5   #   accepted / draft tokens, 0..1
       min_mean_acceptance_length: 1.5   # 1 + accepted / drafts, >= 1
+    traffic:                     # optional: measure speed after the suites (evalgate.speed); every key optional,
+      input_len: 512             #   defaults: 512/512/256 with CUDA, 256/256/64 (192 prompts) on CPU. ints >= 1
+      output_len: 512
+      concurrency: [1, 16, 256]  #   one int >= 1 or a list of distinct ones (a sweep), each <= max_num_seqs
+      num_prompts: 256           #   requests per repeat (null: = the level's concurrency, one wave)
+      repeats: 3                 #   interleaved timed passes per side (>= 2 for an interval)
+      prompts: random            #   random (vLLM's RandomDataset) | suites (the suites' own prompts)
+      mode: offline              #   offline | serve (serve is refused in this version)
+    speed:                       # optional, BLOCK thresholds on the measured speed-up (absent: report only)
+      min_speedup: 1.1           #   a lossy config must show candidate/baseline >= this (interval's lower end)
+      max_slowdown: 0.05         #   a lossless config may not be shown slower than 1 - this (interval's upper end)
     default:
       margin: 2.0                # required. Non-inferiority margin in points, >= 0
     configs:                     # optional, per candidate config (name as in configs/)
       fp16-state:
         margin: 3.0              #   margin / alpha / min_identical_share / min_acceptance_rate /
-                                 #   min_mean_acceptance_length for this config
+                                 #   min_mean_acceptance_length / min_speedup / max_slowdown for this config
+        traffic: {concurrency: 64}         # and its own traffic fields (over the top-level ones, key by key)
         suites: {coding: {margin: 6.0}}    # and this config's own suite / task entries
         tasks: {finance_tableqa: {margin: 4.0}}
     suites:
@@ -79,11 +91,16 @@ MIN_BOOTSTRAP_RESAMPLES = 1_000
 MAX_MARGIN = 100.0  # points: a margin above the whole scale gates nothing
 
 _TOP_KEYS = ("alpha", "power", "on_inconclusive", "bootstrap_resamples", "seed", "lossless", "spec_decode", "default",
-             "configs", "suites", "tasks")
+             "configs", "suites", "tasks", "traffic", "speed")
 _DEFAULT_KEYS = ("margin",)
 _LEVEL_KEYS = ("margin", "alpha")
 _SPEC_KEYS = ("min_acceptance_rate", "min_mean_acceptance_length")
-_CONFIG_KEYS = ("margin", "alpha", "min_identical_share", *_SPEC_KEYS, "suites", "tasks")
+_SPEED_KEYS = ("min_speedup", "max_slowdown")
+_CONFIG_KEYS = ("margin", "alpha", "min_identical_share", *_SPEC_KEYS, *_SPEED_KEYS, "traffic", "suites", "tasks")
+TRAFFIC_KEYS = ("input_len", "output_len", "concurrency", "num_prompts", "repeats", "prompts", "mode")
+TRAFFIC_PROMPTS = ("random", "suites")
+TRAFFIC_MODES = ("offline", "serve")
+MAX_CONCURRENCY_LEVELS = 16
 _LOSSLESS_KEYS = ("min_identical_share", "near_tie_logprob", "max_kl_mean")
 _ABSENT = object()
 
@@ -120,6 +137,23 @@ class LevelOverride:
     tasks: Mapping[str, LevelOverride] = field(default_factory=lambda: MappingProxyType({}))
     min_acceptance_rate: float | None = None
     min_mean_acceptance_length: float | None = None
+    min_speedup: float | None = None
+    max_slowdown: float | None = None
+    traffic: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True)
+class SpeedFloors:
+    """Speed thresholds for one candidate; None = report only.
+
+    Attributes:
+        min_speedup: a lossy candidate must show speed-up >= this ratio (the interval's lower end), else BLOCK.
+        max_slowdown: a lossless candidate may be at most this fraction slower (the interval's upper end must
+            reach ``1 - max_slowdown``), else BLOCK.
+    """
+
+    min_speedup: float | None = None
+    max_slowdown: float | None = None
 
 
 @dataclass(frozen=True)
@@ -163,6 +197,26 @@ class Thresholds:
     near_tie_logprob: float = DEFAULT_NEAR_TIE_LOGPROB
     max_kl_mean: float = DEFAULT_MAX_KL_MEAN
     spec_decode: SpecDecodeFloors = SpecDecodeFloors()
+    traffic: Mapping[str, Any] | None = None  # the validated ``traffic`` entry (partial); None: section absent
+    speed: SpeedFloors = SpeedFloors()
+
+    def traffic_for(self, config: str | None) -> dict[str, Any] | None:
+        """The ``traffic`` fields for candidate ``config``: ``configs.<config>.traffic`` over ``traffic``, field by
+        field; None when neither is set (speed is then measured only when the command line asks for it)."""
+        override = self.configs.get(config) if config is not None else None
+        own = dict(override.traffic) if override is not None else {}
+        if self.traffic is None and not own:
+            return None
+        return {**dict(self.traffic or {}), **own}
+
+    def speed_floors_for(self, config: str | None) -> SpeedFloors:
+        """``min_speedup`` / ``max_slowdown`` for ``config``: its ``configs.<config>`` entry over ``speed``."""
+        override = self.configs.get(config) if config is not None else None
+        lo, slow = self.speed.min_speedup, self.speed.max_slowdown
+        if override is not None:
+            lo = override.min_speedup if override.min_speedup is not None else lo
+            slow = override.max_slowdown if override.max_slowdown is not None else slow
+        return SpeedFloors(lo, slow)
 
     def spec_floors_for(self, config: str | None) -> SpecDecodeFloors:
         """Acceptance floors for candidate ``config``: its ``configs.<config>`` entry over ``spec_decode``."""
@@ -378,6 +432,55 @@ class _Validator:
             None if rate is _ABSENT else self.share(rate, "spec_decode.min_acceptance_rate"),
             None if length is _ABSENT else self.acceptance_length(length, "spec_decode.min_mean_acceptance_length"))
 
+    def speedup(self, value: Any, dotted: str) -> float:
+        if not self._is_number(value) or not (0.0 < value < math.inf):
+            raise self.fail(f"must be a finite ratio > 0 (candidate / baseline throughput), got {_show(value)}", dotted)
+        return float(value)
+
+    def slowdown(self, value: Any, dotted: str) -> float:
+        if not self._is_number(value) or not (0.0 <= value < 1.0):
+            raise self.fail(f"must be a fraction with 0 <= max_slowdown < 1 (0.05 = 5 % slower), got {_show(value)}",
+                            dotted)
+        return float(value)
+
+    def speed_floors(self, value: Any) -> SpeedFloors:
+        """The top-level ``speed`` entry."""
+        entry = {} if value is None else self.mapping(value, "speed", _SPEED_KEYS)
+        lo, slow = entry.get("min_speedup", _ABSENT), entry.get("max_slowdown", _ABSENT)
+        return SpeedFloors(None if lo is _ABSENT else self.speedup(lo, "speed.min_speedup"),
+                           None if slow is _ABSENT else self.slowdown(slow, "speed.max_slowdown"))
+
+    def traffic(self, value: Any, dotted: str) -> Mapping[str, Any]:
+        """A ``traffic`` entry (every key optional; defaults depend on the platform, see ``speed.resolve_profile``)."""
+        entry = {} if value is None else self.mapping(value, dotted, TRAFFIC_KEYS)
+        out: dict[str, Any] = {}
+        for key in ("input_len", "output_len", "repeats"):
+            if key in entry:
+                out[key] = self.integer(entry[key], f"{dotted}.{key}", 1)
+        if "num_prompts" in entry:
+            out["num_prompts"] = None if entry["num_prompts"] is None else self.integer(
+                entry["num_prompts"], f"{dotted}.num_prompts", 1)
+        if "concurrency" in entry:
+            out["concurrency"] = self.concurrency(entry["concurrency"], f"{dotted}.concurrency")
+        if "prompts" in entry:
+            out["prompts"] = self.choice(entry["prompts"], f"{dotted}.prompts", TRAFFIC_PROMPTS)
+        if "mode" in entry:
+            out["mode"] = self.choice(entry["mode"], f"{dotted}.mode", TRAFFIC_MODES)
+        return MappingProxyType(out)
+
+    def concurrency(self, value: Any, dotted: str) -> tuple[int, ...]:
+        """One integer >= 1 or a non-empty list of distinct ones (a sweep)."""
+        values = value if isinstance(value, list) else [value]
+        if not values or len(values) > MAX_CONCURRENCY_LEVELS:
+            raise self.fail(f"must be an integer >= 1 or a list of 1 to {MAX_CONCURRENCY_LEVELS} of them, got "
+                            f"{_show(value)}", dotted)
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise self.fail(f"must be an integer >= 1 or a list of them, got {_show(v)}", dotted)
+        if len(set(values)) != len(values):
+            raise self.fail(f"repeats a level: {values}", dotted)
+        return tuple(values)
+
     def nats(self, value: Any, dotted: str) -> float:
         if not self._is_number(value) or not (0.0 <= value < math.inf):
             raise self.fail(f"must be a finite number of nats >= 0, got {_show(value)}", dotted)
@@ -405,7 +508,12 @@ class _Validator:
             share = entry.get("min_identical_share", _ABSENT)
             rate = entry.get("min_acceptance_rate", _ABSENT)
             length = entry.get("min_mean_acceptance_length", _ABSENT)
+            speedup, slowdown = entry.get("min_speedup", _ABSENT), entry.get("max_slowdown", _ABSENT)
             out[name] = LevelOverride(
+                min_speedup=None if speedup is _ABSENT else self.speedup(speedup, f"{dotted}.min_speedup"),
+                max_slowdown=None if slowdown is _ABSENT else self.slowdown(slowdown, f"{dotted}.max_slowdown"),
+                traffic=self.traffic(entry.get("traffic"), f"{dotted}.traffic") if is_config and "traffic" in entry
+                else MappingProxyType({}),
                 margin=None if margin is _ABSENT else self.margin(margin, f"{dotted}.margin"),
                 alpha=None if alpha is _ABSENT else self.alpha(alpha, f"{dotted}.alpha"),
                 min_identical_share=None if share is _ABSENT else self.share(share, f"{dotted}.min_identical_share"),
@@ -470,4 +578,6 @@ def load_thresholds(path: Path) -> Thresholds:
         near_tie_logprob=near_tie,
         max_kl_mean=max_kl,
         spec_decode=v.spec_floors(doc.get("spec_decode")),
+        traffic=v.traffic(doc["traffic"], "traffic") if "traffic" in doc else None,
+        speed=v.speed_floors(doc.get("speed")),
     )

@@ -1,0 +1,204 @@
+"""``evalgate ablate``: what each switch of a recipe buys and costs, alone and cumulatively.
+
+The recipe's switches are its differences from its baseline: each top-level ``engine_args`` key and each ``env``
+variable whose value differs, in the recipe file's order. Variants: every switch alone on the baseline, then the
+cumulative recipe in that order (+first, +second, ...; the last is the whole recipe). A variant this platform refuses
+(``engine.check_platform``: FlashInfer or stochastic rounding on CPU; or a value vLLM rejects) is skipped and the
+table says why; the cumulative chain then goes on over the switches that run (documented: on CPU the chain is "the
+recipe minus what this platform cannot run"). Variants with the same requested config are evaluated once, and every
+suite result comes from the store when an earlier run (``evalgate run`` of the same config, or a previous ablation)
+computed it. Speed: the baseline's engine stays up for the whole ablation; each variant's engine is measured
+against it in interleaved repeats, then stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("evalgate")
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One difference of the recipe from its baseline: ``section`` ``engine_args`` or ``env``, its key and value."""
+
+    section: str
+    key: str
+    value: Any
+
+    @property
+    def label(self) -> str:
+        return f"{self.key}={self.value!r}" if self.section == "engine_args" else f"env {self.key}={self.value}"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A config of the ablation: ``kind`` ``alone`` or ``cumulative``, its switches, the config and why it is skipped
+    (empty when it runs)."""
+
+    kind: str
+    switches: tuple[Switch, ...]
+    config: Any
+    skipped: str = ""
+
+    @property
+    def label(self) -> str:
+        if self.kind == "alone":
+            return self.switches[0].label
+        return "+ " + " + ".join(s.key for s in self.switches)
+
+
+def switches(base: Any, recipe: Any) -> list[Switch]:
+    """The recipe's differences from ``base`` (``EngineConfig``s): engine args then env, in the recipe's order.
+
+    A key the recipe removes (present in the baseline only) is a switch to ``None`` (vLLM's default). The order is
+    the recipe's own files' (child first): the merged config lists an inherited key where its parent had it."""
+    out = []
+    for section in ("engine_args", "env"):
+        mine, theirs = getattr(recipe, section), getattr(base, section)
+        order = _file_order(recipe, section)
+        for key in sorted(mine, key=lambda k: order.get(k, len(order))):
+            if theirs.get(key, _ABSENT) != mine[key]:
+                out.append(Switch(section, key, mine[key]))
+        for key in theirs:
+            if key not in mine:
+                out.append(Switch(section, key, None))
+    return out
+
+
+def _file_order(cfg: Any, section: str) -> dict[str, int]:
+    """Position of each ``section`` key as written in ``cfg``'s files (the child's first, then its parents')."""
+    import yaml
+
+    order: dict[str, int] = {}
+    for path in cfg.chain or (cfg.path,):
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        for key in (data.get(section) or {}) if isinstance(data, dict) else {}:
+            order.setdefault(key, len(order))
+    return order
+
+
+_ABSENT = object()
+
+
+def _apply(base: Any, chosen: tuple[Switch, ...], name: str, known: dict[str, Any], path: Any = None) -> Any:
+    """``base`` with ``chosen`` switches applied; named after an existing config with the same requested identity
+    (its name, ``expect`` and thresholds then apply), else ``name``."""
+    engine_args, env = dict(base.engine_args), dict(base.env)
+    for s in chosen:
+        target = engine_args if s.section == "engine_args" else env
+        if s.value is None:
+            target.pop(s.key, None)
+        else:
+            target[s.key] = s.value
+    cfg = dataclasses.replace(base, name=name, engine_args=engine_args, env=env, baseline=base.name,
+                              path=path or base.path)
+    for other in known.values():
+        if other.identity() == cfg.identity() and other.baseline:
+            return dataclasses.replace(cfg, name=other.name, path=other.path, expect=other.expect,
+                                       description=other.description)
+    return cfg
+
+
+def plan_variants(base: Any, recipe: Any, known: dict[str, Any], refuse: Any) -> list[Variant]:
+    """Every switch alone, then the cumulative chain (see the module docstring).
+
+    Args:
+        known: configs by name (to name a variant after an existing config).
+        refuse: ``refuse(cfg) -> str``: why this platform cannot run ``cfg`` ("" when it can).
+    """
+    found = switches(base, recipe)
+    out: list[Variant] = []
+    for s in found:
+        cfg = _apply(base, (s,), f"{recipe.name}~{s.key}", known, recipe.path)
+        out.append(Variant("alone", (s,), cfg, refuse(cfg)))
+    chain: list[Switch] = []
+    for i, s in enumerate(found):
+        trial = (*chain, s)
+        cfg = _apply(base, trial, f"{recipe.name}~cum{i + 1}", known, recipe.path)
+        why = refuse(cfg)
+        if why:  # the chain goes on without it
+            why += f" (the cumulative chain continues without {s.key})"
+        else:
+            chain.append(s)
+        out.append(Variant("cumulative", trial, cfg, why))
+    # The same requested config (e.g. the first switch alone and the first cumulative step) is evaluated once.
+    first: dict[str, Any] = {}
+    for i, v in enumerate(out):
+        key = json.dumps(v.config.identity(), sort_keys=True, default=str)
+        out[i] = dataclasses.replace(v, config=first.setdefault(key, v.config))
+    return out
+
+
+def ablation_rows(variants: list[Variant], docs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per variant: ``label``, ``kind``, ``config``, ``verdict``, ``speed`` rows and the per-task Δ."""
+    rows = []
+    for v in variants:
+        doc = docs.get(v.config.name) if not v.skipped else None
+        row: dict[str, Any] = {"label": v.label, "kind": v.kind, "config": v.config.name, "skipped": v.skipped,
+                               "switches": [dataclasses.asdict(s) for s in v.switches]}
+        if doc is not None:
+            sp = doc.get("speed") or {}
+            row.update(verdict=doc["verdict"], speed=sp.get("levels", []), speed_status=sp.get("status"),
+                       speed_error=sp.get("error"),
+                       tasks=[{k: t.get(k) for k in ("suite", "task", "delta", "ci_low", "ci_high", "verdict")}
+                              for t in doc["tasks"]])
+        rows.append(row)
+    return rows
+
+
+def render_table(rows: list[dict[str, Any]]) -> str:
+    """The ablation as a plain-text table: switch, speed-up [interval] per concurrency, Δ [interval] per task, verdict."""
+    from evalgate.outputs import pts
+
+    lines = []
+    for r in rows:
+        if r["skipped"]:
+            lines.append(f"{r['kind']:10} {r['label'][:60]:60} skipped: {r['skipped']}")
+            continue
+        speed = "; ".join(_speed_cell(s) for s in r.get("speed") or []) or (
+            f"speed {r.get('speed_status') or 'not measured'}")
+        deltas = ", ".join(f"{t['task']} {pts(t['delta'])} [{pts(t['ci_low'])}, {pts(t['ci_high'])}]"
+                           for t in r.get("tasks", []))
+        lines.append(f"{r['kind']:10} {r['label'][:60]:60} {r.get('verdict', '?'):12} {speed} | {deltas}")
+    return "\n".join(lines)
+
+
+def _speed_cell(s: dict[str, Any]) -> str:
+    lo, hi = s.get("ci_low"), s.get("ci_high")
+    ci = f"[{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "[n/a]"
+    return f"c={s['concurrency']} \u00d7{s['ratio']:.2f} {ci}"
+
+
+def render_html(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    """``ablation.html``: the table, the trade-off plot (each variant's headline speed-up against each task's Δ) and,
+    for a sweep, speed-up by concurrency per variant. Self-contained, no scripts, autoescaped."""
+    from jinja2 import Environment, PackageLoader, select_autoescape
+
+    from evalgate.outputs import pts
+    from evalgate.plot import sweep_plot, tradeoff_plot
+
+    points, sweep = [], []
+    for r in rows:
+        levels = r.get("speed") or []
+        head = levels[0] if levels else {}
+        for t in r.get("tasks", []):
+            points.append({"label": f"{r['label'][:40]} / {t['task']}", "ratio": head.get("ratio"),
+                           "ratio_low": head.get("ci_low"), "ratio_high": head.get("ci_high"), "delta": t["delta"],
+                           "delta_low": t["ci_low"], "delta_high": t["ci_high"], "verdict": r.get("verdict")})
+        sweep += [{"series": r["label"][:40], **{k: s.get(k) for k in ("concurrency", "ratio", "ci_low", "ci_high")}}
+                  for s in levels]
+    env = Environment(loader=PackageLoader("evalgate", "templates"), autoescape=select_autoescape(default=True),
+                      trim_blocks=True, lstrip_blocks=True)
+    env.filters["pts"] = pts
+    levels = sorted({s["concurrency"] for r in rows for s in r.get("speed") or []})
+    return env.get_template("ablation.html.j2").render(
+        rows=rows, meta=meta, tradeoff=tradeoff_plot(points, title="each switch: speed-up against each task's \u0394"),
+        sweep=sweep_plot(sweep) if len(levels) > 1 else "", levels=levels)

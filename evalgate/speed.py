@@ -1,0 +1,233 @@
+"""What a switch buys: the traffic profile, and the statistics of a measured speed-up. Pure: no I/O, no engine.
+
+Baseline and candidate are measured in interleaved repeats (repeat i of both sides back to back, the order
+alternating), so slow drift of the host's load hits both sides of a pair alike. For each concurrency level:
+
+* each side's throughput per repeat (output tok/s), its median and coefficient of variation (sample standard
+  deviation / mean);
+* the speed-up: ratio of the medians, candidate / baseline;
+* its confidence interval: a paired Student t interval on the log throughput ratios of the repeats,
+  ``exp(mean(d) +- t_{1-a/2, n-1} * sd(d) / sqrt(n))`` with ``d_i = ln(cand_i / base_i)``. Logs make a ratio a
+  difference and throughput errors roughly symmetric (A. J. Fleming and J. J. Wallace, "How not to lie with
+  statistics: the correct way to summarize benchmark results", CACM 29(3), 1986; T. Kalibera and R. Jones,
+  "Rigorous benchmarking in reasonable time", ISMM 2013, which recommends intervals for ratios of execution
+  times); pairing takes the drift shared by a pair out. A bootstrap over 3 repeats has only 10 distinct
+  resamples, so the t interval is the honest choice at few repeats.
+
+An interval containing 1 reads "no measurable speed-up", never a win; fewer than 2 repeats give no interval.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["CPU_PROFILE", "CUDA_PROFILE", "SpeedComparison", "TrafficProfile", "compare_speed", "coefficient_of_variation",
+           "describe", "speed_block"]
+
+METHOD = "paired t interval on log throughput ratios (interleaved repeats); point estimate: ratio of medians"
+FASTER, SLOWER, UNMEASURABLE = "faster", "slower", "no measurable speed-up"
+
+
+@dataclass(frozen=True)
+class TrafficProfile:
+    """The load a speed-up is measured at.
+
+    Attributes:
+        input_len: prompt tokens per request.
+        output_len: generated tokens per request (``ignore_eos``: exactly this many).
+        concurrency: requests in flight at once, one value per level of a sweep (each <= ``max_num_seqs``).
+        num_prompts: requests per repeat at each level; None = as many as the level's concurrency (one wave).
+        repeats: timed passes per side and level (>= 1; >= 2 for an interval).
+        prompts: ``random`` (vLLM's RandomDataset) or ``suites`` (the suites' own prompts, cut/cycled to input_len).
+        mode: ``offline`` (``vllm.LLM`` in the engine worker) or ``serve`` (``vllm serve`` + ``vllm bench serve``).
+        level: the confidence level of the speed-up interval (two-sided).
+    """
+
+    input_len: int
+    output_len: int
+    concurrency: tuple[int, ...]
+    num_prompts: int | None = None
+    repeats: int = 3
+    prompts: str = "random"
+    mode: str = "offline"
+    level: float = 0.95
+
+    def prompts_at(self, concurrency: int) -> int:
+        """Requests per repeat at one concurrency level."""
+        return self.num_prompts if self.num_prompts is not None else concurrency
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["concurrency"] = list(self.concurrency)
+        return d
+
+
+# The recipe's profile (512 in / 512 out / 256 streams); on CPU a scaled one that takes about a minute per side
+# for the embedded hybrid (measured on a 2-core AMD EPYC: ~18 s per repeat at ~2,700 output tok/s).
+CUDA_PROFILE = TrafficProfile(input_len=512, output_len=512, concurrency=(256,))
+CPU_PROFILE = TrafficProfile(input_len=256, output_len=256, concurrency=(64,), num_prompts=192)
+
+
+def coefficient_of_variation(values: Sequence[float]) -> float:
+    """Sample standard deviation / mean (unitless); NaN for fewer than 2 values or a zero mean."""
+    if len(values) < 2 or statistics.fmean(values) == 0:
+        return math.nan
+    return statistics.stdev(values) / statistics.fmean(values)
+
+
+@dataclass(frozen=True)
+class SpeedComparison:
+    """The speed-up of candidate over baseline at one concurrency level.
+
+    Attributes:
+        concurrency: requests in flight.
+        baseline, candidate: output tok/s per repeat, in measurement order.
+        ratio: median(candidate) / median(baseline) (> 1: the candidate is faster).
+        ci_low, ci_high: the ``level`` interval of the ratio (NaN with fewer than 2 paired repeats).
+        cv_baseline, cv_candidate: each side's coefficient of variation.
+        verdict: ``faster`` (interval above 1), ``slower`` (below 1) or ``no measurable speed-up``.
+    """
+
+    concurrency: int
+    baseline: tuple[float, ...]
+    candidate: tuple[float, ...]
+    ratio: float
+    ci_low: float
+    ci_high: float
+    level: float
+    cv_baseline: float
+    cv_candidate: float
+    verdict: str
+    total_baseline: tuple[float, ...] = field(default=())
+    total_candidate: tuple[float, ...] = field(default=())
+
+
+def paired_log_interval(baseline: Sequence[float], candidate: Sequence[float], level: float) -> tuple[float, float]:
+    """``level`` two-sided t interval of the candidate/baseline ratio from paired repeats (module docstring).
+
+    Returns (NaN, NaN) for fewer than 2 pairs or a non-positive throughput. With identical log ratios the
+    interval is that ratio exactly (zero spread).
+    """
+    from scipy.stats import t as student_t
+
+    if len(baseline) != len(candidate):
+        raise ValueError(f"unpaired repeats: {len(baseline)} baseline vs {len(candidate)} candidate")
+    if len(baseline) < 2 or min(*baseline, *candidate) <= 0:
+        return math.nan, math.nan
+    d = [math.log(c / b) for b, c in zip(baseline, candidate)]
+    n = len(d)
+    half = float(student_t.ppf(0.5 + level / 2, n - 1)) * statistics.stdev(d) / math.sqrt(n)
+    mean = statistics.fmean(d)
+    return math.exp(mean - half), math.exp(mean + half)
+
+
+def compare_speed(concurrency: int, baseline: Sequence[float], candidate: Sequence[float], level: float = 0.95,
+                  total_baseline: Sequence[float] = (), total_candidate: Sequence[float] = ()) -> SpeedComparison:
+    """Speed-up of ``candidate`` over ``baseline`` (output tok/s per interleaved repeat; pairs by index).
+
+    Raises:
+        ValueError: no measurements, unpaired repeats, or a level outside (0, 1).
+    """
+    if not baseline or not candidate:
+        raise ValueError("no throughput measurements to compare")
+    if not 0 < level < 1:
+        raise ValueError(f"confidence level must be in (0, 1), got {level}")
+    lo, hi = paired_log_interval(baseline, candidate, level)
+    ratio = statistics.median(candidate) / statistics.median(baseline)
+    return SpeedComparison(concurrency, tuple(baseline), tuple(candidate), ratio, lo, hi, level,
+                           coefficient_of_variation(baseline), coefficient_of_variation(candidate),
+                           describe(lo, hi), tuple(total_baseline), tuple(total_candidate))
+
+
+def describe(ci_low: float, ci_high: float) -> str:
+    """``faster`` / ``slower`` when the interval excludes 1, else (also undefined) ``no measurable speed-up``."""
+    if ci_low > 1.0:
+        return FASTER
+    if ci_high < 1.0:
+        return SLOWER
+    return UNMEASURABLE
+
+
+def _num(x: float) -> float | None:
+    return None if x is None or not math.isfinite(x) else x
+
+
+def speed_block(levels: Sequence[SpeedComparison], profile: TrafficProfile, measurements: dict[str, Any]) -> dict[str, Any]:
+    """The ``speed`` block of ``verdict.json``: profile, method, and per concurrency level both sides and the ratio.
+
+    ``measurements``: per side (``baseline``/``candidate``) the worker's ``{"device", "isa", "versions",
+    "effective", "runs": [...]}`` (raw repeat records). The first level is the headline (``ratio`` etc. at top level).
+    """
+    rows = []
+    for s in levels:
+        rows.append({
+            "concurrency": s.concurrency, "ratio": _num(s.ratio), "ci_low": _num(s.ci_low), "ci_high": _num(s.ci_high),
+            "level": s.level, "verdict": s.verdict,
+            "baseline": {"output_tok_s": list(s.baseline), "median": statistics.median(s.baseline),
+                         "total_tok_s": list(s.total_baseline), "cv": _num(s.cv_baseline)},
+            "candidate": {"output_tok_s": list(s.candidate), "median": statistics.median(s.candidate),
+                          "total_tok_s": list(s.total_candidate), "cv": _num(s.cv_candidate)},
+        })
+    head = rows[0] if rows else {}
+    return {"status": "measured", "method": METHOD, "profile": profile.as_dict(), "levels": rows,
+            "ratio": head.get("ratio"), "ci_low": head.get("ci_low"), "ci_high": head.get("ci_high"),
+            "verdict": head.get("verdict"), "concurrency": head.get("concurrency"), "sides": measurements}
+
+
+def headline(speed: dict[str, Any]) -> str:
+    """One line for terminal, Markdown and JUnit: ``speed-up ×1.42 [1.31, 1.55] (95%), faster; c=256 ...``."""
+    if not speed:
+        return ""
+    if speed.get("status") != "measured":
+        return f"speed: not measured ({speed.get('error', 'failed')})"
+    p = speed.get("profile", {})
+    parts = []
+    for row in speed.get("levels", []):
+        lo, hi = row.get("ci_low"), row.get("ci_high")
+        ci = f" [{lo:.2f}, {hi:.2f}] ({100 * row.get('level', 0.95):.0f}%)" if lo is not None and hi is not None \
+            else " [no interval: < 2 repeats]"
+        parts.append(f"c={row['concurrency']}: \u00d7{row['ratio']:.2f}{ci}, {row['verdict']} "
+                     f"({row['baseline']['median']:,.0f} \u2192 {row['candidate']['median']:,.0f} output tok/s)")
+    return (f"speed ({p.get('input_len')} in / {p.get('output_len')} out, {p.get('repeats')} repeats, "
+            f"{p.get('mode', 'offline')}): " + "; ".join(parts))
+
+
+def resolve_profile(fields: dict[str, Any] | None, *, cuda: bool, concurrency: Sequence[int] | None = None,
+                    repeats: int | None = None) -> TrafficProfile:
+    """The traffic profile to measure: the platform's default (``CUDA_PROFILE`` / ``CPU_PROFILE``), then the
+    thresholds' ``traffic`` fields (validated by ``thresholds``), then the command line's ``--concurrency`` /
+    ``--repeats``. A default ``num_prompts`` of the CPU profile is kept only while its concurrency is."""
+    base = CUDA_PROFILE if cuda else CPU_PROFILE
+    merged = base.as_dict()
+    given = dict(fields or {})
+    if "concurrency" in given and "num_prompts" not in given:
+        merged["num_prompts"] = None  # a changed concurrency with the default prompt count: one wave per level
+    merged.update(given)
+    if concurrency:
+        merged["concurrency"] = list(concurrency)
+        if "num_prompts" not in given:
+            merged["num_prompts"] = None
+    if repeats is not None:
+        merged["repeats"] = repeats
+    merged["concurrency"] = tuple(merged["concurrency"])
+    return TrafficProfile(**merged)
+
+
+def profile_problems(profile: TrafficProfile, limits: dict[str, int]) -> list[tuple[str, str]]:
+    """``(field, message)`` for each way ``profile`` exceeds an engine's limits (``max_model_len`` in tokens,
+    ``max_num_seqs``); empty when it fits or a limit is unknown."""
+    out = []
+    max_len = limits.get("max_model_len")
+    if max_len is not None and profile.input_len + profile.output_len > max_len:
+        out.append(("input_len", f"input_len + output_len = {profile.input_len + profile.output_len} tokens exceeds "
+                                 f"the engine's max_model_len {max_len}"))
+    seqs = limits.get("max_num_seqs")
+    over = [c for c in profile.concurrency if seqs is not None and c > seqs]
+    if over:
+        out.append(("concurrency", f"concurrency {over[0]} exceeds the engine's max_num_seqs {seqs} (set "
+                                   f"engine_args.max_num_seqs or lower the concurrency)"))
+    return out

@@ -1,0 +1,140 @@
+"""evalgate ablate: the recipe's switches, the variants (alone, cumulative), platform skips, the table (no engine)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evalgate import ablate
+from evalgate.config import CONFIGS_DIR, list_configs, load_baseline, load_config
+
+
+def _known() -> dict[str, Any]:
+    return {n: load_config(n, check_engine_args=False) for n in list_configs(CONFIGS_DIR)}
+
+
+def _cpu_refuse(cfg: Any) -> str:
+    args = cfg.engine_args
+    if args.get("mamba_backend") == "flashinfer":
+        return "FlashInfer needs CUDA"
+    if args.get("enable_mamba_cache_stochastic_rounding"):
+        return "stochastic rounding needs CUDA"
+    return ""
+
+
+def test_switches_of_the_recipe_in_its_order() -> None:
+    recipe = load_config("cline-recipe", check_engine_args=False)
+    base = load_baseline(recipe, check_engine_args=False)
+    found = ablate.switches(base, recipe)
+    assert [s.key for s in found] == ["mamba_ssm_cache_dtype", "enable_mamba_cache_stochastic_rounding",
+                                      "mamba_backend", "async_scheduling", "speculative_config", "OMP_NUM_THREADS"]
+    assert found[-1].section == "env" and found[-1].value == "1"
+    # enable_prefix_caching: false is the baseline's value too: not a switch.
+    assert "enable_prefix_caching" not in [s.key for s in found]
+
+
+def test_variants_alone_then_cumulative_with_cpu_skips() -> None:
+    known = _known()
+    recipe, base = known["cline-recipe"], known["baseline"]
+    variants = ablate.plan_variants(base, recipe, known, _cpu_refuse)
+    alone = [v for v in variants if v.kind == "alone"]
+    cum = [v for v in variants if v.kind == "cumulative"]
+    assert len(alone) == len(cum) == 6
+    # A variant equal to a shipped config carries its name (its thresholds and expect apply).
+    assert alone[0].config.name == "fp16-state" and alone[0].config.expect == "lossy"
+    assert alone[3].config.name == "async-sched" and alone[3].config.expect == "lossless"
+    assert alone[5].config.name == "omp1"
+    assert [bool(v.skipped) for v in alone] == [False, True, True, False, False, False]
+    # The first cumulative step is the first switch alone: the same config object, evaluated once.
+    assert cum[0].config is alone[0].config
+    # Refused steps are skipped and the chain continues without them.
+    assert cum[1].skipped.startswith("stochastic rounding needs CUDA (the cumulative chain continues")
+    assert cum[2].skipped and not cum[3].skipped
+    assert cum[3].config.engine_args["mamba_ssm_cache_dtype"] == "float16"
+    assert cum[3].config.engine_args.get("mamba_backend") == base.engine_args.get("mamba_backend")  # not flashinfer
+    assert cum[3].config.engine_args["async_scheduling"] is True and cum[3].config.path == recipe.path
+    assert cum[5].config.env == {"OMP_NUM_THREADS": "1"}
+    assert cum[5].config.engine_args["speculative_config"] == {"method": "mtp", "num_speculative_tokens": 3}
+    # On a platform that runs everything, the last cumulative step is the recipe itself.
+    full = ablate.plan_variants(base, recipe, known, lambda cfg: "")
+    assert full[-1].config.name == "cline-recipe" and full[-1].config.identity() == recipe.identity()
+
+
+def test_rows_and_table() -> None:
+    known = _known()
+    variants = ablate.plan_variants(known["baseline"], known["cline-recipe"], known, _cpu_refuse)
+    doc = {"verdict": "PASS", "tasks": [{"suite": "s", "task": "t", "delta": -0.4, "ci_low": -1.2, "ci_high": 0.3,
+                                         "verdict": "PASS"}],
+           "speed": {"status": "measured", "levels": [{"concurrency": 16, "ratio": 1.5, "ci_low": 1.3, "ci_high": 1.7,
+                                                       "verdict": "faster"}]}}
+    rows = ablate.ablation_rows(variants, {"fp16-state": doc})
+    assert rows[0]["verdict"] == "PASS" and rows[0]["speed"][0]["ratio"] == 1.5
+    assert rows[1]["skipped"] == "stochastic rounding needs CUDA"
+    table = ablate.render_table(rows)
+    assert "c=16 \u00d71.50 [1.30, 1.70]" in table and "t \u22120.4 [\u22121.2, +0.3]" in table
+    assert "skipped: FlashInfer needs CUDA" in table
+    html = ablate.render_html(rows, {"recipe": "cline-recipe", "baseline": "baseline", "model": "m", "limit": 5,
+                                     "profile": None, "device": "cpu", "isa": [], "method": "t"})
+    assert "<svg" in html and "\u00d71.50 [1.30, 1.70]" in html and "<script" not in html
+
+
+def test_ablate_command_with_fake_workers(monkeypatch, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """The command's plumbing: one baseline engine for the whole ablation, one engine per distinct runnable variant,
+    CPU-refused switches skipped in the table, a row per variant, ablation.html/json and per-variant run dirs."""
+    import json
+
+    from runfixtures import task
+
+    from evalgate import cli, engine, runner
+    from evalgate.runner import ConfigRun
+
+    started: list[str] = []
+
+    class Fake:
+        def __init__(self, name: str, speed: float) -> None:
+            self.name, self.speed, self.closed = name, speed, False
+            self.info = {"event": "ready", "device": "fake CPU", "isa": ["avx2"], "versions": {}}
+
+        def measure(self, cmd: dict) -> dict:
+            return {"output_tok_s": self.speed, "total_tok_s": 2 * self.speed}
+
+        def close(self) -> None:
+            self.closed = True
+
+        kill = close
+
+    def start(cfg, suites, **kw):  # type: ignore[no-untyped-def]
+        started.append(cfg.name)
+        n = 40
+        t = {"t": task("t", "docparse", ["ok"] * n, [1.0] * n)}
+        eff = {"engine_args": dict(cfg.engine_args), "env": dict(cfg.env)}
+        return Fake(cfg.name, 100.0 if cfg.name == "baseline" else 150.0), ConfigRun(
+            config=cfg, tasks=t, effective=eff, journal=str(tmp_path / f"{len(started)}.jsonl"))
+
+    monkeypatch.setattr(runner, "start_config", start)
+    monkeypatch.setattr(runner, "check_engine_values", lambda cfg, log, timeout: {"max_model_len": 2048,
+                                                                                 "max_num_seqs": 256})
+    monkeypatch.setattr(engine, "_has_cuda", lambda: False)
+    (tmp_path / "t.yaml").write_text("alpha: 0.05\ndefault: {margin: 10.0}\nbootstrap_resamples: 1000\n"
+                                     "traffic: {input_len: 8, output_len: 8, concurrency: 4, repeats: 2}\n")
+    out = tmp_path / "ab"
+    code = cli.main(["ablate", "--config", "cline-recipe", "--suites", "docparse", "--thresholds",
+                     str(tmp_path / "t.yaml"), "--out", str(out)])
+    assert code == 0
+    # baseline once; fp16-state (alone = first cumulative step) once; flashinfer / SR never (CPU refuses them)
+    assert started[0] == "baseline" and started.count("fp16-state") == 1
+    assert not any("mamba_backend" in n or "stochastic" in n for n in started)
+    rows = json.loads((out / "ablation.json").read_text())["rows"]
+    assert len(rows) == 12 and sum(bool(r["skipped"]) for r in rows) == 4
+    ran = [r for r in rows if not r["skipped"]]
+    assert all(r["speed"][0]["ratio"] == 1.5 for r in ran)
+    assert (out / "ablation.html").is_file() and (out / "variants" / "fp16-state" / "verdict.json").is_file()
+    table = capsys.readouterr().out
+    assert "skipped: the FlashInfer Mamba kernel needs a CUDA GPU" in table and "c=4 \u00d71.50" in table
+    # --switches keeps only those alone rows; a name that is no switch is a usage error (exit 2)
+    started.clear()
+    assert cli.main(["ablate", "--config", "cline-recipe", "--suites", "docparse", "--thresholds", str(tmp_path / "t.yaml"),
+                     "--out", str(tmp_path / "ab2"), "--kind", "alone", "--switches", "OMP_NUM_THREADS"]) == 0
+    assert started == ["baseline", "omp1"]
+    assert cli.main(["ablate", "--config", "cline-recipe", "--thresholds", str(tmp_path / "t.yaml"),
+                     "--out", str(tmp_path / "ab3"), "--switches", "mamba_backnd"]) == 2
+    assert "is not a switch of cline-recipe" in capsys.readouterr().err
