@@ -15,7 +15,7 @@ import types
 import typing
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, WrapValidator, model_validator
 from pydantic_core import PydanticCustomError, PydanticUndefined
@@ -76,6 +76,11 @@ def rule(message: str, **by_error: str) -> WrapValidator:
             raise problem(f"{by_error.get(kind, message)}, got {show(value)}") from None
 
     return WrapValidator(wrap)
+
+
+def choice(*values: str) -> Any:
+    """A string field that takes one of ``values``: ``must be one of a, b, got <value>`` otherwise."""
+    return Annotated[Literal[values], rule(f"must be one of {', '.join(values)}")]  # type: ignore[valid-type]
 
 
 class Schema(BaseModel):

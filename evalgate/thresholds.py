@@ -25,12 +25,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
 from evalgate.errors import ConfigError
-from evalgate.schema import SCHEMA_VERSION, Schema, problem, rule, show, suggest, validate
+from evalgate.schema import SCHEMA_VERSION, Schema, choice, problem, rule, show, suggest, validate
 from evalgate.yamlio import Wording, read_mapping
 
 __all__ = ["LevelOverride", "SpecDecodeFloors", "SpeedFloors", "TaskThreshold", "Thresholds", "ThresholdsFile",
@@ -51,10 +51,6 @@ def _number(message: str, **constraints: float) -> Any:
 
 def _integer(minimum: int) -> Any:
     return Annotated[int, Field(strict=True, ge=minimum), rule(f"{{field}} must be an integer >= {minimum}")]
-
-
-def _choice(*values: str) -> Any:
-    return Annotated[Literal[values], rule(f"must be one of {', '.join(values)}")]  # type: ignore[valid-type]
 
 
 def _concurrency(value: Any) -> tuple[int, ...]:
@@ -136,9 +132,9 @@ class TrafficSection(Schema):
     """Requests per repeat and level; null: = the level's concurrency (one wave)."""
     repeats: _integer(1) = None  # type: ignore[valid-type]
     """Interleaved timed passes per side (>= 2 for an interval)."""
-    prompts: _choice("random", "suites") = None  # type: ignore[valid-type]
+    prompts: choice("random", "suites") = None  # type: ignore[valid-type]
     """random (vLLM's RandomDataset) or suites (the suites' own prompts)."""
-    mode: _choice("offline", "serve") = None  # type: ignore[valid-type]
+    mode: choice("offline", "serve") = None  # type: ignore[valid-type]
     """offline, or serve (refused in this version)."""
 
     def fields(self) -> dict[str, Any]:
@@ -212,7 +208,7 @@ class ThresholdsFile(Schema):
     """What applies to every task no other entry sets."""
     power: _number("power must be a number with 0.5 <= power < 1", ge=0.5, lt=1) = 0.8  # type: ignore[valid-type]
     """Target power: MDE = (z_{1-alpha} + z_power) * SE; a task whose MDE exceeds its margin is INCONCLUSIVE."""
-    on_inconclusive: _choice("warn", "block") = "block"  # type: ignore[valid-type]
+    on_inconclusive: choice("warn", "block") = "block"  # type: ignore[valid-type]
     """block: an INCONCLUSIVE run is reported as BLOCK (exit 1); warn: it exits 5."""
     bootstrap_resamples: _integer(1000) = 10_000  # type: ignore[valid-type]
     """Paired-bootstrap resamples per task."""

@@ -90,8 +90,9 @@ def _text(path: Path, wording: Wording) -> str:
 
 def parse(text: str, path: Path, wording: Wording) -> Any:
     """One YAML document of ``text`` (None when empty), duplicate keys and alias bombs refused (ConfigError)."""
-    loader = Loader(text)
+    loader = None
     try:
+        loader = Loader(text)  # a control character is refused here already
         node = loader.get_single_node()
         if node is None:
             return None
@@ -103,7 +104,8 @@ def parse(text: str, path: Path, wording: Wording) -> Any:
         message = " ".join(str(getattr(exc, "problem", None) or exc).split())
         raise ConfigError(wording.syntax.format(at=at, problem=message), path=path) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _check_nodes(root: yaml.Node, path: Path, wording: Wording) -> None:
