@@ -31,7 +31,7 @@ from pydantic import BeforeValidator, Field
 
 from evalgate.errors import ConfigError
 from evalgate.project import builtin_dir
-from evalgate.schema import SCHEMA_VERSION, Schema, choice, problem, rule, validate
+from evalgate.schema import SCHEMA_VERSION, Schema, choice, key_rows, problem, rule, validate
 from evalgate.yamlio import Wording, read_mapping
 
 CONFIGS_DIR = builtin_dir() / "configs"  # the shipped configs; a project's own come from project.layout()
@@ -380,3 +380,8 @@ def _build(merged: dict[str, Any], chain: list[tuple[Path, ConfigLayer]], config
                         expect=merged.get("expect", EngineConfig.expect),
                         description=merged.get("description", EngineConfig.description),
                         chain=tuple(p for p, _ in chain))
+
+
+def config_key_rows() -> list[tuple[str, str, str]]:
+    """The README's config key table: :class:`ConfigLayer`'s keys, then ``sampling.*`` (:class:`Sampling`)."""
+    return key_rows(ConfigLayer) + key_rows(Sampling, "sampling.")

@@ -186,7 +186,8 @@ def _default_text(info: Any) -> str:
         return str(value).lower()
     if isinstance(value, Mapping) and not value:
         return "{}"
-    return str(value)
+    return str(value) if value != "" else '""'
+
 
 
 def key_rows(model: type[Schema], prefix: str = "", seen: dict[type, str] | None = None) -> list[tuple[str, str, str]]:
@@ -200,7 +201,7 @@ def key_rows(model: type[Schema], prefix: str = "", seen: dict[type, str] | None
     rows: list[tuple[str, str, str]] = []
     for name, info in model.model_fields.items():
         key = f"{prefix}{name}"
-        doc = " ".join((info.description or "").split())
+        doc = " ".join((info.description or "").split()).replace("``", "`")
         entry = _mapping_of(info.annotation)
         nested = entry or next(iter(_models_in(info.annotation)), None)
         if nested is None:
@@ -208,15 +209,16 @@ def key_rows(model: type[Schema], prefix: str = "", seen: dict[type, str] | None
             continue
         child = f"{key}.<{name.rstrip('s')}>" if entry else key
         if nested in seen:
-            rows.append((child, "-", f"{doc} Same keys as `{seen[nested]}`.".strip()))
+            rows.append((child, "{}" if entry else "-", f"{doc} Same keys as `{seen[nested]}`.".strip()))
             continue
         rows.append((child, _default_text(info) if not entry else "{}", doc))
         rows += key_rows(nested, child + ".", seen)
     return rows
 
 
-def markdown_table(model: type[Schema]) -> str:
-    """The README key table of ``model`` (``| key | default | meaning |``), one row per :func:`key_rows` entry."""
+def markdown_table(rows: list[tuple[str, str, str]]) -> str:
+    """A README key table (``| key | default | meaning |``) of :func:`key_rows` rows."""
     lines = ["| key | default | meaning |", "|---|---|---|"]
-    lines += [f"| `{k}` | {d if d in ('required', '-') else f'`{d}`'} | {m} |" for k, d, m in key_rows(model)]
+    lines += [f"| `{k}` | {d if d in ('required', '-') else f'`{d}`'} | {m.replace('|', '&#124;')} |"
+              for k, d, m in rows]
     return "\n".join(lines)

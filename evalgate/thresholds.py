@@ -168,9 +168,9 @@ class LevelEntry(Schema):
 
     allow_empty: ClassVar[bool] = False
     margin: Margin = None  # type: ignore[assignment]
-    """Non-inferiority margin in points for this suite's / task's tasks."""
+    """Non-inferiority margin in points for the tasks the entry covers."""
     alpha: Alpha = None  # type: ignore[assignment]
-    """One-sided level for this suite's / task's tasks."""
+    """One-sided level for the tasks the entry covers."""
 
 
 class LevelOverride(LevelEntry):
