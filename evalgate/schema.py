@@ -207,7 +207,7 @@ def key_rows(model: type[Schema], prefix: str = "", seen: dict[type, str] | None
         if nested is None:
             rows.append((key, _default_text(info), doc))
             continue
-        child = f"{key}.<{name.rstrip('s')}>" if entry else key
+        child = f"{key}.<{name.removesuffix('s')}>" if entry else key
         if nested in seen:
             rows.append((child, "{}" if entry else "-", f"{doc} Same keys as `{seen[nested]}`.".strip()))
             continue
