@@ -222,3 +222,12 @@ def markdown_table(rows: list[tuple[str, str, str]]) -> str:
     lines += [f"| `{k}` | {d if d in ('required', '-') else f'`{d}`'} | {m.replace('|', '&#124;')} |"
               for k, d, m in rows]
     return "\n".join(lines)
+
+
+def readme_tables() -> str:
+    """Both README key tables after their markers (print it and paste each table under its marker)."""
+    from evalgate.config import config_key_rows
+    from evalgate.thresholds import ThresholdsFile
+
+    return (f"<!-- keys: config -->\n{markdown_table(config_key_rows())}\n\n"
+            f"<!-- keys: thresholds -->\n{markdown_table(key_rows(ThresholdsFile))}")

@@ -42,8 +42,10 @@ def test_readme_table_is_the_models_keys_defaults_and_meanings(marker: str, rows
     assert sorted(set(got) - set(want)) == [], "the README documents keys the model does not have"
     assert sorted(set(want) - set(got)) == [], "keys of the model missing from the README"
     wrong = {k: (got[k], want[k]) for k in want if got[k] != want[k]}
-    assert not wrong, f"README rows differ from the model (README, model): {wrong}\nthe table:\n{markdown_table(rows)}"
+    assert not wrong, (f"README rows differ from the model (README, model): {wrong}\n"
+                       f"(evalgate.schema.readme_tables() prints the tables)\n{markdown_table(rows)}")
     assert [k for k, _, _ in documented] == [k for k, _, _ in rows], "rows out of the model's order"
+    assert markdown_table(rows) in README.read_text(encoding="utf-8")  # as readme_tables() prints it
 
 
 def test_every_key_of_every_model_has_a_meaning() -> None:
