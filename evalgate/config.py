@@ -12,8 +12,10 @@ environment variables set for the engine process, and the sampling parameters::
     env: {OMP_NUM_THREADS: "1"}
     sampling: {temperature: 0.0, max_tokens: 256, seed: 0}
 
-The child wins key by key inside ``engine_args``, ``env`` and ``sampling``; a ``null`` value removes
-the parent's key (vLLM's default applies). Loading is pure: cheap checks first, then the engine-arg
+One file is a :class:`ConfigLayer` (schema version :data:`~evalgate.schema.SCHEMA_VERSION`; its keys, defaults and
+meanings are the model's fields, and the README's key table is checked against them). The child wins key by key
+inside ``engine_args``, ``env`` and ``sampling``; a ``null`` value removes the parent's key (vLLM's default
+applies); the merged ``sampling`` is a :class:`Sampling`. Loading is pure: cheap checks first, then the engine-arg
 names against vLLM's ``EngineArgs`` (read from its source, not imported), so a malformed config fails in seconds.
 """
 
@@ -21,40 +23,105 @@ from __future__ import annotations
 
 import difflib
 import functools
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-import yaml
+from pydantic import BeforeValidator, Field
 
 from evalgate.errors import ConfigError
-
-from evalgate.project import builtin_dir  # noqa: E402
+from evalgate.project import builtin_dir
+from evalgate.schema import SCHEMA_VERSION, Schema, choice, key_rows, problem, rule, validate
+from evalgate.yamlio import Wording, read_mapping
 
 CONFIGS_DIR = builtin_dir() / "configs"  # the shipped configs; a project's own come from project.layout()
-
-_TOP_KEYS = ("extends", "baseline", "description", "expect", "model", "engine_args", "env", "sampling")
-_SAMPLING_KEYS = {"temperature": float, "top_p": float, "max_tokens": int, "seed": int}
-_EXPECT = ("lossy", "lossless")
-_MAX_NODES = 100_000  # YAML values in one config file, aliases expanded (a config has a few dozen)
+WORDING = Wording("config", syntax="YAML syntax error: {at}{problem}", at="line {line}: ",
+                  not_utf8="not UTF-8 (byte {offset})")
 # Set by evalgate itself (the model comes from the top-level ``model`` key).
 _RESERVED_ENGINE_ARGS = ("model", "tokenizer")
+_SECTIONS = ("engine_args", "env", "sampling")  # merged key by key over the parent's
 
 
-@dataclass(frozen=True)
-class Sampling:
-    """Sampling parameters for every generation. Greedy (temperature 0) is the gate's default."""
+class Sampling(Schema):
+    """``sampling``: the sampling parameters of every generation. Greedy (temperature 0) is the gate's default."""
 
-    temperature: float = 0.0
-    top_p: float = 1.0
-    max_tokens: int = 256
-    seed: int = 0
+    temperature: Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False),
+                           rule("must be a number", greater_than_equal="must be >= 0")] = 0.0
+    """Sampling temperature, >= 0 (0: greedy)."""
+    top_p: Annotated[float, Field(strict=True, gt=0, le=1, allow_inf_nan=False),
+                     rule("must be a number", greater_than="must be in (0, 1]", less_than_equal="must be in (0, 1]")
+                     ] = 1.0
+    """Nucleus sampling mass, in (0, 1]."""
+    max_tokens: Annotated[int, Field(strict=True, ge=1), rule("must be an integer", greater_than_equal="must be >= 1")
+                          ] = 256
+    """Output tokens per generation, >= 1: a cap on each task's own ``max_gen_toks``."""
+    seed: Annotated[int, Field(strict=True), rule("must be an integer")] = 0
+    """Sampling seed."""
+
+
+def _names(kind: str, check: Any) -> BeforeValidator:
+    """A mapping whose keys must pass ``check`` (the message names ``<section>.<key>``)."""
+
+    def validate_keys(value: Any) -> Any:
+        if isinstance(value, dict):
+            for key in value:
+                if not check(key):
+                    raise problem(kind, key=str(key))
+        return value
+
+    return BeforeValidator(validate_keys)
+
+
+def _env_values(value: Any) -> Any:
+    """Environment values as the engine process gets them: strings (``true`` -> ``"true"``); null kept (it removes
+    the parent's variable)."""
+    if not isinstance(value, dict):
+        return value
+    out: dict[str, str | None] = {}
+    for k, v in value.items():
+        if isinstance(v, (dict, list)):
+            raise problem(f"must be a string or number, got {type(v).__name__}", key=str(k))
+        out[k] = None if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+    return out
+
+
+ConfigName = Annotated[str, Field(strict=True, pattern=r"\S"), rule("must be a config name")]
+
+
+class ConfigLayer(Schema):
+    """One config file as written (before ``extends`` is resolved). Schema version 1."""
+
+    version: Annotated[int, Field(strict=True, ge=SCHEMA_VERSION, le=SCHEMA_VERSION),
+                       rule(f"must be {SCHEMA_VERSION} (the only config schema version)")] = SCHEMA_VERSION
+    """Schema version of the file."""
+    extends: ConfigName | None = None
+    """Parent config: a name resolved next to this file first, then in configs/, or a path. Unset: a root config."""
+    baseline: ConfigName | None = None
+    """The config this one is gated against; unset: the parent named by ``extends``."""
+    description: Annotated[str, BeforeValidator(lambda v: "" if v is None else v), Field(strict=True),
+                           rule("must be a string")] = ""
+    """Free text shown in reports."""
+    expect: choice("lossy", "lossless") = "lossy"  # type: ignore[valid-type]
+    """lossless: the switch should not change greedy outputs (checked against ``lossless`` in thresholds.yaml)."""
+    model: Annotated[str, Field(strict=True, pattern=r"\S"), rule("required: a model name or path (string)")
+                     ] | None = None
+    """embedded:nemotron-h-tiny, embedded:gemma-3-270m, embedded:qwen3-next-tiny, a local checkpoint path or a hub
+    name. Required in the config or one of its parents."""
+    engine_args: Annotated[dict[str, Any], _names("engine arg names are identifiers like 'dtype'",
+                                                  lambda k: isinstance(k, str) and k.isidentifier())] | None = None
+    """Keyword arguments of ``vllm.EngineArgs``, spelled as vLLM spells them (checked against the installed vLLM);
+    a null value removes the parent's."""
+    env: Annotated[dict[str, str | None], BeforeValidator(_env_values),
+                   _names("invalid environment variable name", lambda k: isinstance(k, str) and k and "=" not in k)
+                   ] | None = None
+    """Environment variables of the engine process (strings or numbers); a null value removes the parent's."""
+    sampling: dict[str, Any] | None = None
+    """Sampling parameters (keys below), merged key by key over the parent's; a null value removes the parent's."""
 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """A fully resolved config (after ``extends``).
+    """A fully resolved config (after ``extends``); the keys' meanings are :class:`ConfigLayer`'s.
 
     Attributes:
         name: config name (file stem, or relative path under configs/ such as ``dense/bf16``).
@@ -76,8 +143,8 @@ class EngineConfig:
     env: dict[str, str]
     sampling: Sampling
     baseline: str | None = None
-    expect: str = "lossy"
-    description: str = ""
+    expect: str = ConfigLayer.model_fields["expect"].default
+    description: str = ConfigLayer.model_fields["description"].default
     chain: tuple[Path, ...] = field(default_factory=tuple)
 
     def identity(self) -> dict[str, Any]:
@@ -105,24 +172,19 @@ def load_config(ref: str | Path, configs_dir: Path = CONFIGS_DIR, *, check_engin
             and the field.
     """
     path = _find(ref, configs_dir, None)
-    chain: list[tuple[Path, dict[str, Any]]] = []
+    chain: list[tuple[Path, ConfigLayer]] = []
     seen: set[Path] = set()
     while True:
         if path in seen:
             cycle = " -> ".join(p.name for p, _ in chain) + f" -> {path.name}"
             raise ConfigError(f"extends cycle: {cycle}", path=chain[0][0], field="extends")
         seen.add(path)
-        data = _read_yaml(path)
-        chain.append((path, data))
-        parent = data.get("extends")
-        if parent is None:
+        layer = _read_layer(path)
+        chain.append((path, layer))
+        if layer.extends is None:
             break
-        if not isinstance(parent, str) or not parent.strip():
-            raise ConfigError(f"must be a config name, got {parent!r}", path=path, field="extends")
-        path = _find(parent, configs_dir, path.parent, referrer=path)
-    merged = _merge([d for _, d in reversed(chain)])
-    child_path, child = chain[0]
-    cfg = _build(merged, child_path, child, configs_dir, tuple(p for p, _ in chain))
+        path = _find(layer.extends, configs_dir, path.parent, referrer=path)
+    cfg = _build(_merge([layer for _, layer in reversed(chain)]), chain, configs_dir)
     if check_engine_args:
         check_engine_arg_names(cfg.engine_args, _origin_of("engine_args", chain))
     return cfg
@@ -141,7 +203,7 @@ def load_baseline(cfg: EngineConfig, configs_dir: Path = CONFIGS_DIR, *,
         raise ConfigError("this config has no baseline to compare against (set 'extends' or 'baseline')",
                           path=cfg.path, field="baseline")
     path = _find(cfg.baseline, configs_dir, cfg.path.parent, referrer=cfg.path,
-                 field="baseline" if "baseline" in _read_yaml(cfg.path) else "extends")
+                 field="baseline" if "baseline" in _read_layer(cfg.path).model_fields_set else "extends")
     return load_config(path, configs_dir, check_engine_args=check_engine_args)
 
 
@@ -264,154 +326,62 @@ def _find(ref: str | Path, configs_dir: Path, near: Path | None, referrer: Path 
     raise ConfigError(f"config '{ref_s}' not found in {configs_dir}{hint}", field="--config")
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"not UTF-8 (byte {exc.start})", path=path) from exc
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror}", path=path) from exc
-    try:
-        data = _load_strict(text, path)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"YAML syntax error: {where}{problem}", path=path) from exc
-    if data is None:
-        raise ConfigError("is empty", path=path)
-    if not isinstance(data, dict):
-        raise ConfigError(f"top level must be a mapping, got {type(data).__name__}", path=path)
-    for key in data:
-        if key not in _TOP_KEYS:
-            close = difflib.get_close_matches(str(key), _TOP_KEYS, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else f" (valid: {', '.join(_TOP_KEYS)})"
-            raise ConfigError(f"unknown key{hint}", path=path, field=str(key))
-    for key in ("engine_args", "env", "sampling"):
-        if key in data and data[key] is not None and not isinstance(data[key], dict):
-            raise ConfigError(f"must be a mapping, got {type(data[key]).__name__}", path=path, field=key)
-    return data
+def _read_layer(path: Path) -> ConfigLayer:
+    """One config file, read strictly (``yamlio``) and validated as a :class:`ConfigLayer` (ConfigError naming the
+    file and the dotted field)."""
+    return validate(ConfigLayer, read_mapping(path, WORDING), path)
 
 
-def _load_strict(text: str, path: Path) -> Any:
-    """``yaml.safe_load`` that rejects a key given twice in one mapping (PyYAML keeps the last one silently,
-    so ``engine_args`` written twice would drop the first block without a word)."""
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        _check_duplicate_keys(node, "", path)
-        return loader.construct_document(node)
-    finally:
-        loader.dispose()
-
-
-def _check_duplicate_keys(root: yaml.Node, where: str, path: Path) -> None:
-    """Walk the node tree as it will be constructed (aliases expanded): a key given twice in one mapping, and
-    alias bombs (anchors that expand to more than ``_MAX_NODES`` values) are ConfigErrors."""
-    stack: list[tuple[yaml.Node, str]] = [(root, where)]
-    visited = 0
-    while stack:
-        node, where = stack.pop()
-        visited += 1
-        if visited > _MAX_NODES:
-            raise ConfigError(f"too large: more than {_MAX_NODES} values once YAML aliases are expanded", path=path,
-                              field=where or None)
-        if isinstance(node, yaml.SequenceNode):
-            stack += [(child, f"{where}[{i}]") for i, child in enumerate(node.value)]
-        elif isinstance(node, yaml.MappingNode):
-            seen: set[str] = set()
-            for key_node, value_node in node.value:
-                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
-                dotted = f"{where}.{key}" if where else str(key)
-                if key is not None and key in seen:
-                    raise ConfigError(f"duplicate key '{key}' (line {key_node.start_mark.line + 1}); give each key "
-                                      "once", path=path, field=dotted)
-                if key is not None:
-                    seen.add(key)
-                stack.append((value_node, dotted))
-
-
-def _merge(layers: list[dict[str, Any]]) -> dict[str, Any]:
-    """Merge parent-first layers: child wins; mappings merge key by key; ``null`` deletes a key."""
-    out: dict[str, Any] = {"engine_args": {}, "env": {}, "sampling": {}}
+def _merge(layers: list[ConfigLayer]) -> dict[str, Any]:
+    """Merge parent-first layers (the keys each file set): child wins; ``engine_args``, ``env`` and ``sampling``
+    merge key by key; ``null`` deletes a key."""
+    out: dict[str, Any] = {section: {} for section in _SECTIONS}
     for layer in layers:
-        for key, value in layer.items():
-            if key in ("engine_args", "env", "sampling"):
-                for k, v in (value or {}).items():
-                    if v is None:
-                        out[key].pop(k, None)
-                    else:
-                        out[key][k] = v
-            elif key not in ("extends", "baseline"):
+        for key in layer.model_fields_set - {"extends", "baseline", "version"}:
+            value = getattr(layer, key)
+            if key not in _SECTIONS:
                 out[key] = value
+                continue
+            for k, v in (value or {}).items():
+                if v is None:
+                    out[key].pop(k, None)
+                else:
+                    out[key][k] = v
     return out
 
 
-def _origin_of(section: str, chain: list[tuple[Path, dict[str, Any]]]) -> dict[str, Path]:
+def _origin_of(section: str, chain: list[tuple[Path, ConfigLayer]]) -> dict[str, Path]:
     """For each key of ``section``, the file (child first) that set it."""
     origin: dict[str, Path] = {}
-    for path, data in chain:
-        for k in (data.get(section) or {}):
+    for path, layer in chain:
+        for k in (getattr(layer, section) or {}):
             origin.setdefault(str(k), path)
     return origin
 
 
-def _build(merged: dict[str, Any], path: Path, child: dict[str, Any], configs_dir: Path,
-           chain: tuple[Path, ...]) -> EngineConfig:
+def _build(merged: dict[str, Any], chain: list[tuple[Path, ConfigLayer]], configs_dir: Path) -> EngineConfig:
+    """The resolved config of ``chain`` (child first) from its merged layers; the child's file is named for a
+    problem of the merged values (a missing model, a bad sampling key)."""
+    path, child = chain[0]
     model = merged.get("model")
-    if not isinstance(model, str) or not model.strip():
+    if model is None:
         raise ConfigError("required: a model name or path (string)", path=path, field="model")
     if model.startswith(("/", "./", "../", "~")) and not Path(model).expanduser().exists():
         # A path, not a hub name: vLLM would otherwise try it as a hub repo id and fail after the baseline ran.
         raise ConfigError(f"path does not exist: {model}", path=path, field="model")
-    for k in merged["engine_args"]:
-        if not isinstance(k, str) or not k.isidentifier():
-            raise ConfigError("engine arg names are identifiers like 'dtype'", path=path, field=f"engine_args.{k}")
-    env: dict[str, str] = {}
-    for k, v in merged["env"].items():
-        if not isinstance(k, str) or not k or "=" in k:
-            raise ConfigError("invalid environment variable name", path=path, field=f"env.{k}")
-        if isinstance(v, (dict, list)):
-            raise ConfigError(f"must be a string or number, got {type(v).__name__}", path=path, field=f"env.{k}")
-        env[k] = str(v).lower() if isinstance(v, bool) else str(v)
-    sampling = _sampling(merged["sampling"], path)
-    expect = merged.get("expect", "lossy")
-    if expect not in _EXPECT:
-        raise ConfigError(f"must be one of {', '.join(_EXPECT)}, got {expect!r}", path=path, field="expect")
-    description = merged.get("description", "") or ""
-    if not isinstance(description, str):
-        raise ConfigError("must be a string", path=path, field="description")
-    baseline = child.get("baseline", child.get("extends"))
-    if baseline is not None and (not isinstance(baseline, str) or not baseline.strip()):
-        raise ConfigError(f"must be a config name, got {baseline!r}", path=path, field="baseline")
+    sampling = validate(Sampling, merged["sampling"], path, prefix="sampling.")
     try:
         name = path.relative_to(configs_dir.resolve()).with_suffix("").as_posix()
     except ValueError:
         name = path.stem
-    return EngineConfig(name=name, path=path, model=model, engine_args=dict(merged["engine_args"]), env=env,
-                        sampling=sampling, baseline=baseline, expect=expect, description=description, chain=chain)
+    return EngineConfig(name=name, path=path, model=model, engine_args=dict(merged["engine_args"]),
+                        env=dict(merged["env"]), sampling=sampling,
+                        baseline=child.baseline if "baseline" in child.model_fields_set else child.extends,
+                        expect=merged.get("expect", EngineConfig.expect),
+                        description=merged.get("description", EngineConfig.description),
+                        chain=tuple(p for p, _ in chain))
 
 
-def _sampling(raw: dict[str, Any], path: Path) -> Sampling:
-    values: dict[str, Any] = {}
-    for k, v in raw.items():
-        if k not in _SAMPLING_KEYS:
-            close = difflib.get_close_matches(str(k), list(_SAMPLING_KEYS), n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else f" (valid: {', '.join(_SAMPLING_KEYS)})"
-            raise ConfigError(f"unknown sampling key{hint}", path=path, field=f"sampling.{k}")
-        kind = _SAMPLING_KEYS[k]
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and (kind is float or isinstance(v, int))
-        if not ok or (isinstance(v, float) and not math.isfinite(v)):
-            raise ConfigError(f"must be {'an integer' if kind is int else 'a number'}, got {v!r}", path=path,
-                              field=f"sampling.{k}")
-        values[k] = kind(v)
-    s = Sampling(**values)
-    if s.temperature < 0:
-        raise ConfigError(f"must be >= 0, got {s.temperature}", path=path, field="sampling.temperature")
-    if not 0 < s.top_p <= 1:
-        raise ConfigError(f"must be in (0, 1], got {s.top_p}", path=path, field="sampling.top_p")
-    if s.max_tokens < 1:
-        raise ConfigError(f"must be >= 1, got {s.max_tokens}", path=path, field="sampling.max_tokens")
-    return s
+def config_key_rows() -> list[tuple[str, str, str]]:
+    """The README's config key table: :class:`ConfigLayer`'s keys, then ``sampling.*`` (:class:`Sampling`)."""
+    return key_rows(ConfigLayer) + key_rows(Sampling, "sampling.")

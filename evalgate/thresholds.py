@@ -1,108 +1,241 @@
-"""Load and validate ``thresholds.yaml``: margins, levels, power and how to treat each outcome.
+"""``thresholds.yaml``: margins, levels, power, how to treat each outcome, speed and speculative-decoding floors.
 
-Schema (margins are in points, i.e. percentage points of a task's primary metric)::
+The file's schema is :class:`ThresholdsFile` (version :data:`~evalgate.schema.SCHEMA_VERSION`): every key, its type,
+its default and its meaning are the models' fields and docstrings below, and the README's key table
+("Thresholds") is checked against them. Margins are in points (percentage points of a task's primary metric);
+``alpha`` is one-sided.
 
-    alpha: 0.05                  # required. One-sided level, 0 < alpha < 0.5, of (a) the
-                                 # non-inferiority bound and (b) the loss test (Holm across tasks)
-    power: 0.8                   # optional, 0.5 <= power < 1 (default 0.8). MDE = (z_{1-alpha} +
-                                 # z_power) * SE; a task whose MDE exceeds its margin is INCONCLUSIVE
-    on_inconclusive: warn        # optional, "block" (default: exit 1) or "warn" (exit 5)
-    bootstrap_resamples: 10000   # optional, int >= 1000
-    seed: 0                      # optional, int >= 0, seeds the bootstrap
-    lossless:                    # for configs with expect: lossless (spec decoding, async scheduling)
-      min_identical_share: 0.95  # optional, 0..1 (default 0.95): share of items whose greedy outputs must
-                                 # agree: byte-identical, or diverging first at a near-tie (below)
-      near_tie_logprob: 0.01     # optional, nats >= 0 (default 0.01): a divergence whose first differing
-                                 # token was within this of the baseline's own token, under the baseline's
-                                 # decode-time log-probs, is a numerical tie-flip, not a changed model
-      max_kl_mean: 0.001         # optional, nats >= 0 (default 0.001): mean decode-time KL(baseline ||
-                                 # candidate) per token along the outputs' common prefix
-    spec_decode:                 # optional floors for a candidate that runs speculative decoding
-      min_acceptance_rate: 0.5   #   accepted / draft tokens, 0..1
-      min_mean_acceptance_length: 1.5   # 1 + accepted / drafts, >= 1
-    traffic:                     # optional: measure speed after the suites (evalgate.speed); every key optional,
-      input_len: 512             #   defaults: 512/512/256 with CUDA, 256/256/64 (192 prompts) on CPU. ints >= 1
-      output_len: 512
-      concurrency: [1, 16, 256]  #   one int >= 1 or a list of distinct ones (a sweep), each <= max_num_seqs
-      num_prompts: 256           #   requests per repeat (null: = the level's concurrency, one wave)
-      repeats: 3                 #   interleaved timed passes per side (>= 2 for an interval)
-      prompts: random            #   random (vLLM's RandomDataset) | suites (the suites' own prompts)
-      mode: offline              #   offline | serve (serve is refused in this version)
-    speed:                       # optional, BLOCK thresholds on the measured speed-up (absent: report only)
-      min_speedup: 1.1           #   a lossy config must show candidate/baseline >= this (interval's lower end)
-      max_slowdown: 0.05         #   a lossless config may not be shown slower than 1 - this (interval's upper end)
-    default:
-      margin: 2.0                # required. Non-inferiority margin in points, >= 0
-    configs:                     # optional, per candidate config (name as in configs/)
-      fp16-state:
-        margin: 3.0              #   margin / alpha / min_identical_share / min_acceptance_rate /
-                                 #   min_mean_acceptance_length / min_speedup / max_slowdown for this config
-        traffic: {concurrency: 64}         # and its own traffic fields (over the top-level ones, key by key)
-        suites: {coding: {margin: 6.0}}    # and this config's own suite / task entries
-        tasks: {finance_tableqa: {margin: 4.0}}
-    suites:
-      docparse: {margin: 3.0}    # margin / alpha
-      coding: {margin: 5.0, alpha: 0.05}
-    tasks:
-      finance_tableqa: {margin: 2.0}
-
-Precedence for a task's margin and alpha, lowest to highest (the most specific entry wins):
+Precedence for a task's margin and alpha, lowest to highest (the most specific entry wins)::
 
     default (and the top-level alpha)
     < configs.<config>            (replaces the default for every task of that config)
     < suites.<suite> < tasks.<task>
     < configs.<config>.suites.<suite> < configs.<config>.tasks.<task>
 
-so a config's flat entry does not override a suite's or task's margin, but a config's own suite or
-task entry does. ``min_identical_share``: ``configs.<config>`` > ``lossless``; ``near_tie_logprob`` and
-``max_kl_mean`` are set under ``lossless`` only. Acceptance floors: ``configs.<config>`` > ``spec_decode``. Every problem raises ``ConfigError(message, path=file,
-field=dotted.field)`` with a one-line message; nothing is silently defaulted or ignored (unknown
-keys and duplicate keys are errors; ``check_names`` rejects names that match no suite, task or
-config).
+``min_identical_share``: ``configs.<config>`` > ``lossless``; ``near_tie_logprob`` and ``max_kl_mean`` are set under
+``lossless`` only. Acceptance floors: ``configs.<config>`` > ``spec_decode``; speed floors: ``configs.<config>`` >
+``speed``; traffic: ``configs.<config>.traffic`` over ``traffic``, key by key. Every problem raises
+``ConfigError(message, path=file, field=dotted.field)`` with a one-line message; nothing is silently defaulted or
+ignored (unknown and duplicate keys are errors; ``check_names`` rejects names that match no suite, task or config).
 """
 
 from __future__ import annotations
 
-import difflib
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
-import yaml
+from pydantic import AfterValidator, BeforeValidator, Field
 
 from evalgate.errors import ConfigError
+from evalgate.schema import SCHEMA_VERSION, Schema, choice, problem, rule, show, suggest, validate
+from evalgate.yamlio import Wording, read_mapping
 
-__all__ = ["LevelOverride", "SpecDecodeFloors", "TaskThreshold", "Thresholds", "load_thresholds"]
+__all__ = ["LevelOverride", "SpecDecodeFloors", "SpeedFloors", "TaskThreshold", "Thresholds", "ThresholdsFile",
+           "load_thresholds"]
 
-DEFAULT_BOOTSTRAP_RESAMPLES = 10_000
-DEFAULT_SEED = 0
-DEFAULT_POWER = 0.8
-DEFAULT_ON_INCONCLUSIVE = "block"
-DEFAULT_MIN_IDENTICAL_SHARE = 0.95
-# A flip at a gap this small (nats) is what FP32 reduction-order noise can cause; an MTP path that corrupts
-# the state moves the distribution by 0.02-0.75 nats of KL per token (measured on the embedded hybrid).
-DEFAULT_NEAR_TIE_LOGPROB = 0.01
-DEFAULT_MAX_KL_MEAN = 0.001
-ON_INCONCLUSIVE = ("warn", "block")
-MIN_BOOTSTRAP_RESAMPLES = 1_000
 MAX_MARGIN = 100.0  # points: a margin above the whole scale gates nothing
-
-_TOP_KEYS = ("alpha", "power", "on_inconclusive", "bootstrap_resamples", "seed", "lossless", "spec_decode", "default",
-             "configs", "suites", "tasks", "traffic", "speed")
-_DEFAULT_KEYS = ("margin",)
-_LEVEL_KEYS = ("margin", "alpha")
-_SPEC_KEYS = ("min_acceptance_rate", "min_mean_acceptance_length")
-_SPEED_KEYS = ("min_speedup", "max_slowdown")
-_CONFIG_KEYS = ("margin", "alpha", "min_identical_share", *_SPEC_KEYS, *_SPEED_KEYS, "traffic", "suites", "tasks")
-TRAFFIC_KEYS = ("input_len", "output_len", "concurrency", "num_prompts", "repeats", "prompts", "mode")
-TRAFFIC_PROMPTS = ("random", "suites")
-TRAFFIC_MODES = ("offline", "serve")
 MAX_CONCURRENCY_LEVELS = 16
-_LOSSLESS_KEYS = ("min_identical_share", "near_tie_logprob", "max_kl_mean")
-_ABSENT = object()
+WORDING = Wording("thresholds", duplicate="invalid YAML at line {line}, column {column}: duplicate key {key!r}",
+                  empty="file is empty: expected keys alpha and default.margin",
+                  not_utf8="not valid UTF-8: byte 0x{byte:02x} at line {line} (offset {offset})")
+
+# ------------------------------------------------------------------------------------------ value types
+
+
+def _number(message: str, **constraints: float) -> Any:
+    return Annotated[float, Field(strict=True, allow_inf_nan=False, **constraints), rule(message)]
+
+
+def _integer(minimum: int) -> Any:
+    return Annotated[int, Field(strict=True, ge=minimum), rule(f"{{field}} must be an integer >= {minimum}")]
+
+
+def _concurrency(value: Any) -> tuple[int, ...]:
+    """One integer >= 1 or a non-empty list of distinct ones (a sweep), as a tuple."""
+    values = value if isinstance(value, list) else [value]
+    if not values or len(values) > MAX_CONCURRENCY_LEVELS:
+        raise problem(f"must be an integer >= 1 or a list of 1 to {MAX_CONCURRENCY_LEVELS} of them, got {show(value)}")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise problem(f"must be an integer >= 1 or a list of them, got {show(v)}")
+    if len(set(values)) != len(values):
+        raise problem(f"repeats a level: {values}")
+    return tuple(values)
+
+
+Margin = Annotated[float, Field(strict=True, ge=0, le=MAX_MARGIN, allow_inf_nan=False),
+                   rule("margin must be a finite number >= 0 (points)",
+                        less_than_equal=f"margin must be <= {MAX_MARGIN:g} points")]
+Alpha = _number("alpha must be a number with 0 < alpha < 0.5", gt=0, lt=0.5)
+Share = _number("must be a number with 0 <= share <= 1", ge=0, le=1)
+Nats = _number("must be a finite number of nats >= 0", ge=0)
+AcceptanceLength = _number("must be a finite number >= 1 (tokens per target step)", ge=1)
+Speedup = _number("must be a finite ratio > 0 (candidate / baseline throughput)", gt=0)
+Slowdown = _number("must be a fraction with 0 <= max_slowdown < 1 (0.05 = 5 % slower)", ge=0, lt=1)
+Name = Annotated[str, Field(strict=True, min_length=1), rule("keys must be non-empty strings")]
+_Empty = BeforeValidator(lambda v: {} if v is None else v)  # a section written with no keys: its defaults
+_Frozen = AfterValidator(lambda v: MappingProxyType(dict(v)))
+_NONE = Field(default_factory=lambda: MappingProxyType({}))  # an empty, read-only mapping of entries
+
+
+# ------------------------------------------------------------------------------------------ sections
+
+
+class SpecDecodeFloors(Schema):
+    """``spec_decode``: speculative-decoding floors for one candidate (BLOCK when missed); unset = no floor."""
+
+    min_acceptance_rate: Share = None  # type: ignore[assignment]
+    """Accepted / draft tokens, 0..1."""
+    min_mean_acceptance_length: AcceptanceLength = None  # type: ignore[assignment]
+    """1 + accepted / drafts: tokens per target step, >= 1."""
+
+    def __init__(self, min_acceptance_rate: float | None = None, min_mean_acceptance_length: float | None = None,
+                 **data: Any) -> None:
+        given = {"min_acceptance_rate": min_acceptance_rate, "min_mean_acceptance_length": min_mean_acceptance_length}
+        super().__init__(**{k: v for k, v in given.items() if v is not None}, **data)
+
+    @property
+    def any(self) -> bool:
+        """Whether some floor is set."""
+        return self.min_acceptance_rate is not None or self.min_mean_acceptance_length is not None
+
+
+class SpeedFloors(Schema):
+    """``speed``: BLOCK thresholds on the measured speed-up of one candidate; unset = report only."""
+
+    min_speedup: Speedup = None  # type: ignore[assignment]
+    """A lossy candidate must show candidate / baseline throughput >= this (the interval's lower end), else BLOCK."""
+    max_slowdown: Slowdown = None  # type: ignore[assignment]
+    """A lossless candidate may be at most this fraction slower: the interval's upper end must reach
+    1 - max_slowdown, else BLOCK."""
+
+    def __init__(self, min_speedup: float | None = None, max_slowdown: float | None = None, **data: Any) -> None:
+        given = {"min_speedup": min_speedup, "max_slowdown": max_slowdown}
+        super().__init__(**{k: v for k, v in given.items() if v is not None}, **data)
+
+
+class TrafficSection(Schema):
+    """``traffic``: the speed measurement after the suites (``evalgate.speed``). Every key is optional; an unset
+    key takes the platform's default (``speed.CUDA_PROFILE`` / ``speed.CPU_PROFILE``)."""
+
+    input_len: _integer(1) = None  # type: ignore[valid-type]
+    """Prompt tokens per request."""
+    output_len: _integer(1) = None  # type: ignore[valid-type]
+    """Output tokens per request."""
+    concurrency: Annotated[tuple[int, ...], BeforeValidator(_concurrency)] = None  # type: ignore[assignment]
+    """Requests in flight: one integer >= 1 or a list of distinct ones (a sweep), each <= the engine's
+    max_num_seqs."""
+    num_prompts: Annotated[int | None, Field(strict=True, ge=1), rule("{field} must be an integer >= 1")] = None
+    """Requests per repeat and level; null: = the level's concurrency (one wave)."""
+    repeats: _integer(1) = None  # type: ignore[valid-type]
+    """Interleaved timed passes per side (>= 2 for an interval)."""
+    prompts: choice("random", "suites") = None  # type: ignore[valid-type]
+    """random (vLLM's RandomDataset) or suites (the suites' own prompts)."""
+    mode: choice("offline", "serve") = None  # type: ignore[valid-type]
+    """offline, or serve (refused in this version)."""
+
+    def fields(self) -> dict[str, Any]:
+        """The keys the file set (unset keys left to the platform's defaults)."""
+        return self.model_dump(exclude_unset=True)
+
+
+class LosslessSection(Schema):
+    """``lossless``: what configs with ``expect: lossless`` (spec decoding, async scheduling) must keep."""
+
+    min_identical_share: Share = 0.95
+    """Share of items whose greedy outputs must agree: byte-identical, or first diverging at a near-tie."""
+    near_tie_logprob: Nats = 0.01
+    """Nats: a divergence whose first differing token was within this of the baseline's own token (under the
+    baseline's decode-time log-probs) is a numerical tie-flip, not a changed model. FP32 reduction-order noise
+    flips at gaps this small; an MTP path that corrupts the state moves 0.02-0.75 nats of KL per token."""
+    max_kl_mean: Nats = 0.001
+    """Nats per token: the largest mean decode-time KL(baseline || candidate) along the outputs' common prefix."""
+
+
+class DefaultSection(Schema):
+    """``default``: what applies to every task no other entry sets."""
+
+    margin: Margin = Field(json_schema_extra={"required": "default.margin is required (points, e.g. 2.0)"})
+    """Non-inferiority margin in points, 0..100: a task blocks when the lower confidence bound of
+    (candidate - baseline) is below -margin and its loss is significant."""
+
+
+class LevelEntry(Schema):
+    """A ``suites.<suite>`` or ``tasks.<task>`` entry: unset keys inherit (see the precedence)."""
+
+    allow_empty: ClassVar[bool] = False
+    margin: Margin = None  # type: ignore[assignment]
+    """Non-inferiority margin in points for the tasks the entry covers."""
+    alpha: Alpha = None  # type: ignore[assignment]
+    """One-sided level for the tasks the entry covers."""
+
+
+class LevelOverride(LevelEntry):
+    """A ``configs.<config>`` entry (a candidate config's own thresholds; unset = inherit). ``suites`` and ``tasks``
+    entries are :class:`LevelEntry` objects; the flat ``suites``/``tasks`` levels hold those too."""
+
+    min_identical_share: Share = None  # type: ignore[assignment]
+    """This config's share of agreeing greedy outputs (over ``lossless.min_identical_share``)."""
+    min_acceptance_rate: Share = None  # type: ignore[assignment]
+    """This config's acceptance-rate floor (over ``spec_decode``)."""
+    min_mean_acceptance_length: AcceptanceLength = None  # type: ignore[assignment]
+    """This config's mean-acceptance-length floor (over ``spec_decode``)."""
+    min_speedup: Speedup = None  # type: ignore[assignment]
+    """This config's speed-up floor (over ``speed``)."""
+    max_slowdown: Slowdown = None  # type: ignore[assignment]
+    """This config's largest slowdown (over ``speed``)."""
+    traffic: Annotated[TrafficSection, _Empty] = TrafficSection()
+    """This config's traffic keys, over the top-level ``traffic`` key by key."""
+    suites: Annotated[dict[Name, LevelEntry], _Empty, _Frozen] = _NONE
+    """This config's own suite entries (beat every flat entry)."""
+    tasks: Annotated[dict[Name, LevelEntry], _Empty, _Frozen] = _NONE
+    """This config's own task entries (beat everything)."""
+
+
+class ThresholdsFile(Schema):
+    """A whole ``thresholds.yaml`` as written (schema version 1). ``load_thresholds`` turns it into
+    :class:`Thresholds`."""
+
+    version: Annotated[int, Field(strict=True, ge=SCHEMA_VERSION, le=SCHEMA_VERSION),
+                       rule(f"must be {SCHEMA_VERSION} (the only thresholds schema version)")] = SCHEMA_VERSION
+    """Schema version of the file."""
+    alpha: Alpha = Field(json_schema_extra={"required": "alpha is required (one-sided level, e.g. 0.05)"})
+    """One-sided level, 0 < alpha < 0.5, of the non-inferiority bound and of the loss test (Holm across tasks)."""
+    default: DefaultSection = Field(json_schema_extra={"required": "default is required (e.g. default: {margin: 2.0})"})
+    """What applies to every task no other entry sets."""
+    power: _number("power must be a number with 0.5 <= power < 1", ge=0.5, lt=1) = 0.8  # type: ignore[valid-type]
+    """Target power: MDE = (z_{1-alpha} + z_power) * SE; a task whose MDE exceeds its margin is INCONCLUSIVE."""
+    on_inconclusive: choice("warn", "block") = "block"  # type: ignore[valid-type]
+    """block: an INCONCLUSIVE run is reported as BLOCK (exit 1); warn: it exits 5."""
+    bootstrap_resamples: _integer(1000) = 10_000  # type: ignore[valid-type]
+    """Paired-bootstrap resamples per task."""
+    seed: _integer(0) = 0  # type: ignore[valid-type]
+    """Seeds the bootstrap (one generator per task)."""
+    lossless: Annotated[LosslessSection, _Empty] = LosslessSection()
+    """Tolerances for configs with ``expect: lossless``."""
+    spec_decode: Annotated[SpecDecodeFloors, _Empty] = SpecDecodeFloors()
+    """Floors for every candidate that runs speculative decoding."""
+    traffic: Annotated[TrafficSection, _Empty] = None  # type: ignore[assignment]
+    """Measure speed after the suites (absent: only when the command line asks)."""
+    speed: Annotated[SpeedFloors, _Empty] = SpeedFloors()
+    """BLOCK thresholds on the measured speed-up."""
+    suites: Annotated[dict[Name, LevelEntry], _Empty, _Frozen] = _NONE
+    """Per suite (folder name)."""
+    tasks: Annotated[dict[Name, LevelEntry], _Empty, _Frozen] = _NONE
+    """Per task (lm-eval task name)."""
+    configs: Annotated[dict[Name, LevelOverride], _Empty, _Frozen] = _NONE
+    """Per candidate config (its name as in configs/)."""
+
+
+def _default(model: type[Schema], name: str) -> Any:
+    """The default of ``model.name``: the models are the one place defaults live."""
+    return model.model_fields[name].default
+
+
+# ------------------------------------------------------------------------------------------ the result
 
 
 @dataclass(frozen=True)
@@ -123,88 +256,37 @@ class TaskThreshold:
 
 
 @dataclass(frozen=True)
-class LevelOverride:
-    """A ``configs.<name>``, ``suites.<name>`` or ``tasks.<name>`` entry; ``None`` means "inherit".
-
-    ``min_identical_share``, ``suites`` and ``tasks`` (nested entries for that config) are only
-    allowed under ``configs``.
-    """
-
-    margin: float | None = None
-    alpha: float | None = None
-    min_identical_share: float | None = None
-    suites: Mapping[str, LevelOverride] = field(default_factory=lambda: MappingProxyType({}))
-    tasks: Mapping[str, LevelOverride] = field(default_factory=lambda: MappingProxyType({}))
-    min_acceptance_rate: float | None = None
-    min_mean_acceptance_length: float | None = None
-    min_speedup: float | None = None
-    max_slowdown: float | None = None
-    traffic: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-
-
-@dataclass(frozen=True)
-class SpeedFloors:
-    """Speed thresholds for one candidate; None = report only.
-
-    Attributes:
-        min_speedup: a lossy candidate must show speed-up >= this ratio (the interval's lower end), else BLOCK.
-        max_slowdown: a lossless candidate may be at most this fraction slower (the interval's upper end must
-            reach ``1 - max_slowdown``), else BLOCK.
-    """
-
-    min_speedup: float | None = None
-    max_slowdown: float | None = None
-
-
-@dataclass(frozen=True)
-class SpecDecodeFloors:
-    """Speculative-decoding floors for one candidate; None = no floor.
-
-    Attributes:
-        min_acceptance_rate: accepted / draft tokens (0..1).
-        min_mean_acceptance_length: 1 + accepted / drafts (tokens per target step, >= 1).
-    """
-
-    min_acceptance_rate: float | None = None
-    min_mean_acceptance_length: float | None = None
-
-    @property
-    def any(self) -> bool:
-        return self.min_acceptance_rate is not None or self.min_mean_acceptance_length is not None
-
-
-@dataclass(frozen=True)
 class Thresholds:
-    """A validated thresholds file. Build it with ``load_thresholds``.
+    """A validated thresholds file, flattened for lookups. Build it with ``load_thresholds``.
 
-    Attributes beyond the file's keys: ``power`` (target power of every task, 0.5..1),
-    ``on_inconclusive`` (``"warn"`` or ``"block"``), ``min_identical_share`` (the ``lossless``
-    default, 0..1), ``near_tie_logprob`` and ``max_kl_mean`` (the ``lossless`` tolerances, nats),
-    ``configs`` (per-config overrides).
+    The attributes are :class:`ThresholdsFile`'s keys (their meaning and defaults are documented there), with
+    ``default.margin`` as ``default_margin``, the ``lossless`` keys at the top (``min_identical_share``,
+    ``near_tie_logprob``, ``max_kl_mean``), ``traffic`` as the mapping of the keys the file set, and ``path``, the
+    file it came from.
     """
 
     alpha: float
     default_margin: float
-    suites: Mapping[str, LevelOverride] = field(default_factory=lambda: MappingProxyType({}))
-    tasks: Mapping[str, LevelOverride] = field(default_factory=lambda: MappingProxyType({}))
-    bootstrap_resamples: int = DEFAULT_BOOTSTRAP_RESAMPLES
-    seed: int = DEFAULT_SEED
+    suites: Mapping[str, LevelEntry] = field(default_factory=lambda: MappingProxyType({}))
+    tasks: Mapping[str, LevelEntry] = field(default_factory=lambda: MappingProxyType({}))
+    bootstrap_resamples: int = _default(ThresholdsFile, "bootstrap_resamples")
+    seed: int = _default(ThresholdsFile, "seed")
     path: Path | None = None
-    power: float = DEFAULT_POWER
-    on_inconclusive: str = DEFAULT_ON_INCONCLUSIVE
-    min_identical_share: float = DEFAULT_MIN_IDENTICAL_SHARE
+    power: float = _default(ThresholdsFile, "power")
+    on_inconclusive: str = _default(ThresholdsFile, "on_inconclusive")
+    min_identical_share: float = _default(LosslessSection, "min_identical_share")
     configs: Mapping[str, LevelOverride] = field(default_factory=lambda: MappingProxyType({}))
-    near_tie_logprob: float = DEFAULT_NEAR_TIE_LOGPROB
-    max_kl_mean: float = DEFAULT_MAX_KL_MEAN
+    near_tie_logprob: float = _default(LosslessSection, "near_tie_logprob")
+    max_kl_mean: float = _default(LosslessSection, "max_kl_mean")
     spec_decode: SpecDecodeFloors = SpecDecodeFloors()
-    traffic: Mapping[str, Any] | None = None  # the validated ``traffic`` entry (partial); None: section absent
+    traffic: Mapping[str, Any] | None = None  # the ``traffic`` keys the file set; None: section absent
     speed: SpeedFloors = SpeedFloors()
 
     def traffic_for(self, config: str | None) -> dict[str, Any] | None:
         """The ``traffic`` fields for candidate ``config``: ``configs.<config>.traffic`` over ``traffic``, field by
         field; None when neither is set (speed is then measured only when the command line asks for it)."""
         override = self.configs.get(config) if config is not None else None
-        own = dict(override.traffic) if override is not None else {}
+        own = override.traffic.fields() if override is not None else {}
         if self.traffic is None and not own:
             return None
         return {**dict(self.traffic or {}), **own}
@@ -216,7 +298,7 @@ class Thresholds:
         if override is not None:
             lo = override.min_speedup if override.min_speedup is not None else lo
             slow = override.max_slowdown if override.max_slowdown is not None else slow
-        return SpeedFloors(lo, slow)
+        return SpeedFloors(min_speedup=lo, max_slowdown=slow)
 
     def spec_floors_for(self, config: str | None) -> SpecDecodeFloors:
         """Acceptance floors for candidate ``config``: its ``configs.<config>`` entry over ``spec_decode``."""
@@ -226,7 +308,7 @@ class Thresholds:
             rate = override.min_acceptance_rate if override.min_acceptance_rate is not None else rate
             length = (override.min_mean_acceptance_length if override.min_mean_acceptance_length is not None
                       else length)
-        return SpecDecodeFloors(rate, length)
+        return SpecDecodeFloors(min_acceptance_rate=rate, min_mean_acceptance_length=length)
 
     def for_task(self, suite: str, task: str, config: str | None = None) -> TaskThreshold:
         """Margin (points) and alpha for ``task`` of ``suite`` when gating candidate ``config``.
@@ -275,309 +357,36 @@ class Thresholds:
             for name in entries:
                 if name not in known:
                     raise ConfigError(
-                        f"unknown {level[:-1]} {name!r}{_suggest(name, known, list_all=False)}",
+                        f"unknown {level[:-1]} {name!r}{suggest(name, known, list_all=False)}",
                         path=self.path,
                         field=f"{prefix}{level}.{name}",
                     )
 
 
-# ---------------------------------------------------------------------------------- parsing
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that rejects duplicate keys (PyYAML keeps the last one silently)."""
-
-
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
-            continue
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def _show(value: Any) -> str:
-    """A short one-line rendering of a YAML value for error messages."""
-    if isinstance(value, bool):
-        return f"{str(value).lower()} (a boolean)"
-    if value is None:
-        return "null"
-    if isinstance(value, str):
-        text = repr(value)
-        return (text if len(text) <= 40 else text[:37] + "...'") + " (a string)"
-    if isinstance(value, (list, dict)):
-        return f"a {'list' if isinstance(value, list) else 'mapping'}"
-    return repr(value)
-
-
-def _suggest(key: str, valid: Iterable[str], *, list_all: bool = True) -> str:
-    valid = list(valid)
-    close = difflib.get_close_matches(key, valid, n=1)
-    if close:
-        return f"; did you mean {close[0]!r}?"
-    return f"; valid keys: {', '.join(valid)}" if list_all else ""
-
-
-def _read_yaml(path: Path) -> Any:
-    if path.is_dir():
-        raise ConfigError("is a directory, not a thresholds file", path=path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError("file not found", path=path) from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read file: {exc.strerror or exc}", path=path) from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise ConfigError(
-            f"not valid UTF-8: byte 0x{data[exc.start]:02x} at line {line} (offset {exc.start})",
-            path=path,
-        ) from None
-    try:
-        loaded = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"invalid YAML{where}: {problem}", path=path) from None
-    if loaded is None:
-        raise ConfigError("file is empty: expected keys alpha and default.margin", path=path)
-    return loaded
-
-
-class _Validator:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def fail(self, message: str, dotted: str | None) -> ConfigError:
-        return ConfigError(message, path=self.path, field=dotted)
-
-    def mapping(
-        self, value: Any, dotted: str | None, allowed: tuple[str, ...] | None
-    ) -> dict[str, Any]:
-        """Check ``value`` is a mapping with string keys, all in ``allowed`` (None: any)."""
-        if not isinstance(value, dict):
-            what = "top level" if dotted is None else "value"
-            raise self.fail(f"{what} must be a mapping, got {_show(value)}", dotted)
-        for key in value:
-            if not isinstance(key, str) or not key:
-                raise self.fail(f"keys must be non-empty strings, got {_show(key)}", dotted)
-            if allowed is not None and key not in allowed:
-                child = key if dotted is None else f"{dotted}.{key}"
-                raise self.fail(f"unknown key {key!r}{_suggest(key, allowed)}", child)
-        return value
-
-    @staticmethod
-    def _is_number(value: Any) -> bool:
-        """int or float, but not bool (YAML ``true`` would otherwise count as 1)."""
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-    def margin(self, value: Any, dotted: str) -> float:
-        if not self._is_number(value) or not math.isfinite(value) or value < 0:
-            message = f"margin must be a finite number >= 0 (points), got {_show(value)}"
-            raise self.fail(message, dotted)
-        if value > MAX_MARGIN:
-            raise self.fail(f"margin must be <= {MAX_MARGIN:g} points, got {value!r}", dotted)
-        return float(value)
-
-    def alpha(self, value: Any, dotted: str) -> float:
-        if not self._is_number(value) or not (0.0 < value < 0.5):
-            message = f"alpha must be a number with 0 < alpha < 0.5, got {_show(value)}"
-            raise self.fail(message, dotted)
-        return float(value)
-
-    def share(self, value: Any, dotted: str) -> float:
-        if not self._is_number(value) or not (0.0 <= value <= 1.0):
-            raise self.fail(f"must be a number with 0 <= share <= 1, got {_show(value)}", dotted)
-        return float(value)
-
-    def power(self, value: Any, dotted: str) -> float:
-        if not self._is_number(value) or not (0.5 <= value < 1.0):
-            raise self.fail(f"power must be a number with 0.5 <= power < 1, got {_show(value)}", dotted)
-        return float(value)
-
-    def choice(self, value: Any, dotted: str, choices: tuple[str, ...]) -> str:
-        if value not in choices:
-            raise self.fail(f"must be one of {', '.join(choices)}, got {_show(value)}", dotted)
-        return str(value)
-
-    def lossless(self, value: Any) -> tuple[float, float, float]:
-        """``(min_identical_share, near_tie_logprob, max_kl_mean)`` of the ``lossless`` entry."""
-        entry = {} if value is None else self.mapping(value, "lossless", _LOSSLESS_KEYS)
-        return (self.share(entry.get("min_identical_share", DEFAULT_MIN_IDENTICAL_SHARE), "lossless.min_identical_share"),
-                self.nats(entry.get("near_tie_logprob", DEFAULT_NEAR_TIE_LOGPROB), "lossless.near_tie_logprob"),
-                self.nats(entry.get("max_kl_mean", DEFAULT_MAX_KL_MEAN), "lossless.max_kl_mean"))
-
-    def acceptance_length(self, value: Any, dotted: str) -> float:
-        if not self._is_number(value) or not (1.0 <= value < math.inf):
-            raise self.fail(f"must be a finite number >= 1 (tokens per target step), got {_show(value)}", dotted)
-        return float(value)
-
-    def spec_floors(self, value: Any) -> SpecDecodeFloors:
-        """The top-level ``spec_decode`` entry."""
-        entry = {} if value is None else self.mapping(value, "spec_decode", _SPEC_KEYS)
-        rate, length = entry.get("min_acceptance_rate", _ABSENT), entry.get("min_mean_acceptance_length", _ABSENT)
-        return SpecDecodeFloors(
-            None if rate is _ABSENT else self.share(rate, "spec_decode.min_acceptance_rate"),
-            None if length is _ABSENT else self.acceptance_length(length, "spec_decode.min_mean_acceptance_length"))
-
-    def speedup(self, value: Any, dotted: str) -> float:
-        if not self._is_number(value) or not (0.0 < value < math.inf):
-            raise self.fail(f"must be a finite ratio > 0 (candidate / baseline throughput), got {_show(value)}", dotted)
-        return float(value)
-
-    def slowdown(self, value: Any, dotted: str) -> float:
-        if not self._is_number(value) or not (0.0 <= value < 1.0):
-            raise self.fail(f"must be a fraction with 0 <= max_slowdown < 1 (0.05 = 5 % slower), got {_show(value)}",
-                            dotted)
-        return float(value)
-
-    def speed_floors(self, value: Any) -> SpeedFloors:
-        """The top-level ``speed`` entry."""
-        entry = {} if value is None else self.mapping(value, "speed", _SPEED_KEYS)
-        lo, slow = entry.get("min_speedup", _ABSENT), entry.get("max_slowdown", _ABSENT)
-        return SpeedFloors(None if lo is _ABSENT else self.speedup(lo, "speed.min_speedup"),
-                           None if slow is _ABSENT else self.slowdown(slow, "speed.max_slowdown"))
-
-    def traffic(self, value: Any, dotted: str) -> Mapping[str, Any]:
-        """A ``traffic`` entry (every key optional; defaults depend on the platform, see ``speed.resolve_profile``)."""
-        entry = {} if value is None else self.mapping(value, dotted, TRAFFIC_KEYS)
-        out: dict[str, Any] = {}
-        for key in ("input_len", "output_len", "repeats"):
-            if key in entry:
-                out[key] = self.integer(entry[key], f"{dotted}.{key}", 1)
-        if "num_prompts" in entry:
-            out["num_prompts"] = None if entry["num_prompts"] is None else self.integer(
-                entry["num_prompts"], f"{dotted}.num_prompts", 1)
-        if "concurrency" in entry:
-            out["concurrency"] = self.concurrency(entry["concurrency"], f"{dotted}.concurrency")
-        if "prompts" in entry:
-            out["prompts"] = self.choice(entry["prompts"], f"{dotted}.prompts", TRAFFIC_PROMPTS)
-        if "mode" in entry:
-            out["mode"] = self.choice(entry["mode"], f"{dotted}.mode", TRAFFIC_MODES)
-        return MappingProxyType(out)
-
-    def concurrency(self, value: Any, dotted: str) -> tuple[int, ...]:
-        """One integer >= 1 or a non-empty list of distinct ones (a sweep)."""
-        values = value if isinstance(value, list) else [value]
-        if not values or len(values) > MAX_CONCURRENCY_LEVELS:
-            raise self.fail(f"must be an integer >= 1 or a list of 1 to {MAX_CONCURRENCY_LEVELS} of them, got "
-                            f"{_show(value)}", dotted)
-        for v in values:
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise self.fail(f"must be an integer >= 1 or a list of them, got {_show(v)}", dotted)
-        if len(set(values)) != len(values):
-            raise self.fail(f"repeats a level: {values}", dotted)
-        return tuple(values)
-
-    def nats(self, value: Any, dotted: str) -> float:
-        if not self._is_number(value) or not (0.0 <= value < math.inf):
-            raise self.fail(f"must be a finite number of nats >= 0, got {_show(value)}", dotted)
-        return float(value)
-
-    def integer(self, value: Any, dotted: str, minimum: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.fail(f"{dotted} must be an integer >= {minimum}, got {_show(value)}", dotted)
-        return value
-
-    def levels(self, value: Any, level: str) -> Mapping[str, LevelOverride]:
-        """Entries of ``suites``, ``tasks`` or ``configs`` (``level`` is the dotted path to it)."""
-        if value is None:
-            return MappingProxyType({})
-        is_config = level == "configs"
-        keys = _CONFIG_KEYS if is_config else _LEVEL_KEYS
-        out: dict[str, LevelOverride] = {}
-        for name, entry in self.mapping(value, level, None).items():
-            dotted = f"{level}.{name}"
-            entry = self.mapping(entry, dotted, keys)
-            if not entry:
-                raise self.fail(f"empty entry: set {' and/or '.join(keys)}", dotted)
-            margin = entry.get("margin", _ABSENT)
-            alpha = entry.get("alpha", _ABSENT)
-            share = entry.get("min_identical_share", _ABSENT)
-            rate = entry.get("min_acceptance_rate", _ABSENT)
-            length = entry.get("min_mean_acceptance_length", _ABSENT)
-            speedup, slowdown = entry.get("min_speedup", _ABSENT), entry.get("max_slowdown", _ABSENT)
-            out[name] = LevelOverride(
-                min_speedup=None if speedup is _ABSENT else self.speedup(speedup, f"{dotted}.min_speedup"),
-                max_slowdown=None if slowdown is _ABSENT else self.slowdown(slowdown, f"{dotted}.max_slowdown"),
-                traffic=self.traffic(entry.get("traffic"), f"{dotted}.traffic") if is_config and "traffic" in entry
-                else MappingProxyType({}),
-                margin=None if margin is _ABSENT else self.margin(margin, f"{dotted}.margin"),
-                alpha=None if alpha is _ABSENT else self.alpha(alpha, f"{dotted}.alpha"),
-                min_identical_share=None if share is _ABSENT else self.share(share, f"{dotted}.min_identical_share"),
-                min_acceptance_rate=None if rate is _ABSENT else self.share(rate, f"{dotted}.min_acceptance_rate"),
-                min_mean_acceptance_length=(None if length is _ABSENT
-                                            else self.acceptance_length(length, f"{dotted}.min_mean_acceptance_length")),
-                suites=self.levels(entry.get("suites"), f"{dotted}.suites") if is_config else MappingProxyType({}),
-                tasks=self.levels(entry.get("tasks"), f"{dotted}.tasks") if is_config else MappingProxyType({}),
-            )
-        return MappingProxyType(out)
-
 
 def load_thresholds(path: Path) -> Thresholds:
-    """Read, parse and validate a thresholds YAML file.
+    """Read, parse and validate a thresholds YAML file (schema :class:`ThresholdsFile`).
 
     Args:
-        path: the ``thresholds.yaml`` file (UTF-8).
+        path: the ``thresholds.yaml`` file (UTF-8; a byte-order mark is accepted).
 
     Returns:
         A frozen ``Thresholds``; margins in points, alpha one-sided.
 
     Raises:
-        ConfigError: (``path=`` the file, ``field=`` the dotted field when one is at fault)
-            missing file, directory, unreadable or non-UTF-8 file, YAML syntax error (with line
-            and column), duplicate key, empty file, non-mapping top level, unknown key (with
-            the closest valid key suggested), missing ``alpha`` or ``default.margin``, wrong
-            types (a boolean is not a number), margin negative/NaN/inf/> 100, alpha outside
-            (0, 0.5), ``bootstrap_resamples`` not an int >= 1000, ``seed`` not an int >= 0,
-            ``power`` outside [0.5, 1), ``on_inconclusive`` not warn/block, a
-            ``min_identical_share`` outside [0, 1], ``lossless.near_tie_logprob`` or
-            ``lossless.max_kl_mean`` negative, NaN or infinite, an acceptance-rate floor outside [0, 1]
-            or a mean-acceptance-length floor below 1.
+        ConfigError: (``path=`` the file, ``field=`` the dotted field when one is at fault) missing file,
+            directory, unreadable or non-UTF-8 file, YAML syntax error (with line and column), duplicate key,
+            empty file, non-mapping top level, unknown key (with the closest valid key suggested), missing
+            ``alpha`` or ``default.margin``, a wrong type (a boolean is not a number) or a value outside its
+            field's range (each field's rule in :class:`ThresholdsFile` and its sections).
     """
     path = Path(path)
-    v = _Validator(path)
-    doc = v.mapping(_read_yaml(path), None, _TOP_KEYS)
-    if "alpha" not in doc:
-        raise v.fail("alpha is required (one-sided level, e.g. 0.05)", "alpha")
-    if "default" not in doc:
-        raise v.fail("default is required (e.g. default: {margin: 2.0})", "default")
-    default = v.mapping(doc["default"], "default", _DEFAULT_KEYS)
-    if "margin" not in default:
-        raise v.fail("default.margin is required (points, e.g. 2.0)", "default.margin")
-    share, near_tie, max_kl = v.lossless(doc.get("lossless"))
+    doc: ThresholdsFile = validate(ThresholdsFile, read_mapping(path, WORDING), path)
     return Thresholds(
-        alpha=v.alpha(doc["alpha"], "alpha"),
-        default_margin=v.margin(default["margin"], "default.margin"),
-        suites=v.levels(doc.get("suites"), "suites"),
-        tasks=v.levels(doc.get("tasks"), "tasks"),
-        bootstrap_resamples=v.integer(
-            doc.get("bootstrap_resamples", DEFAULT_BOOTSTRAP_RESAMPLES),
-            "bootstrap_resamples",
-            MIN_BOOTSTRAP_RESAMPLES,
-        ),
-        seed=v.integer(doc.get("seed", DEFAULT_SEED), "seed", 0),
-        path=path,
-        power=v.power(doc.get("power", DEFAULT_POWER), "power"),
-        on_inconclusive=v.choice(doc.get("on_inconclusive", DEFAULT_ON_INCONCLUSIVE), "on_inconclusive",
-                                 ON_INCONCLUSIVE),
-        min_identical_share=share,
-        configs=v.levels(doc.get("configs"), "configs"),
-        near_tie_logprob=near_tie,
-        max_kl_mean=max_kl,
-        spec_decode=v.spec_floors(doc.get("spec_decode")),
-        traffic=v.traffic(doc["traffic"], "traffic") if "traffic" in doc else None,
-        speed=v.speed_floors(doc.get("speed")),
+        alpha=doc.alpha, default_margin=doc.default.margin, suites=doc.suites, tasks=doc.tasks,
+        bootstrap_resamples=doc.bootstrap_resamples, seed=doc.seed, path=path, power=doc.power,
+        on_inconclusive=doc.on_inconclusive, min_identical_share=doc.lossless.min_identical_share,
+        configs=doc.configs, near_tie_logprob=doc.lossless.near_tie_logprob, max_kl_mean=doc.lossless.max_kl_mean,
+        spec_decode=doc.spec_decode, speed=doc.speed,
+        traffic=None if doc.traffic is None else MappingProxyType(doc.traffic.fields()),
     )

@@ -1,0 +1,112 @@
+"""Whether every task's data can be had before any engine starts: local files, and hub datasets in the local
+Hugging Face cache when the hub is unreachable."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from evalgate.errors import ConfigError
+from evalgate.suitefiles import LOCAL_BUILDERS, Suite, TaskSpec
+
+HUB_HOST = "huggingface.co"
+_OFFLINE_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+# Run with the hub switched off, so a dataset that is not cached fails at once instead of after network timeouts.
+_CACHE_PROBE = """
+import json, sys
+import datasets
+missing = {}
+for key, path, name in json.loads(sys.argv[1]):
+    try:
+        datasets.load_dataset_builder(path, name)
+    except Exception as exc:  # not cached (ConnectionError in offline mode), or unusable
+        missing[key] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(missing))
+"""
+
+
+def hub_offline() -> bool:
+    """True when the Hugging Face hub is off: ``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE`` set (1/true/yes/on),
+    or its host (``HF_ENDPOINT``'s, default huggingface.co, port 443) does not answer a TCP connect within 3 s."""
+    import socket
+    from urllib.parse import urlparse
+
+    if any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on") for v in _OFFLINE_ENV):
+        return True
+    url = urlparse(os.environ.get("HF_ENDPOINT") or f"https://{HUB_HOST}")
+    try:
+        socket.create_connection((url.hostname or HUB_HOST, url.port or 443), timeout=3).close()
+    except OSError:
+        return True
+    return False
+
+
+def datasets_cache_dir() -> Path:
+    """Where ``datasets`` keeps its cache: ``HF_DATASETS_CACHE``, else ``$HF_HOME/datasets``, else
+    ``~/.cache/huggingface/datasets`` (the rules of ``datasets.config``)."""
+    if os.environ.get("HF_DATASETS_CACHE"):
+        return Path(os.environ["HF_DATASETS_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")) / "huggingface"
+    return Path(home).expanduser() / "datasets"
+
+
+def check_datasets(suites: list[Suite]) -> dict[str, str]:
+    """Make sure every task's data can be had before any engine starts; the environment the engine worker needs.
+
+    Local data (``custom_dataset``, a packaged builder such as ``json`` with ``data_files``, a local folder) must
+    exist. A hub dataset is left to lm-eval when the hub answers; when it does not (:func:`hub_offline`), it must
+    be in the local cache (checked by ``datasets.load_dataset_builder`` in a subprocess with the hub off, ~1 s).
+
+    Returns:
+        ``{"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}`` when some task reads a hub dataset and the hub is
+        off (so lm-eval in the worker reads the cache without waiting on the network), else ``{}``.
+    Raises:
+        ConfigError: one line naming the suite YAML, the task and the dataset, and how to make it available.
+    """
+    import json
+    import subprocess
+    import sys
+
+    hub = _hub_datasets(suites)
+    if not hub or not hub_offline():
+        return {}
+    env = {**os.environ, **{v: "1" for v in _OFFLINE_ENV}}
+    probe = [[k, p, n] for k, (_, p, n) in hub.items()]
+    proc = subprocess.run([sys.executable, "-c", _CACHE_PROBE, json.dumps(probe)], env=env, capture_output=True,
+                          text=True, timeout=300)
+    try:
+        missing = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        raise ConfigError(f"cannot check the Hugging Face cache for {', '.join(p for _, p, _ in hub.values())} "
+                          f"(datasets failed: {proc.stderr.strip().splitlines()[-1:] or proc.returncode})") from None
+    for key, (spec, path, name) in hub.items():
+        if key in missing:
+            what = path + (f" ({name})" if name else "")
+            raise ConfigError(f"task {spec.name}: dataset {what} is not in the local Hugging Face cache "
+                              f"({datasets_cache_dir()}) and the hub is unreachable; run once with network, or set "
+                              "HF_HOME to a cache that has it", path=spec.source)
+    return {v: "1" for v in _OFFLINE_ENV}
+
+
+def _hub_datasets(suites: list[Suite]) -> dict[str, tuple[TaskSpec, str, str | None]]:
+    """The hub datasets the suites' tasks read (``"path\\0name"`` -> (a task, path, name)); local data files must
+    exist (ConfigError naming the task YAML otherwise); generated data and local folders need nothing."""
+    import glob
+
+    hub: dict[str, tuple[TaskSpec, str, str | None]] = {}
+    for suite in suites:
+        for spec in suite.specs:
+            if spec.generated:
+                continue
+            path = spec.dataset_path or ""
+            if path in LOCAL_BUILDERS or spec.data_files and not path:
+                for f in spec.data_files:
+                    if "://" not in f and not glob.glob(f):
+                        raise ConfigError(f"task {spec.name}: data file {f} does not exist (relative data_files "
+                                          "resolve against the task YAML's folder)", path=spec.source,
+                                          field="dataset_kwargs.data_files")
+                continue
+            if not path or Path(path).expanduser().is_dir():
+                continue
+            hub[f"{path}\0{spec.dataset_name}"] = (spec, path, spec.dataset_name)
+    return hub
