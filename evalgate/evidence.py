@@ -148,7 +148,7 @@ def contradictions(spec: SpecDecodeHealth | None, div: Divergence, cand_health: 
 
     Counters that claim (nearly) every draft accepted (>= ``NEAR_ALL_ACCEPTED``) while greedy outputs diverge or
     are degenerate: the drafter agrees with a target that no longer agrees with the baseline.
-    (Health shares that rise are tested in ``task_evidence``, with ``health_shifts``.)
+    (Health shares that rise are judged by ``gate.health_failures``, from ``health_shifts``.)
     """
     out = []
     if spec is not None and spec.acceptance_rate >= NEAR_ALL_ACCEPTED and (div.identical_share < 1.0 or cand_health.degenerate > 0):
@@ -317,7 +317,7 @@ def decode_divergence(base_ids: Sequence[int], base_lps: Sequence[Sequence[Seque
 
 
 # Output-health indicators gated as paired 0/1 metrics (an item is "unhealthy" on one side and not the other).
-_HEALTH_CHECKS: dict[str, Any] = {
+HEALTH_INDICATORS: dict[str, Any] = {
     "degenerate": lambda i: is_degenerate(i.output),
     "empty": lambda i: not i.output.strip(),
     "truncated": lambda i: i.finish_reason == "length",
@@ -347,73 +347,58 @@ def health_shifts(pairs: Sequence[tuple[ItemResult, ItemResult]]) -> list[Health
     from evalgate.stats import mcnemar_one_sided
 
     out = []
-    for kind, bad in _HEALTH_CHECKS.items():
+    for kind, bad in HEALTH_INDICATORS.items():
         worse = sum(bad(c) and not bad(b) for b, c in pairs)
         better = sum(bad(b) and not bad(c) for b, c in pairs)
         out.append(HealthShift(kind, worse, better, mcnemar_one_sided(worse, better)))
     return out
 
 
-def task_evidence(pairs: Sequence[tuple[ItemResult, ItemResult]], spec: SpecDecodeHealth | None, *,
-                  lossless: bool = False, health_alpha: float = 0.05) -> dict[str, Any]:
-    """Everything this module knows about one task, as JSON-able data for the verdict document.
+def prefill_summary(pairs: Sequence[tuple[ItemResult, ItemResult]]) -> dict[str, Any] | None:
+    """Task-level summary of the candidates' teacher-forced ``divergence`` records (``LogitDivergence``); None when
+    no item was scored.
+
+    Returns:
+        ``{"items", "kl_mean", "kl_p99", "kl_max", "top1_agreement", "max_abs_dlogprob", "nonfinite_items",
+        "kl_by_position"}``: KL in nats; ``kl_mean`` the mean of the items' means, ``kl_p99``/``kl_max`` the
+        largest item values, top-1 agreement token-weighted, the curve the mean over the items at each position.
+    """
+    scored = [c.divergence for _, c in pairs if c.divergence]
+    if not scored:
+        return None
+    width = max(len(d["kl_by_position"]) for d in scored)
+    curve = []
+    for j in range(width):
+        vals = [d["kl_by_position"][j] for d in scored if j < len(d["kl_by_position"])]
+        curve.append(sum(vals) / len(vals))
+    return {"items": len(scored), "kl_mean": sum(d["kl_mean"] for d in scored) / len(scored),
+            "kl_p99": max(d["kl_p99"] for d in scored), "kl_max": max(d["kl_max"] for d in scored),
+            "top1_agreement": sum(d["top1_agreement"] * d["positions"] for d in scored)
+            / max(1, sum(d["positions"] for d in scored)),
+            "max_abs_dlogprob": max(d["max_abs_dlogprob"] for d in scored),
+            "nonfinite_items": sum(bool(d["nonfinite"]) for d in scored), "kl_by_position": curve}
+
+
+def task_facts(pairs: Sequence[tuple[ItemResult, ItemResult]], spec: SpecDecodeHealth | None) -> dict[str, Any]:
+    """Everything this module measures about one task, as JSON-able data (no judgement: ``gate.health_failures``
+    decides which of it fails the candidate).
 
     Returns:
         ``{"health": {"baseline", "candidate"}, "divergence", "logit", "decode", "by_position", "contradictions",
-        "failures"}``; ``by_position`` is ``position_buckets`` (quality, identity and decode KL by output position);
-        ``logit`` aggregates the per-item ``LogitDivergence`` (teacher-forced prefill; None when no item was
-        scored), ``decode`` the per-item ``DecodeDivergence`` (``decode_summary``), ``health_shifts`` the
-        paired ``HealthShift``s; ``failures`` lists what fails a candidate whatever its accuracy: NaN/inf
-        log-probs; for a ``lossless`` config any item that newly degenerates (a run of one repeated unit); for any
-        config a degenerate, empty or truncated share that rose significantly (one-sided exact McNemar p <=
-        ``health_alpha``; the caller corrects it for the number of tests). A rise that is not significant is
-        listed under ``contradictions`` as a warning, with its p-value.
+        "health_shifts"}``: ``health`` the ``OutputHealth`` shares of each side (NaN as None: verdict.json is strict
+        JSON), ``divergence`` greedy identity, ``logit`` ``prefill_summary``, ``decode`` ``decode_summary``,
+        ``by_position`` ``position_buckets``, ``contradictions`` the counters that disagree with the outputs
+        (``contradictions``), ``health_shifts`` the paired ``HealthShift``s. Raises ValueError for no pairs.
     """
     base_h = output_health([b for b, _ in pairs])
     cand_h = output_health([c for _, c in pairs])
     div = divergence(pairs)
-    scored = [c.divergence for _, c in pairs if c.divergence]
-    logit = None
-    if scored:
-        width = max(len(d["kl_by_position"]) for d in scored)
-        curve = []
-        for j in range(width):
-            vals = [d["kl_by_position"][j] for d in scored if j < len(d["kl_by_position"])]
-            curve.append(sum(vals) / len(vals))
-        logit = {"items": len(scored), "kl_mean": sum(d["kl_mean"] for d in scored) / len(scored),
-                 "kl_p99": max(d["kl_p99"] for d in scored), "kl_max": max(d["kl_max"] for d in scored),
-                 "top1_agreement": sum(d["top1_agreement"] * d["positions"] for d in scored)
-                 / max(1, sum(d["positions"] for d in scored)),
-                 "max_abs_dlogprob": max(d["max_abs_dlogprob"] for d in scored),
-                 "nonfinite_items": sum(bool(d["nonfinite"]) for d in scored), "kl_by_position": curve}
-    decode = decode_summary(pairs)
-    by_position = position_buckets(pairs)
-    failures = []
-    if decode and decode["nonfinite_items"]:
-        failures.append(f"{decode['nonfinite_items']} item(s) with NaN/inf log-probs while the candidate decoded")
-    if logit and logit["nonfinite_items"]:
-        failures.append(f"{logit['nonfinite_items']} item(s) with NaN/inf log-probs under the candidate engine")
-    shifts = health_shifts(pairs)
-    notes = contradictions(spec, div, cand_h, base_h)
-    for sh in shifts:
-        if not sh.worse:
-            continue
-        before, after = getattr(base_h, sh.kind), getattr(cand_h, sh.kind)
-        what = (f"{sh.kind} outputs: {100 * before:.0f}% baseline, {100 * after:.0f}% candidate ({sh.worse} item(s) "
-                f"newly {sh.kind}, {sh.better} recovered; one-sided McNemar p={sh.p:.2g}")
-        if lossless and sh.kind == "degenerate":
-            failures.append(f"{what}; a lossless switch must never make an output degenerate)")
-        elif sh.p <= health_alpha:
-            failures.append(f"{what} <= {health_alpha:.2g})")
-        else:
-            notes.append(f"{what} > {health_alpha:.2g}: not significant, not gated)")
-    # verdict.json is strict JSON: NaN (a task without a format metric) becomes null.
     health = {side: {k: (None if isinstance(v, float) and v != v else v) for k, v in asdict(h).items()}
               for side, h in (("baseline", base_h), ("candidate", cand_h))}
-    return {"health": health, "divergence": asdict(div),
-            "logit": logit, "decode": decode, "by_position": by_position, "contradictions": notes,
-            "health_shifts": [asdict(sh) for sh in shifts],
-            "failures": failures}
+    return {"health": health, "divergence": asdict(div), "logit": prefill_summary(pairs),
+            "decode": decode_summary(pairs), "by_position": position_buckets(pairs),
+            "contradictions": contradictions(spec, div, cand_h, base_h),
+            "health_shifts": [asdict(sh) for sh in health_shifts(pairs)]}
 
 
 CURVE_POSITIONS = 1536  # output positions kept in a task's KL-against-position curve (the long task writes 1,300)
