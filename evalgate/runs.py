@@ -92,6 +92,32 @@ def _without_evidence(tasks: dict[str, Any]) -> dict[str, Any]:
                                                     for i in t.items)) for name, t in tasks.items()}
 
 
+def _compare_manifest(run_a: Path, run_b: Path, man_a: dict[str, Any], man_b: dict[str, Any], res_a: dict[str, Any],
+                      res_b: dict[str, Any], thresholds_path: Path, seconds: float) -> dict[str, Any]:
+    """The manifest of a comparison: both runs' metadata merged (``a → b`` where they differ), run A's candidate as
+    the baseline side, run B's as the candidate side."""
+    hashes_b = _suite_hashes(man_b)
+    eff_a, eff_b = res_a.get("effective", {}), res_b.get("effective", {})
+    cand_a, cand_b = man_a.get("candidate", {}), man_b.get("candidate", {})
+    vers_a, vers_b = man_a.get("versions", {}), man_b.get("versions", {})
+    manifest = {
+        "created": dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ"),
+        "model": _merged(man_a.get("model"), man_b.get("model")),
+        "limit": _merged(man_a.get("limit"), man_b.get("limit")),
+        "versions": {k: _merged(vers_a.get(k, "absent"), vers_b.get(k, "absent")) for k in sorted(vers_a | vers_b)},
+        "thresholds": str(thresholds_path),
+        "timings": {"compare": seconds},
+        "suites": [s for s in man_a.get("suites", []) if s["name"] in hashes_b],
+        "compared_runs": {"baseline": str(run_a), "candidate": str(run_b),
+                          "rule": "baseline side = run A's candidate, candidate side = run B's candidate"},
+        "baseline": {"name": res_a.get("config", "A"), "requested": {}, **cand_a, "effective": eff_a,
+                     "run_dir": str(run_a)},
+        "candidate": {"name": res_b.get("config", "B"), "requested": {}, **cand_b, "effective": eff_b,
+                      "run_dir": str(run_b)},
+    }
+    return manifest
+
+
 def compare_runs(run_a: Path, run_b: Path, thresholds_path: Path, out_dir: Path) -> dict[str, Any]:
     """Gate run B's candidate against run A's candidate and write a run directory for the comparison.
 
@@ -132,23 +158,7 @@ def compare_runs(run_a: Path, run_b: Path, thresholds_path: Path, out_dir: Path)
     decision = decide([(c.suite, c.task, c.comparison) for c in comparisons], thresholds,
                       baseline_effective=eff_a, candidate_effective=eff_b, config=config, expect=expect,
                       outputs={c.task: c.agreement(thresholds.near_tie_logprob) for c in comparisons})
-    cand_a, cand_b = man_a.get("candidate", {}), man_b.get("candidate", {})
-    vers_a, vers_b = man_a.get("versions", {}), man_b.get("versions", {})
-    manifest = {
-        "created": dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ"),
-        "model": _merged(man_a.get("model"), man_b.get("model")),
-        "limit": _merged(man_a.get("limit"), man_b.get("limit")),
-        "versions": {k: _merged(vers_a.get(k, "absent"), vers_b.get(k, "absent")) for k in sorted(vers_a | vers_b)},
-        "thresholds": str(thresholds.path),
-        "timings": {"compare": time.monotonic() - t0},
-        "suites": [s for s in man_a.get("suites", []) if s["name"] in hashes_b],
-        "compared_runs": {"baseline": str(run_a), "candidate": str(run_b),
-                          "rule": "baseline side = run A's candidate, candidate side = run B's candidate"},
-        "baseline": {"name": res_a.get("config", "A"), "requested": {}, **cand_a, "effective": eff_a,
-                     "run_dir": str(run_a)},
-        "candidate": {"name": res_b.get("config", "B"), "requested": {}, **cand_b, "effective": eff_b,
-                      "run_dir": str(run_b)},
-    }
+    manifest = _compare_manifest(run_a, run_b, man_a, man_b, res_a, res_b, thresholds.path, time.monotonic() - t0)
     verdict = build_verdict(decision, comparisons, manifest, spec_floors=thresholds.spec_floors_for(config),
                             near_tie=thresholds.near_tie_logprob)
     doc = verdict.to_dict()

@@ -283,8 +283,13 @@ def decide(
                                         loss_shown=rejected, agreement=agreement,
                                         required_share=thresholds.identical_share_for(config),
                                         max_kl_mean=thresholds.max_kl_mean))
-    tasks = tuple(decisions)
+    return _overall(tuple(decisions), thresholds, baseline_effective, candidate_effective)
 
+
+def _overall(tasks: tuple[TaskDecision, ...], thresholds: Thresholds, baseline_effective: Mapping,
+             candidate_effective: Mapping) -> Decision:
+    """The overall verdict of decided tasks: NO-OP > BLOCK > INCONCLUSIVE (BLOCK under ``on_inconclusive: block``)
+    > PASS, with one reason per task that produced it."""
     if dict(baseline_effective) == dict(candidate_effective):
         reason = (
             "the candidate's effective engine config equals the baseline's "
