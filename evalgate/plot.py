@@ -117,17 +117,19 @@ _KL_FLOOR = 1e-8  # nats: drawn at the bottom of the log axis (identical distrib
 def kl_curve(task: TaskVerdict | Mapping[str, Any]) -> Markup:
     """An inline SVG of one task's decode-time KL against output position (state errors grow with length).
 
-    Reads ``task["evidence"]["decode"]``: ``kl_by_position`` (mean KL in nats over the items compared at each
+    Reads ``task.evidence.decode`` (``verdict.DecodeSummary``): ``kl_by_position`` (mean KL in nats over the items compared at each
     token position) and ``items_by_position`` (how many items that mean covers: items leave the curve when their
     outputs diverge or end). The y axis is log10 KL from 1e-8 (zero is drawn there) to the largest value.
     Returns an empty string when the task has no decode evidence.
     """
     task = as_task(task)
-    decode = (task.evidence.decode if task.evidence is not None else None) or {}
-    values = [v for v in decode.get("kl_by_position") or [] if _finite(v) is not None]
+    decode = task.evidence.decode if task.evidence is not None else None
+    if decode is None:
+        return Markup("")
+    values = [v for v in decode.kl_by_position if _finite(v) is not None]
     if not values:
         return Markup("")
-    counts = decode.get("items_by_position") or []
+    counts = decode.items_by_position
     top = max(0.0, math.ceil(math.log10(max(max(values), _KL_FLOOR))))
     bottom = math.log10(_KL_FLOOR)
     x0, x1, y0, y1 = CURVE_PAD_L, CURVE_W - 10, CURVE_H - CURVE_PAD_B, 18

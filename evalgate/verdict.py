@@ -106,17 +106,72 @@ class HealthShift(_Record):
     p: Number = _f("one-sided exact McNemar p of 'the candidate is unhealthy more often'", 1.0)
 
 
+class Divergence(_Record):
+    """Greedy identity of one task's outputs (``evidence.Divergence``); offsets in characters of decoded text."""
+
+    n: int = _f("paired items", 0)
+    identical_share: Number | None = _f("share of items with byte-identical outputs, 0..1")
+    first_divergence: list[int] = _list("per differing item, the character offset of the first difference")
+    curve: list[Number] = _list("share of items still identical up to each of ``offsets``")
+    offsets: list[int] = _list("the character offsets of ``curve``")
+
+
+class PrefillSummary(_Record):
+    """Teacher-forced next-token divergence along the baseline's output (``evidence.prefill_summary``), nats."""
+
+    items: int = _f("items scored", 0)
+    kl_mean: Number | None = _f("mean of the items' mean KL(baseline || candidate)")
+    kl_p99: Number | None = _f("largest item 99th-percentile KL")
+    kl_max: Number | None = _f("largest KL at any position")
+    top1_agreement: Number | None = _f("token-weighted share of positions with the same top-ranked token")
+    max_abs_dlogprob: Number | None = _f("largest |log p_base(t) − log p_cand(t)| for the baseline's token t")
+    nonfinite_items: int = _f("items whose candidate gave a NaN or +inf log-prob (always a failure)", 0)
+    kl_by_position: list[Number] = _list("mean KL over the items at each output position")
+
+
+class DecodeSummary(_Record):
+    """Decode-time next-token divergence along the tokens both sides generated alike (``evidence.decode_summary``)."""
+
+    items: int = _f("items with a decode record", 0)
+    positions: int = _f("compared positions over the items left in the means", 0)
+    kl_mean: Number | None = _f("token-weighted mean KL(baseline || candidate), nats/token")
+    kl_max: Number | None = _f("largest KL at any compared position, nats")
+    top1_agreement: Number | None = _f("token-weighted share of positions with the same top-ranked token")
+    max_abs_dlogprob: Number | None = _f("largest |log p_base(t) − log p_cand(t)| for the baseline's token t")
+    nonfinite_items: int = _f("items whose candidate recorded a NaN or +inf log-prob (always a failure)", 0)
+    unscored_items: int = _f("items left out of the means (a non-finite KL)", 0)
+    mean_common_prefix: Number | None = _f("mean number of leading output tokens identical on both sides")
+    tie_gaps: dict[str, Number | None] = Field(default_factory=dict, description=(
+        "per differing item (``item_id``), the baseline's log-prob gap between its token and the candidate's at the "
+        "first flip, nats; None when not a near-tie"))
+    kl_by_position: list[Number] = _list("mean KL over the items compared at each output position")
+    items_by_position: list[int] = _list("how many items each ``kl_by_position`` value covers")
+
+
+class PositionBucket(_Record):
+    """Quality, identity and decode KL in one bucket ``[lo, hi)`` of output tokens (``evidence.position_buckets``)."""
+
+    lo: int = _f("first output token of the bucket", 0)
+    hi: int | None = _f("end of the bucket (exclusive); None: open")
+    reaching: int = _f("items whose baseline output is longer than ``lo`` tokens", 0)
+    identical_share: Number | None = _f("share of those the candidate reproduced through the bucket; None: unknown")
+    kl_mean: Number | None = _f("mean decode-time KL over the bucket's compared positions, nats/token")
+    kl_positions: int = _f("how many positions that mean covers", 0)
+    metric: str | None = _f("the per-item metric that scores the bucket (``pos_<lo>_<hi>``), None when none")
+    scored: int = _f("items scored in the bucket on both sides", 0)
+    baseline: Number | None = _f("baseline quality in the bucket, points")
+    candidate: Number | None = _f("candidate quality in the bucket, points")
+    delta: Number | None = _f("candidate − baseline in the bucket, points")
+
+
 class Evidence(_Record):
     """Engine evidence of one task beside its accuracy (``evidence`` facts, the gate's health judgement)."""
 
     health: dict[str, HealthShares] = Field(default_factory=dict, description="``baseline``/``candidate`` shares")
-    divergence: dict[str, Any] = Field(default_factory=dict, description=(
-        "greedy identity (``evidence.Divergence``): ``n``, ``identical_share``, ``first_divergence`` (character "
-        "offsets), ``curve`` (share still identical at each of ``offsets``)"))
-    logit: dict[str, Any] | None = _f("teacher-forced prefill KL summary (nats); None when no item was scored")
-    decode: dict[str, Any] | None = _f("decode-time KL summary (``evidence.decode_summary``); None when not measured")
-    by_position: list[dict[str, Any]] = _list("quality, identity and decode KL per output-token bucket "
-                                              "(``evidence.position_buckets``)")
+    divergence: Divergence | None = _f("greedy identity of the outputs")
+    logit: PrefillSummary | None = _f("teacher-forced prefill divergence; None when no item was scored")
+    decode: DecodeSummary | None = _f("decode-time divergence; None when not measured")
+    by_position: list[PositionBucket] = _list("quality, identity and decode KL per output-token bucket")
     contradictions: list[str] = _list("warnings: evidence that disagrees with itself, health rises not significant")
     health_shifts: list[HealthShift] = _list("paired degenerate / empty / truncated shifts")
     failures: list[str] = _list("what BLOCKs the candidate whatever its accuracy (``gate.health_failures``)")
