@@ -131,3 +131,15 @@ def test_every_field_of_every_part_is_described() -> None:
     missing = [f"{m.__name__}.{name}" for m in seen for name, f in m.model_fields.items() if not f.description]
     assert missing == []
     assert all(m.__doc__ for m in seen)
+
+
+def test_a_failed_speed_block_keeps_its_keys_in_order_and_renders_as_an_error() -> None:
+    from evalgate.outputs import render_junit, render_markdown
+
+    raw = json.loads((GOLDEN / "speed_pass.json").read_text(encoding="utf-8"))
+    raw["speed"] = {"status": "failed", "error": "engine died", "profile": {"input_len": 8}, "thresholds": None}
+    verdict = as_verdict(raw)
+    assert _dumps(verdict.to_dict()) == _dumps(raw) and verdict.speed.levels == []
+    root = ET.fromstring(render_junit(verdict))
+    assert root.get("errors") == "1" and root.get("failures") == "0"
+    assert "**Speed**: not measured: engine died" in render_markdown(verdict)
