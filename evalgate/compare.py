@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from evalgate.errors import StoreError
-from evalgate.gate import OutputAgreement
+from evalgate.gate import OutputAgreement, is_near_tie
 from evalgate.results import ItemResult, TaskResult
 from evalgate.power import items_needed, items_needed_basis, mde, mde_at
 from evalgate.stats import PairedComparison, flipped_items, paired_comparison, power_se
@@ -58,8 +58,7 @@ class TaskComparison:
         from evalgate.evidence import decode_summary
 
         differing = [self.pairs[i] for i in self.differing_outputs]
-        ties = tuple(b.item_id for b, c in differing
-                     if c.decode and c.decode.get("tie_gap") is not None and c.decode["tie_gap"] <= near_tie)
+        ties = tuple(b.item_id for b, c in differing if c.decode and is_near_tie(c.decode.get("tie_gap"), near_tie))
         summary = decode_summary(self.pairs)
         return OutputAgreement(self.identical_outputs, len(self.pairs), tuple(b.item_id for b, _ in differing),
                                tie_flips=ties, kl_mean=None if summary is None else summary["kl_mean"])

@@ -4,15 +4,26 @@ Pure functions over stored items and counters; no I/O. An accuracy delta alone i
 precision and speculative-decoding changes: a "lossless" switch should leave greedy outputs identical, a
 truncated or degenerate output is a failure whatever its score, and spec-decode counters are evidence,
 not proof (vLLM has reported every draft accepted while producing NaN log-probs and a stream of token 0).
+Which of these facts fails a candidate is the gate's call (``gate.health_failures``), not this module's. The
+per-item next-token KL between the engines is in ``evalgate.kl`` (its names are re-exported here).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Sequence
 
+from evalgate.kl import DecodeDivergence, LogitDivergence, decode_divergence, logit_divergence, position_kl
 from evalgate.results import ItemResult
+from evalgate.stats import mcnemar_one_sided
+
+__all__ = ["CURVE_POSITIONS", "FORMAT_METRICS", "HEALTH_INDICATORS", "NEAR_ALL_ACCEPTED", "POSITION_BUCKETS",
+           "DecodeDivergence", "Divergence", "HealthShift", "LogitDivergence", "OutputHealth", "SpecDecodeHealth",
+           "as_dict", "contradictions", "decode_divergence", "decode_summary", "divergence", "first_divergence",
+           "health_shifts", "is_degenerate", "logit_divergence", "output_health", "position_buckets", "position_kl",
+           "position_metric", "prefill_summary", "spec_decode_health", "task_facts"]
 
 # Per-item metrics that say whether the output had the task's answer format (suites declare them).
 FORMAT_METRICS = ("json_valid", "parsed")
@@ -148,7 +159,7 @@ def contradictions(spec: SpecDecodeHealth | None, div: Divergence, cand_health: 
 
     Counters that claim (nearly) every draft accepted (>= ``NEAR_ALL_ACCEPTED``) while greedy outputs diverge or
     are degenerate: the drafter agrees with a target that no longer agrees with the baseline.
-    (Health shares that rise are tested in ``task_evidence``, with ``health_shifts``.)
+    (Health shares that rise are judged by ``gate.health_failures``, from ``health_shifts``.)
     """
     out = []
     if spec is not None and spec.acceptance_rate >= NEAR_ALL_ACCEPTED and (div.identical_share < 1.0 or cand_health.degenerate > 0):
@@ -158,166 +169,8 @@ def contradictions(spec: SpecDecodeHealth | None, div: Divergence, cand_health: 
     return out
 
 
-@dataclass(frozen=True)
-class LogitDivergence:
-    """Candidate vs baseline next-token distributions along the baseline's own greedy output (teacher forcing).
-
-    Attributes:
-        positions: output positions compared.
-        kl_mean, kl_p99, kl_max: KL(baseline || candidate) per position, in nats (see ``position_kl``).
-        top1_agreement: share of positions where both engines rank the same token first.
-        max_abs_dlogprob: max over positions of |log p_base(t) - log p_cand(t)| for the baseline's token t.
-        nonfinite: True when the candidate produced a NaN or +inf log-prob anywhere (always a failure).
-        kl_by_position: the per-position KL (for the divergence-vs-position curve).
-    """
-
-    positions: int
-    kl_mean: float
-    kl_p99: float
-    kl_max: float
-    top1_agreement: float
-    max_abs_dlogprob: float
-    nonfinite: bool
-    kl_by_position: tuple[float, ...]
-
-
-def position_kl(p_top: dict[int, float], q_top: dict[int, float]) -> float:
-    """KL(P || Q) in nats from top-k log-probs of each side, over the partition {P's top-k tokens, all others}.
-
-    Collapsing a distribution onto a partition can only shrink KL (data-processing inequality), so this is
-    a lower bound of the full-vocabulary KL that llama.cpp's ``--kl-divergence`` computes. A token of P's
-    top-k that is missing from Q's top-k gets Q's smallest listed probability (an upper bound for it).
-    Raises ValueError for empty inputs.
-    """
-    if not p_top or not q_top:
-        raise ValueError("empty distribution")
-    import math
-
-    q_floor = math.exp(min(q_top.values()))
-    kl, p_sum, q_sum = 0.0, 0.0, 0.0
-    for tok, lp in p_top.items():
-        p = math.exp(lp)
-        q = math.exp(q_top[tok]) if tok in q_top else q_floor
-        if p > 0:
-            kl += p * (lp - math.log(max(q, 1e-30)))
-        p_sum += p
-        q_sum += q
-    p_rest, q_rest = max(0.0, 1.0 - p_sum), max(1e-30, 1.0 - q_sum)
-    if p_rest > 1e-12:
-        kl += p_rest * math.log(p_rest / q_rest)
-    return max(0.0, kl)
-
-
-def logit_divergence(base: list[dict[int, float]], cand: list[dict[int, float]], tokens: list[int]) -> LogitDivergence | None:
-    """Per-item summary of ``position_kl`` along ``tokens`` (the baseline's output ids); None for an empty output.
-
-    Args:
-        base, cand: per output position, ``{token id: logprob}`` (top-k plus the actual token) from each engine.
-        tokens: the baseline's output token ids (same length).
-    """
-    import math
-
-    n = min(len(base), len(cand), len(tokens))
-    if n == 0:
-        return None
-    nonfinite = any(math.isnan(v) or v == math.inf for pos in cand[:n] for v in pos.values())
-    kls, agree, dmax = [], 0, 0.0
-    for j in range(n):
-        b, c = base[j], cand[j]
-        finite_c = {t: v for t, v in c.items() if math.isfinite(v)}
-        kls.append(position_kl(b, finite_c) if b and finite_c else math.inf)
-        agree += bool(b and finite_c) and max(b, key=b.__getitem__) == max(finite_c, key=finite_c.__getitem__)
-        t = tokens[j]
-        if t in b and t in c:
-            d = abs(b[t] - c[t])
-            dmax = max(dmax, d if math.isfinite(d) else math.inf)
-    ordered = sorted(kls)
-    return LogitDivergence(positions=n, kl_mean=sum(kls) / n, kl_p99=ordered[min(n - 1, int(0.99 * n))],
-                           kl_max=ordered[-1], top1_agreement=agree / n, max_abs_dlogprob=dmax,
-                           nonfinite=nonfinite, kl_by_position=tuple(round(k, 6) for k in kls))
-
-
-@dataclass(frozen=True)
-class DecodeDivergence:
-    """Candidate vs baseline next-token distributions recorded *while decoding*, along the tokens both generated alike.
-
-    Up to and including the first differing token both engines saw the same context, so their distributions
-    there are directly comparable. Unlike teacher-forced prefill scoring (``LogitDivergence``) this sees
-    decode-time switches: an SSM state stored in FP16 between steps, a speculative-decoding path, a decode kernel.
-
-    Attributes:
-        common_prefix: leading output tokens identical on both sides (= the output length when identical).
-        positions: positions compared: the common prefix, plus the first differing position when both sides
-            have one.
-        kl_mean, kl_max: KL(baseline || candidate) per compared position, nats (``position_kl``, a lower bound).
-        top1_agreement: share of compared positions whose top-ranked token is the same on both sides.
-        max_abs_dlogprob: max |log p_base(t) - log p_cand(t)| over compared positions, t = the baseline's token,
-            where both sides list t.
-        nonfinite: the candidate recorded a NaN or +inf log-prob anywhere in its output (always a failure).
-        tie_gap: at the first differing position, log p_base(baseline's token) - log p_base(candidate's token)
-            under the *baseline* engine, nats: how close to a tie the flip was (0 = exact tie). ``inf`` when the
-            baseline did not list the candidate's token in its top-k, or one output is a prefix of the other;
-            None when the outputs are identical.
-        kl_by_position: KL at each compared position (the divergence-against-position curve).
-    """
-
-    common_prefix: int
-    positions: int
-    kl_mean: float
-    kl_max: float
-    top1_agreement: float
-    max_abs_dlogprob: float
-    nonfinite: bool
-    tie_gap: float | None
-    kl_by_position: tuple[float, ...]
-
-
-def decode_divergence(base_ids: Sequence[int], base_lps: Sequence[Sequence[Sequence[float]]],
-                      cand_ids: Sequence[int], cand_lps: Sequence[Sequence[Sequence[float]]]) -> DecodeDivergence | None:
-    """Compare two greedy generations of the same prompt by their decode-time top-k log-probs.
-
-    Args:
-        base_ids, cand_ids: output token ids of baseline and candidate.
-        base_lps, cand_lps: per output position ``[[token id, logprob], ...]`` (``engine.Generation.top_logprobs``),
-            one entry per output token.
-    Returns:
-        None when either side recorded no log-probs or generated nothing (nothing to compare).
-    """
-    import math
-
-    if not base_ids or not cand_ids or not base_lps or not cand_lps:
-        return None
-    n_b, n_c = min(len(base_ids), len(base_lps)), min(len(cand_ids), len(cand_lps))
-    prefix = 0
-    while prefix < min(n_b, n_c) and base_ids[prefix] == cand_ids[prefix]:
-        prefix += 1
-    compared = min(prefix + 1, n_b, n_c)
-    nonfinite = any(math.isnan(lp) or lp == math.inf for pos in cand_lps for _, lp in pos)
-    kls, agree, dmax = [], 0, 0.0
-    for j in range(compared):
-        b = {int(t): float(lp) for t, lp in base_lps[j]}
-        c = {int(t): float(lp) for t, lp in cand_lps[j] if math.isfinite(lp)}
-        kls.append(position_kl(b, c) if b and c else math.inf)
-        agree += bool(b and c) and max(b, key=b.__getitem__) == max(c, key=c.__getitem__)
-        t = int(base_ids[j])
-        if t in b and t in c:
-            dmax = max(dmax, abs(b[t] - c[t]))
-    tie_gap: float | None = None
-    if prefix < min(n_b, n_c):
-        b = {int(t): float(lp) for t, lp in base_lps[prefix]}
-        tb, tc = int(base_ids[prefix]), int(cand_ids[prefix])
-        tie_gap = b[tb] - b[tc] if tb in b and tc in b else math.inf
-    elif n_b != n_c or list(base_ids) != list(cand_ids):
-        tie_gap = math.inf  # one output stops where the other goes on: not a numerical tie we can see
-    if not kls:
-        return None
-    return DecodeDivergence(common_prefix=prefix, positions=len(kls), kl_mean=sum(kls) / len(kls), kl_max=max(kls),
-                            top1_agreement=agree / len(kls), max_abs_dlogprob=dmax, nonfinite=nonfinite,
-                            tie_gap=tie_gap, kl_by_position=tuple(float(f"{k:.3g}") for k in kls))
-
-
 # Output-health indicators gated as paired 0/1 metrics (an item is "unhealthy" on one side and not the other).
-_HEALTH_CHECKS: dict[str, Any] = {
+HEALTH_INDICATORS: dict[str, Any] = {
     "degenerate": lambda i: is_degenerate(i.output),
     "empty": lambda i: not i.output.strip(),
     "truncated": lambda i: i.finish_reason == "length",
@@ -344,76 +197,59 @@ class HealthShift:
 
 def health_shifts(pairs: Sequence[tuple[ItemResult, ItemResult]]) -> list[HealthShift]:
     """The paired degenerate / empty / truncated shifts of one task (McNemar 1947, exact one-sided form)."""
-    from evalgate.stats import mcnemar_one_sided
-
     out = []
-    for kind, bad in _HEALTH_CHECKS.items():
+    for kind, bad in HEALTH_INDICATORS.items():
         worse = sum(bad(c) and not bad(b) for b, c in pairs)
         better = sum(bad(b) and not bad(c) for b, c in pairs)
         out.append(HealthShift(kind, worse, better, mcnemar_one_sided(worse, better)))
     return out
 
 
-def task_evidence(pairs: Sequence[tuple[ItemResult, ItemResult]], spec: SpecDecodeHealth | None, *,
-                  lossless: bool = False, health_alpha: float = 0.05) -> dict[str, Any]:
-    """Everything this module knows about one task, as JSON-able data for the verdict document.
+def prefill_summary(pairs: Sequence[tuple[ItemResult, ItemResult]]) -> dict[str, Any] | None:
+    """Task-level summary of the candidates' teacher-forced ``divergence`` records (``LogitDivergence``); None when
+    no item was scored.
+
+    Returns:
+        ``{"items", "kl_mean", "kl_p99", "kl_max", "top1_agreement", "max_abs_dlogprob", "nonfinite_items",
+        "kl_by_position"}``: KL in nats; ``kl_mean`` the mean of the items' means, ``kl_p99``/``kl_max`` the
+        largest item values, top-1 agreement token-weighted, the curve the mean over the items at each position.
+    """
+    scored = [c.divergence for _, c in pairs if c.divergence]
+    if not scored:
+        return None
+    width = max(len(d["kl_by_position"]) for d in scored)
+    curve = []
+    for j in range(width):
+        vals = [d["kl_by_position"][j] for d in scored if j < len(d["kl_by_position"])]
+        curve.append(sum(vals) / len(vals))
+    return {"items": len(scored), "kl_mean": sum(d["kl_mean"] for d in scored) / len(scored),
+            "kl_p99": max(d["kl_p99"] for d in scored), "kl_max": max(d["kl_max"] for d in scored),
+            "top1_agreement": sum(d["top1_agreement"] * d["positions"] for d in scored)
+            / max(1, sum(d["positions"] for d in scored)),
+            "max_abs_dlogprob": max(d["max_abs_dlogprob"] for d in scored),
+            "nonfinite_items": sum(bool(d["nonfinite"]) for d in scored), "kl_by_position": curve}
+
+
+def task_facts(pairs: Sequence[tuple[ItemResult, ItemResult]], spec: SpecDecodeHealth | None) -> dict[str, Any]:
+    """Everything this module measures about one task, as JSON-able data (no judgement: ``gate.health_failures``
+    decides which of it fails the candidate).
 
     Returns:
         ``{"health": {"baseline", "candidate"}, "divergence", "logit", "decode", "by_position", "contradictions",
-        "failures"}``; ``by_position`` is ``position_buckets`` (quality, identity and decode KL by output position);
-        ``logit`` aggregates the per-item ``LogitDivergence`` (teacher-forced prefill; None when no item was
-        scored), ``decode`` the per-item ``DecodeDivergence`` (``decode_summary``), ``health_shifts`` the
-        paired ``HealthShift``s; ``failures`` lists what fails a candidate whatever its accuracy: NaN/inf
-        log-probs; for a ``lossless`` config any item that newly degenerates (a run of one repeated unit); for any
-        config a degenerate, empty or truncated share that rose significantly (one-sided exact McNemar p <=
-        ``health_alpha``; the caller corrects it for the number of tests). A rise that is not significant is
-        listed under ``contradictions`` as a warning, with its p-value.
+        "health_shifts"}``: ``health`` the ``OutputHealth`` shares of each side (NaN as None: verdict.json is strict
+        JSON), ``divergence`` greedy identity, ``logit`` ``prefill_summary``, ``decode`` ``decode_summary``,
+        ``by_position`` ``position_buckets``, ``contradictions`` the counters that disagree with the outputs
+        (``contradictions``), ``health_shifts`` the paired ``HealthShift``s. Raises ValueError for no pairs.
     """
     base_h = output_health([b for b, _ in pairs])
     cand_h = output_health([c for _, c in pairs])
     div = divergence(pairs)
-    scored = [c.divergence for _, c in pairs if c.divergence]
-    logit = None
-    if scored:
-        width = max(len(d["kl_by_position"]) for d in scored)
-        curve = []
-        for j in range(width):
-            vals = [d["kl_by_position"][j] for d in scored if j < len(d["kl_by_position"])]
-            curve.append(sum(vals) / len(vals))
-        logit = {"items": len(scored), "kl_mean": sum(d["kl_mean"] for d in scored) / len(scored),
-                 "kl_p99": max(d["kl_p99"] for d in scored), "kl_max": max(d["kl_max"] for d in scored),
-                 "top1_agreement": sum(d["top1_agreement"] * d["positions"] for d in scored)
-                 / max(1, sum(d["positions"] for d in scored)),
-                 "max_abs_dlogprob": max(d["max_abs_dlogprob"] for d in scored),
-                 "nonfinite_items": sum(bool(d["nonfinite"]) for d in scored), "kl_by_position": curve}
-    decode = decode_summary(pairs)
-    by_position = position_buckets(pairs)
-    failures = []
-    if decode and decode["nonfinite_items"]:
-        failures.append(f"{decode['nonfinite_items']} item(s) with NaN/inf log-probs while the candidate decoded")
-    if logit and logit["nonfinite_items"]:
-        failures.append(f"{logit['nonfinite_items']} item(s) with NaN/inf log-probs under the candidate engine")
-    shifts = health_shifts(pairs)
-    notes = contradictions(spec, div, cand_h, base_h)
-    for sh in shifts:
-        if not sh.worse:
-            continue
-        before, after = getattr(base_h, sh.kind), getattr(cand_h, sh.kind)
-        what = (f"{sh.kind} outputs: {100 * before:.0f}% baseline, {100 * after:.0f}% candidate ({sh.worse} item(s) "
-                f"newly {sh.kind}, {sh.better} recovered; one-sided McNemar p={sh.p:.2g}")
-        if lossless and sh.kind == "degenerate":
-            failures.append(f"{what}; a lossless switch must never make an output degenerate)")
-        elif sh.p <= health_alpha:
-            failures.append(f"{what} <= {health_alpha:.2g})")
-        else:
-            notes.append(f"{what} > {health_alpha:.2g}: not significant, not gated)")
-    # verdict.json is strict JSON: NaN (a task without a format metric) becomes null.
     health = {side: {k: (None if isinstance(v, float) and v != v else v) for k, v in asdict(h).items()}
               for side, h in (("baseline", base_h), ("candidate", cand_h))}
-    return {"health": health, "divergence": asdict(div),
-            "logit": logit, "decode": decode, "by_position": by_position, "contradictions": notes,
-            "health_shifts": [asdict(sh) for sh in shifts],
-            "failures": failures}
+    return {"health": health, "divergence": asdict(div), "logit": prefill_summary(pairs),
+            "decode": decode_summary(pairs), "by_position": position_buckets(pairs),
+            "contradictions": contradictions(spec, div, cand_h, base_h),
+            "health_shifts": [asdict(sh) for sh in health_shifts(pairs)]}
 
 
 CURVE_POSITIONS = 1536  # output positions kept in a task's KL-against-position curve (the long task writes 1,300)
@@ -453,8 +289,6 @@ def position_buckets(pairs: Sequence[tuple[ItemResult, ItemResult]],
         ``scored`` items that have it; None otherwise.
     Pure; an empty ``pairs`` gives buckets with ``reaching`` 0.
     """
-    import math
-
     out = []
     for lo, hi in buckets:
         reach = [(b, c) for b, c in pairs if (b.n_tokens or 0) > lo]
@@ -489,8 +323,6 @@ def decode_summary(pairs: Sequence[tuple[ItemResult, ItemResult]]) -> dict[str, 
         ``nonfinite_items`` counts items whose candidate recorded a NaN/+inf log-prob (always a failure); those and
         any other item with an infinite KL (``unscored_items``) are left out of the means.
     """
-    import math
-
     scored = [(b, c.decode) for b, c in pairs if c.decode]
     if not scored:
         return None

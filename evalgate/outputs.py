@@ -15,200 +15,130 @@ the Markdown (only item ids do); the HTML report escapes it.
 
 from __future__ import annotations
 
-import math
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from evalgate.fmt import MINUS, pts
+from evalgate.report import render_html
+from evalgate.verdict import SpeedBlock, TaskVerdict, Verdict, as_task, as_verdict
+from evalgate.wording import (FLOOR_NOTE, NO_OP_NOTE, SPEC_SOURCE_NOTE, floor_note, items_needed_short, shown_verdict,
+                              spec_decode_line)
+
+__all__ = ["FLOOR_NOTE", "HTML_NAME", "JUNIT_NAME", "MARKDOWN_NAME", "NO_OP_NOTE", "SPEC_SOURCE_NOTE", "floor_note",
+           "items_needed_short", "pts", "render_error_junit", "render_error_markdown", "render_junit",
+           "render_markdown", "shown_verdict", "spec_decode_line", "task_evidence", "write_error_outputs",
+           "write_outputs"]
 
 HTML_NAME = "report.html"
 JUNIT_NAME = "verdict.junit.xml"
 MARKDOWN_NAME = "summary.md"
-_MINUS = "\u2212"
 _ICON = {"PASS": "\u2705", "BLOCK": "\u274c", "NO-OP": "\u26aa", "INCONCLUSIVE": "\u26a0\ufe0f"}
 _MAX_ITEM_IDS = 20
+Doc = Verdict | Mapping[str, Any]
 
 
-def pts(x: float | None, *, signed: bool = True) -> str:
-    """Points with one decimal and a real minus sign; ``n/a`` for a missing or NaN value."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    text = f"{x:+.1f}" if signed else f"{x:.1f}"
-    if text in ("+0.0", "-0.0"):
-        text = "0.0"
-    return text.replace("-", _MINUS)
-
-
-def task_evidence(t: dict[str, Any]) -> str:
+def task_evidence(t: TaskVerdict | Mapping[str, Any]) -> str:
     """One line of evidence for a task: Δ, its interval, the lower bound against the margin, and flips."""
-    level = f"{100 * t.get('ci_level', 0.9):.0f}%"
-    lb = t.get("lower_bound", t.get("ci_low"))
+    t = as_task(t)
+    level = f"{100 * (0.9 if t.ci_level is None else t.ci_level):.0f}%"
+    lb = t.lower_bound if "lower_bound" in t.model_fields_set else t.ci_low
     # The relation as it is, not as the verdict suggests (an INCONCLUSIVE bound can lie below -margin).
-    rel = "<" if lb is not None and lb < -t["margin"] else "\u2265"
-    mde = f", MDE {pts(t['mde'], signed=False)} pts" if t.get("mde") is not None else ""
-    return (f"\u0394 {pts(t['delta'])} pts, {level} CI [{pts(t['ci_low'])}, {pts(t['ci_high'])}], "
-            f"lower bound {pts(lb)} {rel} {_MINUS}margin {_MINUS}{pts(t['margin'], signed=False)} pts{mde} "
-            f"(n={t['n']}; {t.get('n_regressed', 0)} regressed, {t.get('n_improved', 0)} improved)")
+    rel = "<" if lb is not None and lb < -t.margin else "\u2265"
+    mde = f", MDE {pts(t.mde, signed=False)} pts" if t.mde is not None else ""
+    return (f"\u0394 {pts(t.delta)} pts, {level} CI [{pts(t.ci_low)}, {pts(t.ci_high)}], "
+            f"lower bound {pts(lb)} {rel} {MINUS}margin {MINUS}{pts(t.margin, signed=False)} pts{mde} "
+            f"(n={t.n}; {t.n_regressed} regressed, {t.n_improved} improved)")
 
 
-NO_OP_NOTE = ("NO-OP: no task is gated, because the engine applied the same configuration to both sides; the per-task "
-              "statistics, and the outcome they alone would give, are shown for information only")
+def _names(doc: Verdict) -> tuple[str, str]:
+    """``(candidate name, baseline name)`` from the manifest."""
+    return doc.side("candidate").get("name", "candidate"), doc.side("baseline").get("name", "baseline")
 
 
-def shown_verdict(doc: dict[str, Any], t: dict[str, Any]) -> tuple[str, str]:
-    """``(label, detail)`` for a task as reports show it.
-
-    Normally the task's verdict and its rule. Under a NO-OP run no task is gated: the label is ``NO-OP`` and the
-    detail says so and names the statistical outcome, e.g. ``("NO-OP", "not gated; statistics shown for information:
-    INCONCLUSIVE (power: MDE > margin)")``, so an under-powered task of a NO-OP run does not read as a problem.
-    """
-    rule = t.get("rule") or ""
-    if doc.get("verdict") != "NO-OP":
-        return t["verdict"], rule
-    return "NO-OP", f"not gated; statistics shown for information: {t['verdict']}" + (f" ({rule})" if rule else "")
-
-
-FLOOR_NOTE = ("\u2265N (floor): no item changed in this run, so there is no discordance to extrapolate from; N is not "
-              "an estimate but the fewest items with which any run can be powered for the margin (the SE is never "
-              "below 100/N), enough only if (almost) no item changes")
-
-
-def items_needed(t: dict[str, Any]) -> tuple[int | None, str | None]:
-    """``(items, basis)`` for MDE <= margin of a task of the verdict document; basis ``"discordance"`` (an estimate)
-    or ``"floor"`` (no item changed: a lower bound, see ``power.items_needed``); ``(None, None)`` without a figure.
-
-    A document written before ``items_needed_basis`` existed is recomputed from its own statistics (its stored
-    figure extrapolated the SE floor when no item changed).
-    """
-    from evalgate import power
-
-    need, basis = t.get("items_needed"), t.get("items_needed_basis")
-    if need is not None and basis is None:
-        try:
-            need = power.items_needed(t["se_power"], t["n"], t["margin"], t["alpha"], t["power"],
-                                      discordant=t.get("discordant"))
-        except (KeyError, TypeError, ValueError):
-            pass
-        basis = power.items_needed_basis(need, t.get("discordant"))
-    return need, basis
+def _junit_case(ts: ET.Element, doc: Verdict, t: TaskVerdict, cand: str, counts: dict[str, int]) -> None:
+    """One ``<testcase>`` for task ``t``: failure when BLOCKed, skipped when INCONCLUSIVE or under NO-OP."""
+    case = ET.SubElement(ts, "testcase", classname=f"evalgate.{cand}.{t.suite}", name=t.task, time="0")
+    evidence = task_evidence(t)
+    counts["tests"] += 1
+    if doc.verdict == "NO-OP":
+        ET.SubElement(case, "skipped", message=f"NO-OP: {'; '.join(doc.reasons)}; not gated, statistics "
+                                               f"shown for information: {t.verdict}: {evidence}")
+        counts["skipped"] += 1
+    elif t.verdict == "BLOCK":
+        fail = ET.SubElement(case, "failure", type="BLOCK", message=f"BLOCK: {evidence}")
+        fail.text = _failure_text(t)
+        counts["failures"] += 1
+    elif t.verdict != "PASS":
+        ET.SubElement(case, "skipped", message=f"{t.verdict}: {evidence}")
+        counts["skipped"] += 1
+    label, _ = shown_verdict(doc, t)
+    status = t.verdict if label == t.verdict else f"{label} (not gated; statistics alone: {t.verdict})"
+    ET.SubElement(case, "system-out").text = f"{status}: {t.reason or evidence}"
 
 
-def items_needed_short(t: dict[str, Any]) -> str | None:
-    """``"needs ≈110 items"`` or ``"needs ≥125 items (floor)"`` for an under-powered INCONCLUSIVE task (MDE >
-    margin), else None: a BLOCK or PASS task is decided, whatever its MDE, so more items would not change it.
-    A ``(floor)`` figure is explained by :data:`FLOOR_NOTE`."""
-    need, basis = items_needed(t)
-    mde = t.get("mde")
-    if t.get("verdict") != "INCONCLUSIVE" or need is None or mde is None or not mde > t["margin"]:
-        return None
-    return f"needs \u2265{need} items (floor)" if basis == "floor" else f"needs \u2248{need} items"
-
-
-def floor_note(doc: dict[str, Any]) -> str | None:
-    """:data:`FLOOR_NOTE` when some under-powered task of ``doc`` shows a ``(floor)`` items-needed figure, else None
-    (also under NO-OP, where no task is gated and reports show no items-needed figure)."""
-    if doc.get("verdict") == "NO-OP":
-        return None
-    return FLOOR_NOTE if any((items_needed_short(t) or "").endswith("(floor)") for t in doc["tasks"]) else None
-
-
-# How the candidate's spec-decode counts were obtained (report.gate_document's "spec_decode_source").
-SPEC_SOURCE_NOTE = {
-    "per_request": "summed from vLLM's per-request metrics",
-    "engine_counters": "engine-wide counters diffed per suite; per-request counts are unavailable on this vLLM",
-    "mixed": "per-request metrics for some suites, engine-wide counters for others",
-}
-
-
-def spec_decode_line(doc: dict[str, Any]) -> str | None:
-    """One sentence on the candidate's speculative decoding (acceptance and its source), None when it had none."""
-    sd = (doc.get("spec_decode") or {}).get("candidate")
-    if not sd:
-        return None
-    source = doc.get("spec_decode_source")
-    note = SPEC_SOURCE_NOTE.get(source, f"source {source}") if source else "source not recorded"
-    return (f"Speculative decoding (candidate): {sd['drafts']:.0f} drafts, {sd['draft_tokens']:.0f} draft tokens, "
-            f"{sd['accepted_tokens']:.0f} accepted; acceptance rate {100 * sd['acceptance_rate']:.1f}%, mean "
-            f"acceptance length {sd['mean_acceptance_length']:.2f} ({note}).")
-
-
-def render_junit(doc: dict[str, Any]) -> str:
-    """JUnit XML for ``doc``: a ``<testsuite>`` per suite, a ``<testcase>`` per task (``xml.etree``)."""
-    m = doc.get("manifest", {})
-    cand, base = m.get("candidate", {}).get("name", "candidate"), m.get("baseline", {}).get("name", "baseline")
-    timings = m.get("timings", {})
-    verdict = doc["verdict"]
+def render_junit(doc: Doc) -> str:
+    """JUnit XML for the verdict: a ``<testsuite>`` per suite, a ``<testcase>`` per task (``xml.etree``)."""
+    doc = as_verdict(doc)
+    cand, base = _names(doc)
+    timings = doc.manifest.get("timings", {})
     root = ET.Element("testsuites", name=f"evalgate {cand} vs {base}")
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    by_suite: dict[str, list[dict[str, Any]]] = {}
-    for t in doc["tasks"]:
-        by_suite.setdefault(t["suite"], []).append(t)
+    by_suite: dict[str, list[TaskVerdict]] = {}
+    for t in doc.tasks:
+        by_suite.setdefault(t.suite, []).append(t)
     for suite, tasks in by_suite.items():
         secs = sum(float(timings.get(f"{role}:suite:{suite}", 0.0)) for role in ("baseline", "candidate"))
         ts = ET.SubElement(root, "testsuite", name=f"evalgate.{suite}", time=f"{secs:.3f}")
         props = ET.SubElement(ts, "properties")
-        for k, v in (("verdict", verdict), ("baseline", base), ("candidate", cand), ("model", m.get("model")),
-                     *speed_properties(doc.get("speed"))):
+        for k, v in (("verdict", doc.verdict), ("baseline", base), ("candidate", cand),
+                     ("model", doc.manifest.get("model")), *speed_properties(doc.speed)):
             ET.SubElement(props, "property", name=k, value=str(v))
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
         for t in tasks:
-            case = ET.SubElement(ts, "testcase", classname=f"evalgate.{cand}.{suite}", name=t["task"], time="0")
-            evidence = task_evidence(t)
-            counts["tests"] += 1
-            if verdict == "NO-OP":
-                ET.SubElement(case, "skipped", message=f"NO-OP: {'; '.join(doc['reasons'])}; not gated, statistics "
-                                                       f"shown for information: {t['verdict']}: {evidence}")
-                counts["skipped"] += 1
-            elif t["verdict"] == "BLOCK":
-                fail = ET.SubElement(case, "failure", type="BLOCK", message=f"BLOCK: {evidence}")
-                fail.text = _failure_text(t)
-                counts["failures"] += 1
-            elif t["verdict"] != "PASS":
-                ET.SubElement(case, "skipped", message=f"{t['verdict']}: {evidence}")
-                counts["skipped"] += 1
-            label, _ = shown_verdict(doc, t)
-            status = t["verdict"] if label == t["verdict"] else f"{label} (not gated; statistics alone: {t['verdict']})"
-            ET.SubElement(case, "system-out").text = f"{status}: {t.get('reason', evidence)}"
+            _junit_case(ts, doc, t, cand, counts)
         for k, v in counts.items():
             ts.set(k, str(v))
             totals[k] += v
-    if doc.get("speed"):
+    if doc.speed is not None:
         _speed_junit(root, doc, totals, cand)
     for k, v in totals.items():
         root.set(k, str(v))
     return _xml(root)
 
 
-def speed_properties(speed: dict[str, Any] | None) -> list[tuple[str, Any]]:
+def speed_properties(speed: SpeedBlock | None) -> list[tuple[str, Any]]:
     """JUnit ``<property>`` pairs of the speed block (none when speed was not measured)."""
-    if not speed:
+    if speed is None:
         return []
-    if speed.get("status") != "measured":
-        return [("speed", f"failed: {speed.get('error')}")]
-    p = speed.get("profile", {})
+    if speed.status != "measured":
+        return [("speed", f"failed: {speed.error}")]
+    p = speed.profile
     out: list[tuple[str, Any]] = [("speed_profile", f"{p.get('input_len')} in / {p.get('output_len')} out, "
                                    f"concurrency {','.join(map(str, p.get('concurrency', [])))}, {p.get('repeats')} "
                                    f"repeats, {p.get('mode')}")]
-    for row in speed.get("levels", []):
-        c = row["concurrency"]
-        out += [(f"speedup_c{c}", f"{row['ratio']:.4f}"), (f"speedup_c{c}_ci", f"[{row.get('ci_low')}, {row.get('ci_high')}]"),
-                (f"speed_c{c}", row["verdict"]), (f"output_tok_s_c{c}_baseline", f"{row['baseline']['median']:.1f}"),
-                (f"output_tok_s_c{c}_candidate", f"{row['candidate']['median']:.1f}")]
+    for row in speed.levels:
+        c = row.concurrency
+        out += [(f"speedup_c{c}", f"{row.ratio:.4f}"), (f"speedup_c{c}_ci", f"[{row.ci_low}, {row.ci_high}]"),
+                (f"speed_c{c}", row.verdict), (f"output_tok_s_c{c}_baseline", f"{row.baseline.median:.1f}"),
+                (f"output_tok_s_c{c}_candidate", f"{row.candidate.median:.1f}")]
     return out
 
 
-def _speed_junit(root: ET.Element, doc: dict[str, Any], totals: dict[str, int], cand: str) -> None:
+def _speed_junit(root: ET.Element, doc: Verdict, totals: dict[str, int], cand: str) -> None:
     """A ``evalgate.speed`` test suite with one case: a failure when a speed threshold BLOCKed."""
     from evalgate.speed import headline
 
-    speed = doc["speed"]
+    speed = doc.speed
     ts = ET.SubElement(root, "testsuite", name="evalgate.speed", tests="1", errors="0", skipped="0", time="0")
     props = ET.SubElement(ts, "properties")
     for k, v in speed_properties(speed):
         ET.SubElement(props, "property", name=k, value=str(v))
     case = ET.SubElement(ts, "testcase", classname=f"evalgate.{cand}.speed", name="throughput", time="0")
-    line = headline(speed)
-    missed = [r for r in doc.get("reasons", []) if r.startswith("speed: ")]
-    failed = speed.get("status") != "measured"
+    line = headline(speed.model_dump(exclude_unset=True))
+    missed = [r for r in doc.reasons if r.startswith("speed: ")]
+    failed = speed.status != "measured"
     if failed:
         ET.SubElement(case, "error", type="speed", message=line).text = line
     elif missed:
@@ -221,11 +151,11 @@ def _speed_junit(root: ET.Element, doc: dict[str, Any], totals: dict[str, int], 
     totals["errors"] += int(failed)
 
 
-def _failure_text(t: dict[str, Any]) -> str:
-    lines = [t.get("reason", ""), f"metric: {t.get('metric')}, baseline {pts(t['baseline'], signed=False)}, "
-             f"candidate {pts(t['candidate'], signed=False)}, margin {pts(t['margin'], signed=False)} pts "
-             f"({t.get('margin_source', '')})"]
-    reg = [f["item_id"] for f in t.get("flipped", []) if f["kind"] == "regressed"]
+def _failure_text(t: TaskVerdict) -> str:
+    lines = [t.reason, f"metric: {t.metric or None}, baseline {pts(t.baseline, signed=False)}, "
+             f"candidate {pts(t.candidate, signed=False)}, margin {pts(t.margin, signed=False)} pts "
+             f"({t.margin_source})"]
+    reg = [f.item_id for f in t.flipped if f.kind == "regressed"]
     if reg:
         more = f" (+{len(reg) - _MAX_ITEM_IDS} more)" if len(reg) > _MAX_ITEM_IDS else ""
         lines.append("regressed items: " + ", ".join(map(str, reg[:_MAX_ITEM_IDS])) + more)
@@ -253,65 +183,74 @@ def _md(text: Any) -> str:
     return s.replace("|", "\\|").replace("`", "\\`").replace("\n", " ")
 
 
-def render_markdown(doc: dict[str, Any], report_link: str = HTML_NAME) -> str:
-    """A Markdown summary of ``doc``: verdict and why, per-task table, effective config diff, regressed items."""
-    m = doc.get("manifest", {})
-    cand, base = m.get("candidate", {}).get("name", "candidate"), m.get("baseline", {}).get("name", "baseline")
-    v = doc["verdict"]
-    limit = m.get("limit")
-    out = [f"## {_ICON.get(v, chr(0x26a0))} evalgate {v}: {_md(cand)} vs {_md(base)}", "",
-           f"Model {_md(m.get('model', '?'))}, {limit if limit else 'all'} items per task. "
-           f"Full diff report: `{_md(report_link)}` (in the job's artifacts).", ""]
-    out += [f"- {_md(r)}" for r in doc.get("reasons", [])]
-    out += ["", "| suite / task | n | baseline | candidate | \u0394 (pts) | CI | MDE | margin | regressed / improved "
-            "| verdict |", "|---|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
-    for t in doc["tasks"]:
-        ci = f"{100 * t.get('ci_level', 0.9):.0f}% [{pts(t['ci_low'])}, {pts(t['ci_high'])}]"
-        mde = pts(t.get("mde"), signed=False)
-        need = items_needed_short(t) if v != "NO-OP" else None
-        mde += f"; {need}" if need else ""
-        label, _ = shown_verdict(doc, t)
-        shown = f"**{_md(label)}**" + ("" if label == t["verdict"] else f" (not gated; statistics: {_md(t['verdict'])})")
-        out.append(f"| {_md(t['suite'])} / {_md(t['task'])} | {t['n']} | {pts(t['baseline'], signed=False)} | "
-                   f"{pts(t['candidate'], signed=False)} | {pts(t['delta'])} | {ci} | {mde} | "
-                   f"{pts(t['margin'], signed=False)} | {t.get('n_regressed', 0)} / {t.get('n_improved', 0)} | "
-                   f"{shown} |")
-    if v == "NO-OP":
+def _md_task_row(doc: Verdict, t: TaskVerdict) -> str:
+    """One row of the Markdown per-task table."""
+    ci = f"{100 * (0.9 if t.ci_level is None else t.ci_level):.0f}% [{pts(t.ci_low)}, {pts(t.ci_high)}]"
+    mde = pts(t.mde, signed=False)
+    need = items_needed_short(t) if doc.verdict != "NO-OP" else None
+    mde += f"; {need}" if need else ""
+    label, _ = shown_verdict(doc, t)
+    shown = f"**{_md(label)}**" + ("" if label == t.verdict else f" (not gated; statistics: {_md(t.verdict)})")
+    return (f"| {_md(t.suite)} / {_md(t.task)} | {t.n} | {pts(t.baseline, signed=False)} | "
+            f"{pts(t.candidate, signed=False)} | {pts(t.delta)} | {ci} | {mde} | "
+            f"{pts(t.margin, signed=False)} | {t.n_regressed} / {t.n_improved} | {shown} |")
+
+
+def _md_tail(doc: Verdict) -> list[str]:
+    """The Markdown after the table: notes, speculative decoding, speed, effective config diff, regressed items."""
+    out: list[str] = []
+    if doc.verdict == "NO-OP":
         out += ["", f"_{_md(NO_OP_NOTE)}._"]
     if floor_note(doc):
         out += ["", f"_{_md(FLOOR_NOTE)}._"]
     if spec_decode_line(doc):
         out += ["", _md(spec_decode_line(doc))]
-    if doc.get("speed"):
-        out += ["", *speed_markdown(doc["speed"])]
-    diff = doc.get("effective_diff") or []
+    if doc.speed is not None:
+        out += ["", *speed_markdown(doc.speed)]
     out += ["", "**Effective engine config** (as the engine applied it), baseline \u2192 candidate:"]
-    out += [f"- {_md(r['key'])}: {_md(r['baseline'])} \u2192 {_md(r['candidate'])}" for r in diff] or \
+    out += [f"- {_md(r.key)}: {_md(r.baseline)} \u2192 {_md(r.candidate)}" for r in doc.effective_diff] or \
         ["- no difference: the engine applied the same configuration to both sides"]
-    regressed = [(t["task"], f["item_id"]) for t in doc["tasks"] for f in t.get("flipped", [])
-                 if f["kind"] == "regressed"]
+    regressed = [(t.task, f.item_id) for t in doc.tasks for f in t.flipped if f.kind == "regressed"]
     if regressed:
         shown = ", ".join(f"{_md(task)} #{i}" for task, i in regressed[:_MAX_ITEM_IDS])
         more = f" and {len(regressed) - _MAX_ITEM_IDS} more" if len(regressed) > _MAX_ITEM_IDS else ""
         out += ["", f"**Regressed items** ({len(regressed)}): {shown}{more}."]
-    return "\n".join(out) + "\n"
+    return out
 
 
-def speed_markdown(speed: dict[str, Any]) -> list[str]:
+def render_markdown(doc: Doc, report_link: str = HTML_NAME) -> str:
+    """A Markdown summary of the verdict: verdict and why, per-task table, effective config diff, regressed items."""
+    doc = as_verdict(doc)
+    m = doc.manifest
+    cand, base = _names(doc)
+    limit = m.get("limit")
+    out = [f"## {_ICON.get(doc.verdict, chr(0x26a0))} evalgate {doc.verdict}: {_md(cand)} vs {_md(base)}", "",
+           f"Model {_md(m.get('model', '?'))}, {limit if limit else 'all'} items per task. "
+           f"Full diff report: `{_md(report_link)}` (in the job's artifacts).", ""]
+    out += [f"- {_md(r)}" for r in doc.reasons]
+    out += ["", "| suite / task | n | baseline | candidate | \u0394 (pts) | CI | MDE | margin | regressed / improved "
+            "| verdict |", "|---|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
+    out += [_md_task_row(doc, t) for t in doc.tasks]
+    return "\n".join(out + _md_tail(doc)) + "\n"
+
+
+def speed_markdown(speed: SpeedBlock) -> list[str]:
     """Markdown lines of the speed block: a table of speed-up per concurrency level with its interval."""
-    if speed.get("status") != "measured":
-        return [f"**Speed**: not measured: {_md(speed.get('error'))}"]
-    p = speed.get("profile", {})
+    if speed.status != "measured":
+        return [f"**Speed**: not measured: {_md(speed.error)}"]
+    p = speed.profile
+    device = speed.sides.get("candidate", {}).get("device", "?")
     out = [f"**Speed** ({p.get('input_len')} in / {p.get('output_len')} out tokens, {p.get('repeats')} interleaved "
-           f"repeats per side, {_md(p.get('mode'))}, {_md(speed.get('sides', {}).get('candidate', {}).get('device', '?'))}):",
+           f"repeats per side, {_md(p.get('mode'))}, {_md(device)}):",
            "", "| concurrency | baseline output tok/s | candidate output tok/s | speed-up | interval | CV base / cand | |",
            "|--:|--:|--:|--:|--:|--:|---|"]
-    for r in speed.get("levels", []):
-        lo, hi = r.get("ci_low"), r.get("ci_high")
-        ci = f"{100 * r.get('level', 0.95):.0f}% [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "n/a"
-        cv = "/".join("n/a" if r[s].get("cv") is None else f"{100 * r[s]['cv']:.1f}%" for s in ("baseline", "candidate"))
-        out.append(f"| {r['concurrency']} | {r['baseline']['median']:,.0f} | {r['candidate']['median']:,.0f} | "
-                   f"\u00d7{r['ratio']:.2f} | {ci} | {cv} | {_md(r['verdict'])} |")
+    for r in speed.levels:
+        lo, hi = r.ci_low, r.ci_high
+        level = 0.95 if r.level is None else r.level
+        ci = f"{100 * level:.0f}% [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "n/a"
+        cv = "/".join("n/a" if side.cv is None else f"{100 * side.cv:.1f}%" for side in (r.baseline, r.candidate))
+        out.append(f"| {r.concurrency} | {r.baseline.median:,.0f} | {r.candidate.median:,.0f} | "
+                   f"\u00d7{r.ratio:.2f} | {ci} | {cv} | {_md(r.verdict)} |")
     return out
 
 
@@ -321,14 +260,13 @@ def render_error_markdown(message: str, exit_code: int, name: str = "run") -> st
             f"{_md(message)}\n\nNo verdict: the check fails.\n")
 
 
-def write_outputs(doc: dict[str, Any], out_dir: Path) -> dict[str, Path]:
-    """Write ``report.html``, ``verdict.junit.xml`` and ``summary.md`` for ``doc`` into ``out_dir``.
+def write_outputs(doc: Doc, out_dir: Path) -> dict[str, Path]:
+    """Write ``report.html``, ``verdict.junit.xml`` and ``summary.md`` for the verdict into ``out_dir``.
 
     Returns:
         ``{"html": path, "junit": path, "markdown": path}``.
     """
-    from evalgate.report import render_html
-
+    doc = as_verdict(doc)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"html": out_dir / HTML_NAME, "junit": out_dir / JUNIT_NAME, "markdown": out_dir / MARKDOWN_NAME}
     paths["html"].write_text(render_html(doc), encoding="utf-8")

@@ -8,27 +8,26 @@ the tick at its left end is the one-sided lower bound the gate uses, the dot is 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from markupsafe import Markup
 
-from evalgate.outputs import pts
+from evalgate.fmt import finite as _finite
+from evalgate.fmt import pts, ratio as _r
+from evalgate.verdict import TaskVerdict, Verdict, as_task, as_verdict
 
 WIDTH, LABEL_W, RIGHT_W, ROW_H, TOP, BOTTOM = 1160, 250, 330, 30, 26, 30
 _COLOUR = {"PASS": "#1a7f37", "BLOCK": "#cf222e", "INCONCLUSIVE": "#9a6700"}
 
 
-def _finite(x: Any) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
-
-
-def _extent(tasks: list[dict[str, Any]]) -> tuple[float, float]:
+def _extent(tasks: list[TaskVerdict]) -> tuple[float, float]:
     """The x range in points: every interval and every −margin fits, zero is inside, with 10 % air."""
     values = [0.0]
     for t in tasks:
-        values += [v for v in (_finite(t.get(k)) for k in ("ci_low", "ci_high", "delta")) if v is not None]
-        if (m := _finite(t.get("margin"))) is not None:
+        values += [v for v in (_finite(x) for x in (t.ci_low, t.ci_high, t.delta)) if v is not None]
+        if (m := _finite(t.margin)) is not None:
             values += [-m, m / 2]
     lo, hi = min(values), max(values)
     pad = max(hi - lo, 1.0) * 0.1
@@ -45,9 +44,43 @@ def _ticks(lo: float, hi: float) -> tuple[list[float], int]:
     return [round(first + i * step, 10) for i in range(int((hi - first) / step + 1e-9) + 1)], decimals
 
 
-def delta_plot(doc: dict[str, Any]) -> Markup:
-    """The SVG (as safe markup) for the document's tasks; an empty string when there are none."""
-    tasks = doc.get("tasks", [])
+def _delta_row(t: TaskVerdict, y: float, x: Any, gated: bool) -> list[str]:
+    """SVG elements of one task's row of the forest plot: red zone below −margin, interval, lower-bound tick, Δ."""
+    x0, x1 = LABEL_W, WIDTH - RIGHT_W
+    mid = y + ROW_H / 2
+    parts = []
+    margin = _finite(t.margin)
+    if margin is not None:
+        parts.append(f'<rect x="{x0}" y="{y + 3}" width="{max(x(-margin) - x0, 0)}" height="{ROW_H - 6}" '
+                     f'fill="#ffebe9"><title>{escape(t.task)}: \u2212margin = {pts(-margin)} pts</title></rect>')
+        parts.append(f'<line x1="{x(-margin)}" x2="{x(-margin)}" y1="{y + 3}" y2="{y + ROW_H - 3}" '
+                     f'stroke="#cf222e" stroke-dasharray="3 2"/>')
+    # Under NO-OP no task is gated: grey, and the statistical outcome is named as such.
+    colour = _COLOUR.get(t.verdict, "#6e7781") if gated else "#6e7781"
+    shown = t.verdict if gated else f"NO-OP, not gated (statistics: {t.verdict})"
+    lo_ci, hi_ci, d = _finite(t.ci_low), _finite(t.ci_high), _finite(t.delta)
+    tip = escape(f"{t.suite}/{t.task}: {shown}: \u0394 {pts(d)} pts, CI [{pts(lo_ci)}, "
+                 f"{pts(hi_ci)}], margin {pts(margin, signed=False)} pts")
+    parts.append(f"<g><title>{tip}</title>")
+    if lo_ci is not None and hi_ci is not None:
+        parts.append(f'<line x1="{x(lo_ci)}" x2="{x(hi_ci)}" y1="{mid}" y2="{mid}" stroke="{colour}" '
+                     f'stroke-width="3"/>')
+        parts.append(f'<line x1="{x(lo_ci)}" x2="{x(lo_ci)}" y1="{mid - 7}" y2="{mid + 7}" stroke="{colour}" '
+                     f'stroke-width="2"/>')
+    if d is not None:
+        parts.append(f'<circle cx="{x(d)}" cy="{mid}" r="4.5" fill="{colour}"/>')
+    parts.append("</g>")
+    parts.append(f'<text x="{x0 - 8}" y="{mid + 4}" text-anchor="end">{escape(f"{t.suite} / {t.task}")}</text>')
+    right = escape(f"{t.verdict if gated else 'not gated'}  \u0394 {pts(d)} [{pts(lo_ci)}, {pts(hi_ci)}]  margin "
+                   f"{pts(margin, signed=False)}")
+    parts.append(f'<text x="{x1 + 8}" y="{mid + 4}" fill={quoteattr(colour)}>{right}</text>')
+    return parts
+
+
+def delta_plot(doc: Verdict | Mapping[str, Any]) -> Markup:
+    """The forest plot (SVG, as safe markup) of the verdict's tasks; an empty string when there are none."""
+    doc = as_verdict(doc)
+    tasks = doc.tasks
     if not tasks:
         return Markup("")
     lo, hi = _extent(tasks)
@@ -64,35 +97,7 @@ def delta_plot(doc: dict[str, Any]) -> Markup:
              f'<text x="{x0}" y="14" fill="#57606a">\u0394 candidate \u2212 baseline (points); red zone: below '
              f"\u2212margin; bar: CI; tick: one-sided lower bound</text>"]
     for i, t in enumerate(tasks):
-        y = TOP + i * ROW_H
-        mid = y + ROW_H / 2
-        margin = _finite(t.get("margin"))
-        if margin is not None:
-            parts.append(f'<rect x="{x0}" y="{y + 3}" width="{max(x(-margin) - x0, 0)}" height="{ROW_H - 6}" '
-                         f'fill="#ffebe9"><title>{escape(t["task"])}: \u2212margin = {pts(-margin)} pts</title></rect>')
-            parts.append(f'<line x1="{x(-margin)}" x2="{x(-margin)}" y1="{y + 3}" y2="{y + ROW_H - 3}" '
-                         f'stroke="#cf222e" stroke-dasharray="3 2"/>')
-        # Under NO-OP no task is gated: grey, and the statistical outcome is named as such.
-        gated = doc.get("verdict") != "NO-OP"
-        colour = _COLOUR.get(t.get("verdict"), "#6e7781") if gated else "#6e7781"
-        shown = t.get("verdict") if gated else f"NO-OP, not gated (statistics: {t.get('verdict')})"
-        lo_ci, hi_ci, d = _finite(t.get("ci_low")), _finite(t.get("ci_high")), _finite(t.get("delta"))
-        tip = escape(f"{t['suite']}/{t['task']}: {shown}: \u0394 {pts(d)} pts, CI [{pts(lo_ci)}, "
-                     f"{pts(hi_ci)}], margin {pts(margin, signed=False)} pts")
-        parts.append(f"<g><title>{tip}</title>")
-        if lo_ci is not None and hi_ci is not None:
-            parts.append(f'<line x1="{x(lo_ci)}" x2="{x(hi_ci)}" y1="{mid}" y2="{mid}" stroke="{colour}" '
-                         f'stroke-width="3"/>')
-            parts.append(f'<line x1="{x(lo_ci)}" x2="{x(lo_ci)}" y1="{mid - 7}" y2="{mid + 7}" stroke="{colour}" '
-                         f'stroke-width="2"/>')
-        if d is not None:
-            parts.append(f'<circle cx="{x(d)}" cy="{mid}" r="4.5" fill="{colour}"/>')
-        parts.append("</g>")
-        label = escape(f"{t['suite']} / {t['task']}")
-        parts.append(f'<text x="{x0 - 8}" y="{mid + 4}" text-anchor="end">{label}</text>')
-        right = escape(f"{t.get('verdict') if gated else 'not gated'}  \u0394 {pts(d)} [{pts(lo_ci)}, {pts(hi_ci)}]  margin "
-                       f"{pts(margin, signed=False)}")
-        parts.append(f'<text x="{x1 + 8}" y="{mid + 4}" fill={quoteattr(colour)}>{right}</text>')
+        parts += _delta_row(t, TOP + i * ROW_H, x, doc.verdict != "NO-OP")
     axis_y = TOP + ROW_H * len(tasks)
     parts.append(f'<line x1="{x0}" x2="{x1}" y1="{axis_y}" y2="{axis_y}" stroke="#8c959f"/>')
     parts.append(f'<line x1="{x(0)}" x2="{x(0)}" y1="{TOP}" y2="{axis_y}" stroke="#57606a"/>')
@@ -109,19 +114,22 @@ CURVE_W, CURVE_H, CURVE_PAD_L, CURVE_PAD_B = 560, 150, 64, 28
 _KL_FLOOR = 1e-8  # nats: drawn at the bottom of the log axis (identical distributions give 0)
 
 
-def kl_curve(task: dict[str, Any]) -> Markup:
+def kl_curve(task: TaskVerdict | Mapping[str, Any]) -> Markup:
     """An inline SVG of one task's decode-time KL against output position (state errors grow with length).
 
-    Reads ``task["evidence"]["decode"]``: ``kl_by_position`` (mean KL in nats over the items compared at each
+    Reads ``task.evidence.decode`` (``verdict.DecodeSummary``): ``kl_by_position`` (mean KL in nats over the items compared at each
     token position) and ``items_by_position`` (how many items that mean covers: items leave the curve when their
     outputs diverge or end). The y axis is log10 KL from 1e-8 (zero is drawn there) to the largest value.
     Returns an empty string when the task has no decode evidence.
     """
-    decode = (task.get("evidence") or {}).get("decode") or {}
-    values = [v for v in decode.get("kl_by_position") or [] if _finite(v) is not None]
+    task = as_task(task)
+    decode = task.evidence.decode if task.evidence is not None else None
+    if decode is None:
+        return Markup("")
+    values = [v for v in decode.kl_by_position if _finite(v) is not None]
     if not values:
         return Markup("")
-    counts = decode.get("items_by_position") or []
+    counts = decode.items_by_position
     top = max(0.0, math.ceil(math.log10(max(max(values), _KL_FLOOR))))
     bottom = math.log10(_KL_FLOOR)
     x0, x1, y0, y1 = CURVE_PAD_L, CURVE_W - 10, CURVE_H - CURVE_PAD_B, 18
@@ -134,7 +142,7 @@ def kl_curve(task: dict[str, Any]) -> Markup:
         lv = math.log10(max(v, _KL_FLOOR))
         return round(y0 - (lv - bottom) / (top - bottom) * (y0 - y1), 1)
 
-    label = escape(f"{task.get('suite')} / {task.get('task')}")
+    label = escape(f"{task.suite} / {task.task}")
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="plot" role="img" width="{CURVE_W}" height="{CURVE_H}" '
              f'viewBox="0 0 {CURVE_W} {CURVE_H}" font-family="system-ui, sans-serif" font-size="11">',
              f"<title>{label}: decode-time KL(baseline \u2016 candidate) by output token position</title>",
@@ -272,11 +280,6 @@ def sweep_plot(rows: list[dict[str, Any]], *, title: str = "speed-up by concurre
         parts.append(f'<text x="{x1 + 10}" y="{y1 + 14 * k + 10}" fill="{colour}">{escape(name)}</text>')
     parts.append("</svg>")
     return Markup("".join(parts))
-
-
-def _r(v: Any) -> str:
-    f = _finite(v)
-    return "n/a" if f is None else f"{f:.2f}"
 
 
 def _ratio_ticks(lo: float, hi: float) -> list[float]:

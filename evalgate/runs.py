@@ -14,26 +14,45 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from evalgate.errors import StoreError
 from evalgate.outputs import write_outputs
 from evalgate.store import read_json, tasks_from_json, write_json_atomic
+from evalgate.verdict import Verdict
 
 
-def rerender(run_dir: Path, out_dir: Path | None = None) -> tuple[dict[str, Any], dict[str, Path]]:
+def rerender(run_dir: Path, out_dir: Path | None = None) -> tuple[Verdict, dict[str, Path]]:
     """Render ``report.html``, ``verdict.junit.xml`` and ``summary.md`` again from ``run_dir/verdict.json``.
 
     Args:
         run_dir: a run directory (from ``evalgate run`` or ``evalgate compare``).
         out_dir: where to write (default: ``run_dir``).
     Returns:
-        The verdict document and the written paths.
+        The verdict (read back into ``verdict.Verdict``) and the written paths.
     Raises:
         StoreError: ``verdict.json`` is missing, unreadable or not a verdict document.
     """
-    doc = read_json(run_dir / "verdict.json", "verdict")
+    verdict = read_verdict(run_dir / "verdict.json")
+    return verdict, write_outputs(verdict, out_dir or run_dir)
+
+
+def read_verdict(path: Path) -> Verdict:
+    """``verdict.json`` at ``path`` as a :class:`verdict.Verdict`.
+
+    Raises:
+        StoreError: the file is missing or unreadable, lacks ``verdict``/``tasks``/``manifest``, or a field has
+            the wrong type (the message names the file and the dotted field).
+    """
+    doc = read_json(path, "verdict")
     if not isinstance(doc, dict) or not {"verdict", "tasks", "manifest"} <= doc.keys():
-        raise StoreError(f"{run_dir / 'verdict.json'}: not an evalgate verdict document")
-    return doc, write_outputs(doc, out_dir or run_dir)
+        raise StoreError(f"{path}: not an evalgate verdict document")
+    try:
+        return Verdict.model_validate(doc)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        raise StoreError(f"{path}: not an evalgate verdict document: {field}: {first['msg']}") from None
 
 
 def _side(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -73,6 +92,32 @@ def _without_evidence(tasks: dict[str, Any]) -> dict[str, Any]:
                                                     for i in t.items)) for name, t in tasks.items()}
 
 
+def _compare_manifest(run_a: Path, run_b: Path, man_a: dict[str, Any], man_b: dict[str, Any], res_a: dict[str, Any],
+                      res_b: dict[str, Any], thresholds_path: Path, seconds: float) -> dict[str, Any]:
+    """The manifest of a comparison: both runs' metadata merged (``a → b`` where they differ), run A's candidate as
+    the baseline side, run B's as the candidate side."""
+    hashes_b = _suite_hashes(man_b)
+    eff_a, eff_b = res_a.get("effective", {}), res_b.get("effective", {})
+    cand_a, cand_b = man_a.get("candidate", {}), man_b.get("candidate", {})
+    vers_a, vers_b = man_a.get("versions", {}), man_b.get("versions", {})
+    manifest = {
+        "created": dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ"),
+        "model": _merged(man_a.get("model"), man_b.get("model")),
+        "limit": _merged(man_a.get("limit"), man_b.get("limit")),
+        "versions": {k: _merged(vers_a.get(k, "absent"), vers_b.get(k, "absent")) for k in sorted(vers_a | vers_b)},
+        "thresholds": str(thresholds_path),
+        "timings": {"compare": seconds},
+        "suites": [s for s in man_a.get("suites", []) if s["name"] in hashes_b],
+        "compared_runs": {"baseline": str(run_a), "candidate": str(run_b),
+                          "rule": "baseline side = run A's candidate, candidate side = run B's candidate"},
+        "baseline": {"name": res_a.get("config", "A"), "requested": {}, **cand_a, "effective": eff_a,
+                     "run_dir": str(run_a)},
+        "candidate": {"name": res_b.get("config", "B"), "requested": {}, **cand_b, "effective": eff_b,
+                      "run_dir": str(run_b)},
+    }
+    return manifest
+
+
 def compare_runs(run_a: Path, run_b: Path, thresholds_path: Path, out_dir: Path) -> dict[str, Any]:
     """Gate run B's candidate against run A's candidate and write a run directory for the comparison.
 
@@ -83,14 +128,14 @@ def compare_runs(run_a: Path, run_b: Path, thresholds_path: Path, out_dir: Path)
         out_dir: receives ``baseline.json``, ``candidate.json``, ``manifest.json``, ``verdict.json`` and the
             rendered outputs, so ``evalgate report`` works on it too.
     Returns:
-        The verdict document.
+        The verdict document (``Verdict.to_dict()``, as written to ``verdict.json``).
     Raises:
         StoreError: a run is missing or malformed, or the runs are not comparable (different tasks, items
             or suite contents).
     """
     from evalgate.compare import compare_tasks
+    from evalgate.document import build_verdict
     from evalgate.gate import decide
-    from evalgate.report import gate_document
     from evalgate.thresholds import load_thresholds
 
     t0 = time.monotonic()
@@ -113,28 +158,13 @@ def compare_runs(run_a: Path, run_b: Path, thresholds_path: Path, out_dir: Path)
     decision = decide([(c.suite, c.task, c.comparison) for c in comparisons], thresholds,
                       baseline_effective=eff_a, candidate_effective=eff_b, config=config, expect=expect,
                       outputs={c.task: c.agreement(thresholds.near_tie_logprob) for c in comparisons})
-    cand_a, cand_b = man_a.get("candidate", {}), man_b.get("candidate", {})
-    vers_a, vers_b = man_a.get("versions", {}), man_b.get("versions", {})
-    manifest = {
-        "created": dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ"),
-        "model": _merged(man_a.get("model"), man_b.get("model")),
-        "limit": _merged(man_a.get("limit"), man_b.get("limit")),
-        "versions": {k: _merged(vers_a.get(k, "absent"), vers_b.get(k, "absent")) for k in sorted(vers_a | vers_b)},
-        "thresholds": str(thresholds.path),
-        "timings": {"compare": time.monotonic() - t0},
-        "suites": [s for s in man_a.get("suites", []) if s["name"] in hashes_b],
-        "compared_runs": {"baseline": str(run_a), "candidate": str(run_b),
-                          "rule": "baseline side = run A's candidate, candidate side = run B's candidate"},
-        "baseline": {"name": res_a.get("config", "A"), "requested": {}, **cand_a, "effective": eff_a,
-                     "run_dir": str(run_a)},
-        "candidate": {"name": res_b.get("config", "B"), "requested": {}, **cand_b, "effective": eff_b,
-                      "run_dir": str(run_b)},
-    }
-    doc = gate_document(decision, comparisons, manifest, spec_floors=thresholds.spec_floors_for(config),
-                        near_tie=thresholds.near_tie_logprob)
+    manifest = _compare_manifest(run_a, run_b, man_a, man_b, res_a, res_b, thresholds.path, time.monotonic() - t0)
+    verdict = build_verdict(decision, comparisons, manifest, spec_floors=thresholds.spec_floors_for(config),
+                            near_tie=thresholds.near_tie_logprob)
+    doc = verdict.to_dict()
     write_json_atomic(out_dir / "baseline.json", res_a)
     write_json_atomic(out_dir / "candidate.json", res_b)
     write_json_atomic(out_dir / "manifest.json", manifest)
     write_json_atomic(out_dir / "verdict.json", doc)
-    write_outputs(doc, out_dir)
+    write_outputs(verdict, out_dir)
     return doc

@@ -7,7 +7,7 @@ from typing import Any
 
 from evalgate.compare import compare_tasks
 from evalgate.gate import decide
-from evalgate.report import gate_document
+from evalgate.document import gate_document
 from evalgate.results import ItemResult, TaskResult
 from evalgate.store import tasks_to_json, write_json_atomic
 from evalgate.thresholds import Thresholds

@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 
 from evalgate.compare import compare_tasks
-from evalgate.evidence import POSITION_BUCKETS, position_buckets, position_metric, task_evidence
+from evalgate.document import task_evidence
+from evalgate.evidence import POSITION_BUCKETS, position_buckets, position_metric
 from evalgate.gate import decide
-from evalgate.report import gate_document, render_html
+from evalgate.document import gate_document
+from evalgate.report import render_html
 from evalgate.results import ItemResult, TaskResult
 from evalgate.thresholds import Thresholds
 

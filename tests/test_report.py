@@ -7,7 +7,8 @@ import pytest
 
 from evalgate.compare import compare_tasks
 from evalgate.gate import decide
-from evalgate.report import gate_document, render_html, render_terminal
+from evalgate.document import gate_document
+from evalgate.report import render_html, render_terminal
 from evalgate.results import ItemResult, TaskResult
 from evalgate.thresholds import Thresholds
 

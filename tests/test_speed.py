@@ -240,7 +240,7 @@ def _doc_with_speed(min_speedup: float | None = None, evil: bool = False) -> dic
 
     from evalgate.compare import compare_tasks
     from evalgate.gate import decide
-    from evalgate.report import gate_document
+    from evalgate.document import gate_document
     from evalgate.thresholds import SpeedFloors, Thresholds
 
     n = 40

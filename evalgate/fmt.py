@@ -1,0 +1,67 @@
+"""How every output writes numbers: points, signed deltas, intervals, p-values, ratios (pure).
+
+One place, so a reason in ``verdict.json``, the HTML report, the JUnit file, the Markdown summary, the terminal
+table and the SVG plots show the same value the same way: a real minus sign (U+2212), no sign on zero, and
+``n/a`` (or ``NaN`` in the gate's sentences) where a value is missing.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+MINUS = "\u2212"
+
+
+def num(x: float, decimals: int = 1, *, signed: bool = True) -> str:
+    """``x`` with ``decimals`` decimals, a real minus sign and ``+`` on positives (``signed``); zero has no sign;
+    ``NaN``, ``+inf`` and ``−inf`` for non-finite values (the gate's sentences)."""
+    if not math.isfinite(x):
+        return "NaN" if math.isnan(x) else (f"{MINUS}inf" if x < 0 else "+inf")
+    text = f"{x:.{decimals}f}"
+    if float(text) == 0.0:
+        return f"{0.0:.{decimals}f}"
+    if text.startswith("-"):
+        return MINUS + text[1:]
+    return ("+" + text) if signed else text
+
+
+def decimals_apart(a: float, b: float) -> int:
+    """Fewest decimals (1..15) at which ``a`` and ``b`` print differently, when they differ (1 when equal), so a
+    lower bound just below ``-margin`` never prints equal to it."""
+    for d in range(1, 16):
+        if a == b or f"{a:.{d}f}" != f"{b:.{d}f}":
+            return d
+    return 15
+
+
+def p_value(x: float) -> str:
+    """A p-value: two significant digits, scientific below 0.001, ``NaN`` when undefined."""
+    return "NaN" if math.isnan(x) else f"{x:.2g}" if x >= 0.001 else f"{x:.1e}"
+
+
+def pts(x: float | None, signed: bool = True) -> str:
+    """Points with one decimal and a real minus sign (zero unsigned); ``n/a`` for a missing or NaN value."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return num(float(x), 1, signed=signed)
+
+
+def interval(lo: float | None, hi: float | None) -> str:
+    """``[lo, hi]`` in points (``pts``)."""
+    return f"[{pts(lo)}, {pts(hi)}]"
+
+
+def ratio(x: Any) -> str:
+    """A speed-up ratio with two decimals, ``n/a`` when missing or not finite."""
+    return f"{float(x):.2f}" if isinstance(x, (int, float)) and math.isfinite(x) else "n/a"
+
+
+def finite(x: Any) -> float | None:
+    """``x`` as a float when it is a finite number, else None (missing values of a plot or a table)."""
+    return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+def json_number(x: float | None) -> float | None:
+    """``x``, or None for NaN or None: verdict.json writes an undefined statistic as ``null``."""
+    return None if x is None or math.isnan(x) else x

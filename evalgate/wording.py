@@ -1,0 +1,75 @@
+"""Sentences every renderer shows the same way about a verdict: NO-OP labels, items-needed figures, notes (pure).
+
+Read from the :class:`evalgate.verdict.Verdict` only; the HTML report, the Markdown summary, the JUnit file and
+the terminal table all call these, so a task reads the same everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from evalgate.verdict import TaskVerdict, Verdict, as_task, as_verdict
+
+Doc = Verdict | Mapping[str, Any]
+Task = TaskVerdict | Mapping[str, Any]
+
+NO_OP_NOTE = ("NO-OP: no task is gated, because the engine applied the same configuration to both sides; the per-task "
+              "statistics, and the outcome they alone would give, are shown for information only")
+
+FLOOR_NOTE = ("\u2265N (floor): no item changed in this run, so there is no discordance to extrapolate from; N is not "
+              "an estimate but the fewest items with which any run can be powered for the margin (the SE is never "
+              "below 100/N), enough only if (almost) no item changes")
+
+# How the candidate's spec-decode counts were obtained (the verdict's ``spec_decode_source``).
+SPEC_SOURCE_NOTE = {
+    "per_request": "summed from vLLM's per-request metrics",
+    "engine_counters": "engine-wide counters diffed per suite; per-request counts are unavailable on this vLLM",
+    "mixed": "per-request metrics for some suites, engine-wide counters for others",
+}
+
+
+def shown_verdict(doc: Doc, t: Task) -> tuple[str, str]:
+    """``(label, detail)`` for a task as reports show it.
+
+    Normally the task's verdict and its rule. Under a NO-OP run no task is gated: the label is ``NO-OP`` and the
+    detail says so and names the statistical outcome, e.g. ``("NO-OP", "not gated; statistics shown for information:
+    INCONCLUSIVE (power: MDE > margin)")``, so an under-powered task of a NO-OP run does not read as a problem.
+    """
+    doc, t = as_verdict(doc), as_task(t)
+    if doc.verdict != "NO-OP":
+        return t.verdict, t.rule
+    return "NO-OP", f"not gated; statistics shown for information: {t.verdict}" + (f" ({t.rule})" if t.rule else "")
+
+
+def items_needed_short(t: Task) -> str | None:
+    """``"needs ≈110 items"`` or ``"needs ≥125 items (floor)"`` for an under-powered INCONCLUSIVE task (MDE >
+    margin), else None: a BLOCK or PASS task is decided, whatever its MDE, so more items would not change it.
+    A ``(floor)`` figure is explained by :data:`FLOOR_NOTE`."""
+    t = as_task(t)
+    need, basis = t.items_needed_figure()
+    if t.verdict != "INCONCLUSIVE" or need is None or t.mde is None or not t.mde > t.margin:
+        return None
+    return f"needs \u2265{need} items (floor)" if basis == "floor" else f"needs \u2248{need} items"
+
+
+def floor_note(doc: Doc) -> str | None:
+    """:data:`FLOOR_NOTE` when some under-powered task of ``doc`` shows a ``(floor)`` items-needed figure, else None
+    (also under NO-OP, where no task is gated and reports show no items-needed figure)."""
+    doc = as_verdict(doc)
+    if doc.verdict == "NO-OP":
+        return None
+    return FLOOR_NOTE if any((items_needed_short(t) or "").endswith("(floor)") for t in doc.tasks) else None
+
+
+def spec_decode_line(doc: Doc) -> str | None:
+    """One sentence on the candidate's speculative decoding (acceptance and its source), None when it had none."""
+    doc = as_verdict(doc)
+    sd = doc.spec_decode.get("candidate")
+    if not sd:
+        return None
+    source = doc.spec_decode_source
+    note = SPEC_SOURCE_NOTE.get(source, f"source {source}") if source else "source not recorded"
+    return (f"Speculative decoding (candidate): {sd.drafts:.0f} drafts, {sd.draft_tokens:.0f} draft tokens, "
+            f"{sd.accepted_tokens:.0f} accepted; acceptance rate {100 * sd.acceptance_rate:.1f}%, mean "
+            f"acceptance length {sd.mean_acceptance_length:.2f} ({note}).")
