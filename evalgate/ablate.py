@@ -225,20 +225,21 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
         ConfigError (exit 2): bad input, an unknown switch, nothing to ablate, a profile the baseline cannot run.
         EngineError (exit 3): the baseline failed, or some variant failed (the others are kept and tabled).
     """
-    from evalgate import pipeline, runner
+    from evalgate import jobs, pipeline, runner
+    from evalgate.speedrun import check_profile, speed_profile
     from evalgate.model import evalgate_home
     from evalgate.speed import METHOD
-    from evalgate.store import ResultStore, write_json_atomic
+    from evalgate.store import ResultStore
 
     recipe, base, thresholds, suites, known = _load(config, configs_dir, suites_dir, thresholds_path, suite_names)
     variants = _select(plan_variants(base, recipe, known, _refusal), kind, only, recipe, base)
     stamp = pipeline.stamp_now()
     out = out or Path("runs") / f"ablate-{recipe.name.replace('/', '_')}-{stamp}"
     announce(out)
-    profile = pipeline.speed_profile(options, thresholds, recipe.name, default_on=True)
+    profile = speed_profile(options, thresholds, recipe.name, default_on=True)
     if profile is not None:
         limits = {"baseline": runner.check_engine_values(base, out / "logs" / "baseline-check.log", options.timeout)}
-        pipeline.check_profile(profile, {"baseline": base}, limits, thresholds)
+        check_profile(profile, {"baseline": base}, limits, thresholds)
     base_worker, base_run = runner.start_config(base, suites, limit=options.limit,
                                                 store=ResultStore(evalgate_home() / "store"),
                                                 log_path=out / "logs" / "baseline.log", timeout_s=options.timeout,
@@ -248,7 +249,7 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
         docs, failed, refused = {}, {}, {}
         for v in variants:
             if not (v.skipped or v.config.name in docs or v.config.name in failed or v.config.name in refused):
-                _gate_variant(v, pipeline.VariantJob(
+                _gate_variant(v, jobs.VariantJob(
                     variant=v.config, baseline=(base_worker, base_run), thresholds=thresholds, suites=suites,
                     options=options, profile=profile, stamp=stamp,
                     gate_name=v.config.name if v.config.name in known else recipe.name,
@@ -259,21 +260,29 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
         raise
     base_worker.close()
     variants = [dataclasses.replace(v, skipped=v.skipped or refused.get(v.config.name, "")) for v in variants]
-    rows = ablation_rows(variants, docs)
-    for r in rows:
-        if r["config"] in failed and not r.get("verdict"):
-            r["skipped"] = f"failed: {failed[r['config']]}"
     meta = {"recipe": recipe.name, "baseline": base.name, "model": recipe.model, "limit": options.limit,
             "profile": None if profile is None else profile.as_dict(), "device": info.get("device", "?"),
             "isa": info.get("isa", []), "method": METHOD, "versions": info.get("versions", {}), "created": stamp}
-    write_json_atomic(out / "ablation.json", {"meta": meta, "rows": rows})
-    (out / "ablation.html").write_text(render_html(rows, meta), encoding="utf-8")
-    print(render_table(rows))
-    print(f"report: {out / 'ablation.html'}")
+    _write_report(out, variants, docs, failed, meta)
     if failed:
         raise EngineError(f"{len(failed)} variant(s) failed (the others are in {out / 'ablation.html'}): "
                           + "; ".join(f"{k}: {v}" for k, v in failed.items()))
     return out
+
+
+def _write_report(out: Path, variants: list[Variant], docs: dict[str, Any], failed: dict[str, str],
+                  meta: dict[str, Any]) -> None:
+    """``ablation.json``, ``ablation.html`` and the table on stdout; a failed variant's row says why."""
+    from evalgate.store import write_json_atomic
+
+    rows = ablation_rows(variants, docs)
+    for r in rows:
+        if r["config"] in failed and not r.get("verdict"):
+            r["skipped"] = f"failed: {failed[r['config']]}"
+    write_json_atomic(out / "ablation.json", {"meta": meta, "rows": rows})
+    (out / "ablation.html").write_text(render_html(rows, meta), encoding="utf-8")
+    print(render_table(rows))
+    print(f"report: {out / 'ablation.html'}")
 
 
 def _slug(name: str) -> str:

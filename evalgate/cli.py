@@ -59,7 +59,8 @@ def _error_outputs(cmd):  # type: ignore[no-untyped-def]
 def cmd_run(args: argparse.Namespace) -> int:
     """Gate a candidate config against its baseline; write the run directory; exit with the verdict."""
     from evalgate.options import RunOptions
-    from evalgate.pipeline import EngineJob, gate
+    from evalgate.jobs import EngineJob
+    from evalgate.pipeline import gate
     from evalgate.report import render_terminal
 
     job = EngineJob(config=args.config, configs_dir=Path(args.configs_dir), suites_dir=_suites_dir(args),
@@ -100,7 +101,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 @_error_outputs
 def cmd_compare(args: argparse.Namespace) -> int:
     """Gate RUN_B's candidate against RUN_A's candidate (stored runs); exit with the verdict."""
-    from evalgate.pipeline import StoredJob, gate, stamp_now
+    from evalgate.jobs import StoredJob
+    from evalgate.pipeline import gate, stamp_now
     from evalgate.report import render_terminal
 
     a, b = Path(args.run_a), Path(args.run_b)

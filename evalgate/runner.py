@@ -19,20 +19,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evalgate.config import EngineConfig
-from evalgate.engine.protocol import CONFIG_ERROR_EXIT, CONFIG_ERROR_TAG, JOURNAL_FORMAT, LIMITS_TAG, LOGPROBS_K, versions
+from evalgate.engine.protocol import JOURNAL_FORMAT, LIMITS_TAG, LOGPROBS_K, versions
 from evalgate.engine.readback import READBACK_VERSION
-from evalgate.errors import ConfigError, EngineError
+from evalgate.errors import EngineError
 from evalgate.model import model_fingerprint, resolve_model
 from evalgate.options import LOGPROB_ITEMS
+from evalgate.procs import exit_error, kill_group, spawn, tail
 from evalgate.results import TaskResult
-from evalgate.store import ResultStore, content_key, tasks_from_json, write_json_atomic
+from evalgate.store import ResultStore, content_key, tasks_from_json
 
 if TYPE_CHECKING:
     from evalgate.suites import Suite
 
 __all__ = ["ConfigRun", "SpeedError", "Worker", "check_engine_values", "evaluate_config", "start_config", "versions",
            "with_requested_runtime"]
-LOG_TAIL_LINES = 8
 MIXED_SOURCES = "mixed"  # suites of one run whose evidence came from different sources
 
 
@@ -209,36 +209,18 @@ def _run_worker(spec: dict[str, Any], cfg: EngineConfig, log_path: Path, timeout
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w", encoding="utf-8") as log:
-        proc = _spawn(spec, cfg, log_path, log)
+        proc = spawn(spec, cfg, log_path, log)
         try:
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            kill_group(proc)
             raise EngineError(f"engine for {cfg.name} timed out after {timeout_s:.0f} s; "
-                              f"last log lines: {_tail(log_path)} (log: {log_path})") from None
+                              f"last log lines: {tail(log_path)} (log: {log_path})") from None
         except KeyboardInterrupt:
-            _kill_group(proc)
+            kill_group(proc)
             raise
     if rc != 0:
-        raise _exit_error(rc, cfg, log_path)
-
-
-def _spawn(spec: dict[str, Any], cfg: EngineConfig, log_path: Path, log: Any, **popen: Any) -> subprocess.Popen[Any]:
-    """Start ``python -m evalgate.runner SPEC`` (the spec written beside the log) in a session of its own, killed
-    when this process dies, with the config's environment; stdout and stderr to ``log``."""
-    spec_path = log_path.with_suffix(".spec.json")
-    write_json_atomic(spec_path, spec)
-    return subprocess.Popen([sys.executable, "-m", "evalgate.runner", str(spec_path)], stdout=log,
-                            stderr=subprocess.STDOUT, env={**os.environ, **cfg.env}, start_new_session=True,
-                            preexec_fn=_die_with_parent, **popen)
-
-
-def _exit_error(rc: int, cfg: EngineConfig, log_path: Path, doing: str = "") -> ConfigError | EngineError:
-    """The error a worker's non-zero exit code ``rc`` means (``doing``: what it was doing, for the message)."""
-    if rc == CONFIG_ERROR_EXIT:  # the worker's pre-flight (EngineArgs -> engine config, no model loaded) refused
-        return ConfigError(f"vLLM rejected a value: {_config_error(log_path)}", path=cfg.path, field="engine_args")
-    how = f"was killed by signal {-rc} ({_signal_hint(-rc)})" if rc < 0 else f"exited with code {rc}"
-    return EngineError(f"engine for {cfg.name} {how}{doing}; last log lines: {_tail(log_path)} (log: {log_path})")
+        raise exit_error(rc, cfg, log_path)
 
 
 class SpeedError(EngineError):
@@ -261,7 +243,7 @@ class Worker:
         read_fd, write_fd = os.pipe()
         self._log = log_path.open("w", encoding="utf-8")
         try:
-            self.proc = _spawn({**spec, "reply_fd": write_fd}, cfg, log_path, self._log, stdin=subprocess.PIPE,
+            self.proc = spawn({**spec, "reply_fd": write_fd}, cfg, log_path, self._log, stdin=subprocess.PIPE,
                                text=True, encoding="utf-8", pass_fds=(write_fd,))
         finally:
             os.close(write_fd)
@@ -307,13 +289,13 @@ class Worker:
             try:
                 self.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
-                _kill_group(self.proc)
+                kill_group(self.proc)
         self._cleanup()
 
     def kill(self) -> None:
         """Stop the worker now (its process group), e.g. on an error or Ctrl-C."""
         if self.proc.poll() is None:
-            _kill_group(self.proc)
+            kill_group(self.proc)
         self._cleanup()
 
     def _cleanup(self) -> None:
@@ -331,72 +313,14 @@ class Worker:
             if left <= 0:
                 self.kill()
                 raise EngineError(f"engine for {self.cfg.name} timed out after {self.timeout_s:.0f} s while {doing}; "
-                                  f"last log lines: {_tail(self.log_path)} (log: {self.log_path})")
+                                  f"last log lines: {tail(self.log_path)} (log: {self.log_path})")
             ready, _, _ = select.select([self._replies], [], [], min(left, 5.0))
             if ready:
                 line = self._replies.readline()
                 if line:
                     return json.loads(line)
                 break  # EOF: the worker exited
-        raise _exit_error(self.proc.wait(), self.cfg, self.log_path, f" while {doing}")
-
-
-def _config_error(log_path: Path) -> str:
-    """The reason the worker's pre-flight printed for a refused engine-arg value."""
-    lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
-    return next((ln.split(CONFIG_ERROR_TAG, 1)[1].strip() for ln in reversed(lines) if CONFIG_ERROR_TAG in ln),
-                "vLLM rejected the engine args")
-
-
-def _signal_hint(signum: int) -> str:
-    """``SIGKILL; out of memory?`` and the like, for an engine killed by a signal."""
-    import signal
-
-    try:
-        name = signal.Signals(signum).name
-    except ValueError:
-        return "unknown signal"
-    hints = {"SIGKILL": "out of memory? the kernel's OOM killer sends SIGKILL", "SIGSEGV": "a crash in native code",
-             "SIGBUS": "a crash in native code, or /dev/shm full", "SIGABRT": "aborted by native code"}
-    return f"{name}; {hints[name]}" if name in hints else name
-
-
-def _die_with_parent() -> None:
-    """In the worker, before exec: ask Linux to SIGKILL it when the gate process dies (no orphaned engines).
-
-    The worker runs in its own session (so a timeout can kill its whole process group), which also means
-    a kill of the gate's group would not reach it; PR_SET_PDEATHSIG closes that gap. No-op elsewhere.
-    """
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    import signal
-
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
-def _tail(log_path: Path, n: int = LOG_TAIL_LINES) -> str:
-    """The last ``n`` meaningful log lines joined by " | " (progress bars and blank lines dropped)."""
-    try:
-        lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return "<no log>"
-    keep = [ln.strip()[:300] for ln in lines if ln.strip() and "it/s]" not in ln and "%|" not in ln]
-    # The last error lines (the cause, often well above the end of the log) first, then the last lines.
-    errors = [ln for ln in keep if "Error" in ln or "error" in ln][-3:]
-    last = [ln for ln in keep[-n:] if ln not in errors][-(n - len(errors)):]
-    return " | ".join(errors + last)
+        raise exit_error(self.proc.wait(), self.cfg, self.log_path, f" while {doing}")
 
 
 def check_engine_values(cfg: EngineConfig, log_path: Path, timeout_s: float) -> dict[str, int]:
