@@ -68,7 +68,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                     out=Path(args.out) if args.out else None, announce=lambda out: setattr(args, "run_dir", out))
     outcome = gate(job)
     print(render_terminal(outcome.doc))
-    print(f"report: {outcome.out / 'report.html'}")
+    print(f"report: {outcome.report}")
     outcome.check_speed()  # the quality results are kept; a failed speed measurement fails the run (exit 3)
     return outcome.exit_code
 
@@ -119,7 +119,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             args.run_dir = out
         raise
     print(render_terminal(outcome.doc))
-    print(f"report: {out / 'report.html'}")
+    print(f"report: {outcome.report}")
     return outcome.exit_code
 
 

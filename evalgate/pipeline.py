@@ -70,11 +70,13 @@ class Job(Protocol):
 
 @dataclass
 class Outcome:
-    """A gate's result: the verdict document, the run directory and the speed block (None: not measured)."""
+    """A gate's result: the verdict document, the run directory, the speed block (None: not measured) and the HTML
+    report's path."""
 
     doc: dict[str, Any]
     out: Path
     speed: dict[str, Any] | None
+    report: Path | None = None
 
     @property
     def exit_code(self) -> int:
@@ -120,14 +122,16 @@ def gate(job: Job) -> Outcome:
             raise
         raise StoreError(f"runs are not comparable ({sides.pair}): {exc}") from exc
     sides.manifest.timings["compare"] = time.monotonic() - t0
-    doc = decide_and_render(comparisons, sides, thresholds, job.out)  # 4. decide and 5. render: one call
-    return Outcome(doc, job.out, sides.speed)
+    doc, paths = decide_and_render(comparisons, sides, thresholds, job.out)  # 4. decide and 5. render: one call
+    return Outcome(doc, job.out, sides.speed, paths["html"])
 
 
-def decide_and_render(comparisons: list[Any], sides: Evaluated, thresholds: Any, out: Path) -> dict[str, Any]:
+def decide_and_render(comparisons: list[Any], sides: Evaluated, thresholds: Any,
+                      out: Path) -> tuple[dict[str, Any], dict[str, Path]]:
     """The verdict: ``gate.decide`` over the comparisons, the gate's escalations (``report.gate_document``: health,
     speculative-decoding and speed floors), then ``sides.files``, ``manifest.json``, ``verdict.json`` and the
-    rendered outputs (``outputs.write_outputs``) in ``out``. Returns the verdict document."""
+    rendered outputs (``outputs.write_outputs``) in ``out``. Returns the verdict document and the rendered files'
+    paths (``{"html", "junit", "markdown"}``)."""
     from evalgate.gate import decide
     from evalgate.report import gate_document
 
@@ -144,8 +148,7 @@ def decide_and_render(comparisons: list[Any], sides: Evaluated, thresholds: Any,
         write_json_atomic(out / filename, obj)
     write_json_atomic(out / "manifest.json", manifest)
     write_json_atomic(out / "verdict.json", doc)
-    write_outputs(doc, out)
-    return doc
+    return doc, write_outputs(doc, out)
 
 
 def stamp_now() -> str:

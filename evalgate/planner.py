@@ -10,6 +10,7 @@ from typing import Any
 
 from evalgate.errors import ConfigError, EvalgateError
 
+
 def plan(config: str, margin: float, thresholds_path: Path, configs_dir: Path, from_dir: Path | None = None,
          assume_discordance: float | None = None) -> None:
     """Print the items each task needs so that MDE <= ``margin`` (points), from a pilot run's discordance

@@ -67,7 +67,7 @@ class _Captured:
 
     def __call__(self, job: Any) -> pipeline.Outcome:
         self.jobs.append(job)
-        return pipeline.Outcome({"verdict": self.verdict}, job.out or Path("runs/x"), self.speed)
+        return pipeline.Outcome({"verdict": self.verdict}, job.out or Path("runs/x"), self.speed, Path("r.html"))
 
 
 def test_run_hands_one_engine_job_to_the_pipeline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ import functools
 import os
 from typing import Any
 
+
 def prepare_process_env(env: dict[str, str]) -> None:
     """Set the engine environment of *this* process before vLLM is imported.
 

@@ -11,6 +11,7 @@ from evalgate.engine.vllm_engine import SCORE_BATCH
 from evalgate.results import TaskResult
 from evalgate.store import GenerationJournal
 
+
 def decode_evidence(reference: dict[str, Any], records: dict[str, Any], tasks: dict[str, TaskResult],
                      keys: dict[tuple[str, int], str]) -> dict[str, TaskResult]:
     """Attach ``evidence.decode_divergence`` (candidate vs baseline decode-time log-probs) to every candidate item.

@@ -11,6 +11,7 @@ from typing import Any
 from evalgate.config import Sampling
 from evalgate.engine.vllm_engine import VllmEngine, _round
 
+
 def request_key(prompt: str, stop: list[str], max_tokens: int) -> str:
     """Identity of one generation request within a config (the journal key): sha256 of its inputs."""
     import hashlib

@@ -11,6 +11,7 @@ from typing import Any
 from evalgate.errors import StoreError
 from evalgate.results import ItemResult, TaskResult
 
+
 def evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None,
                     sampling: Any) -> tuple[dict[str, TaskResult], dict[tuple[str, int], str]]:
     """Run one suite's tasks through lm-eval; return ``TaskResult``s and each item's request key."""

@@ -19,6 +19,7 @@ from evalgate.engine.suite_eval import evaluate_suite
 from evalgate.errors import StoreError
 from evalgate.store import GenerationJournal, ResultStore, tasks_to_json
 
+
 def main(spec_path: str) -> int:
     """Run the worker described by the spec at ``spec_path`` (JSON, written by ``evalgate.runner``).
 
