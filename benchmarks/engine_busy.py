@@ -10,7 +10,7 @@ For each config (one engine process each, started with the config's engine args)
 * **raw**: the prompts the gate sends (captured from lm-eval through the gate's own ``_evaluate_suite``), one
   ``LLM.generate`` per (stop strings, token budget) group with the gate's sampling parameters (greedy, top-5
   decode-time log-probs): the engine's own work, the floor of the gate's cost;
-* **gate**: the suite as the engine worker runs it (``runner._evaluate_suite`` through ``engine.make_lm`` with a
+* **gate**: the suite as the engine worker runs it (``engine.suite_eval.evaluate_suite`` through ``engine.make_lm`` with a
   fresh generation journal, scoring included: the coding suite executes every completion in the sandbox).
 
 * **old** (with ``--old-tree DIR``, e.g. a checkout of main): the same, through that tree's ``engine.make_lm`` and
@@ -48,7 +48,7 @@ class _Captured(Exception):
 def _capture_requests(suite: dict[str, Any], limit: int | None, sampling: Any) -> list[tuple[str, dict[str, Any]]]:
     from lm_eval.api.model import LM
 
-    from evalgate.runner import _evaluate_suite
+    from evalgate.engine.suite_eval import evaluate_suite as _evaluate_suite
 
     class Capture(LM):
         def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
@@ -99,7 +99,7 @@ def _old_make_lm(tree: Path) -> Any:
 def _gate(engine: Any, make_lm: Any, suite: dict[str, Any], limit: int | None,
           logprobs: int) -> tuple[float, float | None, dict[str, str]]:
     """The suite through an adapter and lm-eval; (seconds, engine-submission seconds or None, key -> text)."""
-    from evalgate.runner import _evaluate_suite
+    from evalgate.engine.suite_eval import evaluate_suite as _evaluate_suite
     from evalgate.store import GenerationJournal
 
     extra: dict[str, Any] = {}
@@ -119,7 +119,7 @@ def _side(config: str, suites: list[str], limit: int | None, reps: int, old_tree
     from evalgate.config import load_config
     from evalgate.engine import VllmEngine, make_lm, prepare_process_env
     from evalgate.model import resolve_model
-    from evalgate.runner import LOGPROBS_K
+    from evalgate.engine.protocol import LOGPROBS_K
     from evalgate.suites import load_suite
 
     cfg = load_config(config)

@@ -16,8 +16,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from evalgate.errors import ConfigError, EngineError
 
 log = logging.getLogger("evalgate")
 
@@ -202,3 +206,151 @@ def render_html(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return env.get_template("ablation.html.j2").render(
         rows=rows, meta=meta, tradeoff=tradeoff_plot(points, title="each switch: speed-up against each task's \u0394"),
         sweep=sweep_plot(sweep) if len(levels) > 1 else "", levels=levels)
+
+
+def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_path: Path, suite_names: list[str] | None,
+                 options: Any, *, kind: str = "all", only: list[str] | None = None, out: Path | None = None,
+                 announce: Callable[[Path], None] = lambda out: None) -> Path:
+    """Ablate recipe ``config``: the baseline's engine once, each runnable variant gated against it
+    (``pipeline.gate`` of a ``VariantJob``: one run directory per variant under ``variants/``), then
+    ``ablation.json``, ``ablation.html`` and the table on stdout.
+
+    Args:
+        options: ``options.RunOptions``; speed is measured unless ``no_speed``. kind: ``all``, ``alone`` or
+            ``cumulative`` rows. only: these switches' alone rows only. out: the output directory (default
+            ``runs/ablate-<config>-<UTC time>``); ``announce`` is called with it once known.
+    Returns:
+        The output directory.
+    Raises:
+        ConfigError (exit 2): bad input, an unknown switch, nothing to ablate, a profile the baseline cannot run.
+        EngineError (exit 3): the baseline failed, or some variant failed (the others are kept and tabled).
+    """
+    from evalgate import jobs, pipeline, runner
+    from evalgate.speedrun import check_profile, speed_profile
+    from evalgate.model import evalgate_home
+    from evalgate.speed import METHOD
+    from evalgate.store import ResultStore
+
+    recipe, base, thresholds, suites, known = _load(config, configs_dir, suites_dir, thresholds_path, suite_names)
+    variants = _select(plan_variants(base, recipe, known, _refusal), kind, only, recipe, base)
+    stamp = pipeline.stamp_now()
+    out = out or Path("runs") / f"ablate-{recipe.name.replace('/', '_')}-{stamp}"
+    announce(out)
+    profile = speed_profile(options, thresholds, recipe.name, default_on=True)
+    if profile is not None:
+        limits = {"baseline": runner.check_engine_values(base, out / "logs" / "baseline-check.log", options.timeout)}
+        check_profile(profile, {"baseline": base}, limits, thresholds)
+    base_worker, base_run = runner.start_config(base, suites, limit=options.limit,
+                                                store=ResultStore(evalgate_home() / "store"),
+                                                log_path=out / "logs" / "baseline.log", timeout_s=options.timeout,
+                                                logprob_items=options.logprob_items)
+    info = dict(base_worker.info)
+    try:
+        docs, failed, refused = {}, {}, {}
+        for v in variants:
+            if not (v.skipped or v.config.name in docs or v.config.name in failed or v.config.name in refused):
+                _gate_variant(v, jobs.VariantJob(
+                    variant=v.config, baseline=(base_worker, base_run), thresholds=thresholds, suites=suites,
+                    options=options, profile=profile, stamp=stamp,
+                    gate_name=v.config.name if v.config.name in known else recipe.name,
+                    out=out / "variants" / _slug(v.config.name), log_path=out / "logs" / f"{_slug(v.config.name)}.log"),
+                    docs, failed, refused)
+    except BaseException:
+        base_worker.kill()
+        raise
+    base_worker.close()
+    variants = [dataclasses.replace(v, skipped=v.skipped or refused.get(v.config.name, "")) for v in variants]
+    meta = {"recipe": recipe.name, "baseline": base.name, "model": recipe.model, "limit": options.limit,
+            "profile": None if profile is None else profile.as_dict(), "device": info.get("device", "?"),
+            "isa": info.get("isa", []), "method": METHOD, "versions": info.get("versions", {}), "created": stamp}
+    _write_report(out, variants, docs, failed, meta)
+    if failed:
+        raise EngineError(f"{len(failed)} variant(s) failed (the others are in {out / 'ablation.html'}): "
+                          + "; ".join(f"{k}: {v}" for k, v in failed.items()))
+    return out
+
+
+def _write_report(out: Path, variants: list[Variant], docs: dict[str, Any], failed: dict[str, str],
+                  meta: dict[str, Any]) -> None:
+    """``ablation.json``, ``ablation.html`` and the table on stdout; a failed variant's row says why."""
+    from evalgate.store import write_json_atomic
+
+    rows = ablation_rows(variants, docs)
+    for r in rows:
+        if r["config"] in failed and not r.get("verdict"):
+            r["skipped"] = f"failed: {failed[r['config']]}"
+    write_json_atomic(out / "ablation.json", {"meta": meta, "rows": rows})
+    (out / "ablation.html").write_text(render_html(rows, meta), encoding="utf-8")
+    print(render_table(rows))
+    print(f"report: {out / 'ablation.html'}")
+
+
+def _slug(name: str) -> str:
+    return name.replace("/", "_").replace("~", "-")
+
+
+def _gate_variant(v: Variant, job: Any, docs: dict[str, Any], failed: dict[str, str], refused: dict[str, str]) -> None:
+    """Gate one variant; its verdict document goes to ``docs``, a value vLLM refused to ``refused`` (skipped, as
+    the platform check does), an engine or speed failure to ``failed`` (the ablation goes on)."""
+    from evalgate import pipeline
+
+    name = v.config.name
+    log.info("ablate: %s %s (config %s)", v.kind, v.label, name)
+    try:
+        outcome = pipeline.gate(job)
+    except ConfigError as exc:
+        refused[name] = str(exc)
+        return
+    except EngineError as exc:
+        failed[name] = str(exc)
+        return
+    docs[name] = outcome.doc
+    if outcome.speed_failed is not None:
+        failed[name] = f"speed measurement failed: {outcome.speed_failed}"
+
+
+def _load(config: str, configs_dir: Path, suites_dir: Path, thresholds_path: Path,
+          suite_names: list[str] | None) -> tuple[Any, Any, Any, list[Any], dict[str, Any]]:
+    """``(recipe, baseline, thresholds, suites, every known config by name)``; ConfigError for bad input."""
+    from evalgate import config as config_mod
+    from evalgate.engine import check_platform
+    from evalgate.pipeline import load_suites
+    from evalgate.thresholds import load_thresholds
+
+    recipe = config_mod.load_config(config, configs_dir)
+    base = config_mod.load_baseline(recipe, configs_dir)
+    check_platform(base.engine_args, base.path)
+    thresholds = load_thresholds(thresholds_path)
+    suites = load_suites(suites_dir, suite_names)
+    known = {n: config_mod.load_config(n, configs_dir, check_engine_args=False)
+             for n in config_mod.list_configs(configs_dir)}
+    return recipe, base, thresholds, suites, known
+
+
+def _refusal(cfg: Any) -> str:
+    """Why this platform cannot run ``cfg`` (``engine.check_platform``'s reason), "" when it can."""
+    from evalgate.engine import check_platform
+
+    try:
+        check_platform(cfg.engine_args, cfg.path)
+    except ConfigError as exc:
+        return str(exc).split(": ", 2)[-1]
+    return ""
+
+
+def _select(variants: list[Variant], kind: str, only: list[str] | None, recipe: Any, base: Any) -> list[Variant]:
+    """The rows asked for: ``kind`` (all / alone / cumulative), and with ``only`` just those switches' alone rows
+    (the cumulative rows need the whole chain). ConfigError for an unknown switch or nothing to ablate."""
+    if kind != "all":  # e.g. the alone rows in one command, the cumulative ones in another (the store is shared)
+        variants = [v for v in variants if v.kind == kind]
+    if only:
+        names = {s.key for v in variants for s in v.switches}
+        unknown = [k for k in only if k not in names]
+        if unknown:
+            raise ConfigError(f"{unknown[0]!r} is not a switch of {recipe.name}; its switches: {', '.join(sorted(names))}",
+                              field="--switches")
+        variants = [v for v in variants if v.kind != "alone" or v.switches[0].key in only]
+    if not variants:
+        raise ConfigError(f"{recipe.name} does not differ from its baseline {base.name}: nothing to ablate",
+                          path=recipe.path)
+    return variants

@@ -1,4 +1,5 @@
-"""Parent side of the speed measurement: interleaved repeats on two live engine workers (``runner.Worker``).
+"""Parent side of the speed measurement: which profile to measure (``speed_profile``, checked against both
+engines' limits: ``check_profile``), then interleaved repeats on two live engine workers (``runner.Worker``).
 
 Both workers have finished their suites and keep their engines warm. Per concurrency level: one warm-up pass per
 side (different prompts, a short output; excluded), then ``repeats`` timed passes per side, interleaved: repeat i
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Mapping
 
+from evalgate.errors import ConfigError
 from evalgate.speed import TrafficProfile, compare_speed, speed_block
 
 log = logging.getLogger("evalgate")
@@ -54,3 +56,51 @@ def measure_speed(workers: Mapping[str, Any], profile: TrafficProfile,
     sides = {role: {**{k: v for k, v in (workers[role].info or {}).items() if k != "event"}, "runs": runs[role]}
              for role in ("baseline", "candidate")}
     return speed_block(levels, profile, sides)
+
+
+def speed_profile(options: Any, thresholds: Any, config_name: str, *, default_on: bool = False) -> Any:
+    """The traffic profile to measure, or None: speed is measured when the thresholds file has a ``traffic``
+    section (or ``configs.<name>.traffic``), the command line asks for it (``--speed``/``--concurrency``/
+    ``--repeats``) or ``default_on`` (ablate), and never with ``--no-speed``.
+
+    Raises:
+        ConfigError: the profile is invalid, or asks for ``mode: serve`` (not available in this version).
+    """
+    from evalgate.engine import has_cuda
+    from evalgate.speed import resolve_profile
+
+    fields = thresholds.traffic_for(config_name)
+    if options.no_speed or not (default_on or options.wants_speed or fields is not None):
+        return None
+    profile = resolve_profile(fields, cuda=has_cuda(), concurrency=options.concurrency, repeats=options.repeats)
+    if profile.mode == "serve":
+        raise ConfigError("traffic.mode 'serve' (vllm serve + vllm bench serve) is not available in this version; "
+                          "use mode: offline", path=thresholds.path, field="traffic.mode")
+    return profile
+
+
+def check_profile(profile: Any, configs: dict[str, Any], limits: dict[str, dict[str, int]], thresholds: Any) -> None:
+    """ConfigError (exit 2) when an engine of ``configs`` (role -> config) cannot run ``profile`` (too long for its
+    max_model_len, or more concurrent requests than its max_num_seqs); ``limits``: role -> the engine's limits
+    (``runner.check_engine_values``)."""
+    from evalgate.speed import profile_problems
+
+    for role, cfg in configs.items():
+        for fld, msg in profile_problems(profile, limits.get(role, {})):
+            raise ConfigError(f"{msg} of {role} config {cfg.name} ({cfg.path})", path=thresholds.path,
+                              field=f"traffic.{fld}")
+
+
+def measure_speed_safely(workers: dict[str, Any], profile: Any) -> dict[str, Any]:
+    """The speed block (``speedrun.measure_speed``), or ``{"status": "failed", "error", "profile"}`` when a
+    measurement failed: the quality verdict is still written (the run then exits 3)."""
+    from evalgate.runner import SpeedError
+
+    log.info("speed: %s in / %s out tokens, concurrency %s, %s repeats per side, interleaved",
+             profile.input_len, profile.output_len, ",".join(map(str, profile.concurrency)), profile.repeats)
+    try:
+        return measure_speed(workers, profile)
+    except SpeedError as exc:
+        return {"status": "failed", "error": str(exc), "profile": profile.as_dict()}
+    except Exception as exc:  # noqa: BLE001 - a bug in the speed phase must not lose the quality verdict either
+        return {"status": "failed", "error": f"internal error: {type(exc).__name__}: {exc}", "profile": profile.as_dict()}

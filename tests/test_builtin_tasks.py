@@ -207,7 +207,7 @@ def test_list_shows_builtin_and_local_tasks(tmp_path: Path) -> None:
 
 
 def test_first_filter_and_limits() -> None:
-    from evalgate.runner import _first_filter, _min_limit
+    from evalgate.engine.suite_eval import _first_filter, _min_limit
 
     rows = [{"doc_id": 0, "filter": "strict-match"}, {"doc_id": 1, "filter": "strict-match"},
             {"doc_id": 0, "filter": "flexible-extract"}, {"doc_id": 1, "filter": "flexible-extract"}]

@@ -243,8 +243,8 @@ def test_agreement_counts_tie_flips_by_tolerance() -> None:
 def test_per_request_spec_counts_and_suite_sums() -> None:
     from types import SimpleNamespace
 
-    from evalgate.engine import _spec_counts
-    from evalgate.runner import _suite_spec_decode
+    from evalgate.engine.vllm_engine import _spec_counts
+    from evalgate.engine.item_evidence import suite_spec_decode as _suite_spec_decode
 
     # k=3: 5 verify steps accepted 0, 0, 1, 3, 2 draft tokens -> histogram [2, 1, 1, 1]; 15 draft tokens proposed.
     m = SimpleNamespace(histogram=[2, 1, 1, 1], num_draft_tokens=15)

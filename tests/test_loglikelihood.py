@@ -117,7 +117,7 @@ def _mc_sample(doc_id: int, lls: list[float], gold: int) -> dict[str, Any]:
 
 
 def test_choice_item_holds_each_choices_logprob() -> None:
-    from evalgate.runner import _choice_item, _is_loglikelihood
+    from evalgate.engine.suite_eval import _choice_item, _is_loglikelihood
 
     s = _mc_sample(3, [-4.0, -1.5, -2.0], gold=2)
     assert _is_loglikelihood(s) and not _is_loglikelihood({"resps": [["text"]]})
@@ -132,7 +132,7 @@ def test_choice_item_holds_each_choices_logprob() -> None:
 def test_mc_accuracy_takes_the_paired_binary_path() -> None:
     """acc / acc_norm items are 0/1: compare_tasks uses McNemar and Newcombe's interval, as for exact match."""
     from evalgate.compare import compare_tasks
-    from evalgate.runner import _choice_item
+    from evalgate.engine.suite_eval import _choice_item
     from evalgate.thresholds import load_thresholds
 
     rng = random.Random(0)
@@ -156,7 +156,7 @@ def test_report_shows_the_choices_escaped() -> None:
     from runfixtures import document
 
     from evalgate.report import render_html
-    from evalgate.runner import _choice_item
+    from evalgate.engine.suite_eval import _choice_item
 
     base, cand = [], []
     for i in range(20):  # item 0 regresses: its gold choice loses to another under the candidate
@@ -212,7 +212,7 @@ import json, sys
 from pathlib import Path
 from evalgate.config import Sampling
 from evalgate.engine import VllmEngine, make_lm, prepare_process_env
-from evalgate.runner import _evaluate_suite
+from evalgate.engine.suite_eval import evaluate_suite as _evaluate_suite
 from evalgate.store import GenerationJournal
 from evalgate.suites import load_suite
 
@@ -320,7 +320,7 @@ def test_runner_evaluates_a_group_with_its_limit_through_lm_eval(tmp_path: Path,
     from lm_eval.api.model import LM
 
     from evalgate.config import Sampling
-    from evalgate.runner import _evaluate_suite
+    from evalgate.engine.suite_eval import evaluate_suite as _evaluate_suite
     from evalgate.suites import load_suite
 
     d = tmp_path / "suites" / "mc"

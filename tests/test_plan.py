@@ -12,7 +12,7 @@ from evalgate.cli import main
 from evalgate.compare import compare_tasks, plan_tasks
 from evalgate.power import z_sum
 from evalgate.results import ItemResult, TaskResult
-from evalgate.runner import _cluster
+from evalgate.engine.suite_eval import _cluster
 from evalgate.store import tasks_from_json, tasks_to_json, write_json_atomic
 from evalgate.thresholds import Thresholds
 

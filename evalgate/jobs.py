@@ -1,0 +1,261 @@
+"""Where a gate's two sides come from (``pipeline.Job``): each job's ``load`` reads and checks its inputs before
+any engine starts, and its ``evaluate`` produces both sides for ``pipeline.gate`` to compare, decide and render.
+
+* ``EngineJob`` (``evalgate run``): a candidate config and its baseline, both evaluated by engine workers (or served
+  from the store), speed measured on the warm workers;
+* ``VariantJob`` (``evalgate ablate``): one variant of a recipe against a baseline already evaluated on a live worker;
+* ``StoredJob`` (``evalgate compare``): two stored run directories; nothing is evaluated.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evalgate.errors import ConfigError, StoreError
+from evalgate.manifest import Manifest
+from evalgate.options import RunOptions
+from evalgate.pipeline import Evaluated, evaluated_runs, load_suites, run_manifest, stamp_now
+from evalgate.speedrun import check_profile, measure_speed_safely, speed_profile
+from evalgate.store import write_json_atomic
+
+log = logging.getLogger("evalgate")
+
+
+@dataclass
+class EngineJob:
+    """``evalgate run``: gate ``config`` against its baseline, both evaluated by engines (or the store).
+
+    Attributes:
+        config: config name or YAML path. configs_dir, suites_dir, thresholds_path: the project's folders and file.
+        suite_names: suites to run (None: all). options: the run options. out: the run directory (None: the default
+            ``runs/<config>-<UTC time>``; set by ``load``). announce: called with the run directory once it is known
+            (the CLI writes error outputs there).
+    """
+
+    config: str
+    configs_dir: Path
+    suites_dir: Path
+    thresholds_path: Path
+    suite_names: list[str] | None
+    options: RunOptions
+    out: Path | None = None  # type: ignore[assignment]
+    announce: Callable[[Path], None] = lambda out: None
+    stamp: str = field(default_factory=stamp_now)
+
+    def load(self) -> Any:
+        """Configs, thresholds and suites, checked; the traffic profile against both engines' limits. Returns the
+        thresholds. Raises ConfigError (exit 2) for bad input, before the baseline's engine starts."""
+        from evalgate import config as config_mod
+        from evalgate.engine import check_platform
+        from evalgate.suites import check_datasets, list_suites
+        from evalgate.thresholds import load_thresholds
+
+        t0 = time.monotonic()
+        if self.out and self.out.exists() and not self.out.is_dir():
+            raise ConfigError("exists and is not a directory (the run directory)", path=self.out, field="--out")
+        self.cand = config_mod.load_config(self.config, self.configs_dir)
+        self.base = config_mod.load_baseline(self.cand, self.configs_dir)
+        for cfg in (self.base, self.cand):
+            check_platform(cfg.engine_args, cfg.path)
+        thresholds = load_thresholds(self.thresholds_path)
+        self.suites = load_suites(self.suites_dir, self.suite_names)
+        every = list_suites(self.suites_dir)
+        # Every task's data must be at hand before an engine starts; offline, lm-eval must not wait on the hub.
+        os.environ.update(check_datasets(self.suites))
+        thresholds.check_names([s.name for s in every], [t for s in every for t in s.tasks],
+                               [*config_mod.list_configs(self.configs_dir), self.cand.name])
+        self.out = self.out or Path("runs") / f"{self.cand.name.replace('/', '_')}-{self.stamp}"
+        self.announce(self.out)
+        self.timings = {"load": time.monotonic() - t0}
+        self.profile = speed_profile(self.options, thresholds, self.cand.name)
+        self._check_values(thresholds)
+        return thresholds
+
+    def _check_values(self, thresholds: Any) -> None:
+        """vLLM validates the candidate's values before the baseline runs (a refused value costs seconds, not a
+        baseline); with a traffic profile, both engines' limits are checked against it."""
+        from evalgate import runner
+
+        def check(role: str, cfg: Any) -> dict[str, int]:
+            return runner.check_engine_values(cfg, self.out / "logs" / f"{role}-check.log", self.options.timeout)
+
+        limits = {"candidate": check("candidate", self.cand)}
+        if self.profile is not None:  # a profile the engines cannot run is refused before any engine starts
+            limits["baseline"] = check("baseline", self.base)
+            check_profile(self.profile, {"baseline": self.base, "candidate": self.cand}, limits, thresholds)
+
+    def evaluate(self, thresholds: Any) -> Evaluated:
+        """Baseline, then candidate (with the baseline as reference), each side's results written as it finishes;
+        then the speed phase on both warm workers. The workers are killed on any error or interrupt."""
+        runs: dict[str, Any] = {}
+        workers: dict[str, Any] = {}
+        speed = None
+        try:
+            for role, cfg in (("baseline", self.base), ("candidate", self.cand)):
+                runs[role] = self._evaluate_side(role, cfg, runs.get("baseline"), workers)
+            if self.profile is not None:
+                t0 = time.monotonic()
+                speed = measure_speed_safely(workers, self.profile)
+                self.timings["speed"] = time.monotonic() - t0
+        except BaseException:  # an error or Ctrl-C: stop the engines now (they run in sessions of their own)
+            for w in workers.values():
+                w.kill()
+            raise
+        for w in workers.values():
+            w.close()
+        manifest = run_manifest(runs, thresholds, self.suites, limit=self.options.limit, stamp=self.stamp,
+                                timings=self.timings)
+        return evaluated_runs(runs, manifest, speed=speed)
+
+    def _evaluate_side(self, role: str, cfg: Any, reference: Any, workers: dict[str, Any]) -> Any:
+        """One side's ``ConfigRun`` (its worker kept in ``workers`` when speed is measured), written to
+        ``<role>.json`` at once."""
+        from evalgate import runner
+        from evalgate.model import evalgate_home
+        from evalgate.progress import engine_progress
+        from evalgate.store import ResultStore, tasks_to_json
+
+        log_path = self.out / "logs" / f"{role}.log"
+        log.info("%s '%s': %s (engine log: %s)", role, cfg.name, ", ".join(s.name for s in self.suites), log_path)
+        t0 = time.monotonic()
+        kwargs = dict(limit=self.options.limit, store=ResultStore(evalgate_home() / "store"), log_path=log_path,
+                      timeout_s=self.options.timeout, reference=reference, logprob_items=self.options.logprob_items)
+        with engine_progress(log_path, f"{role} {cfg.name}", [s.name for s in self.suites]):
+            if self.profile is None:
+                run = runner.evaluate_config(cfg, self.suites, **kwargs)
+            else:  # the engine stays up for the speed phase, after both sides' suites
+                workers[role], run = runner.start_config(cfg, self.suites, **kwargs)
+        self.timings[f"{role}:total"] = time.monotonic() - t0
+        self.timings.update({f"{role}:{k}": v for k, v in run.timings.items()})
+        write_json_atomic(self.out / f"{role}.json", {"config": cfg.name, "effective": run.effective,
+                                                     "spec_decode": run.spec_decode,
+                                                     "evidence_sources": run.evidence_sources,
+                                                     "tasks": tasks_to_json(run.tasks)})
+        return run
+
+
+@dataclass
+class VariantJob:
+    """``evalgate ablate``: one variant config against a baseline already evaluated on a live worker.
+
+    Attributes:
+        variant: the variant's config. baseline: ``(worker, ConfigRun)`` of the baseline. thresholds, suites,
+        options, profile (None: no speed), stamp: the ablation's. gate_name: whose thresholds apply. out: the
+        variant's run directory; log_path: its engine log.
+    """
+
+    variant: Any
+    baseline: tuple[Any, Any]
+    thresholds: Any
+    suites: list[Any]
+    options: RunOptions
+    profile: Any
+    stamp: str
+    gate_name: str
+    out: Path
+    log_path: Path
+
+    def load(self) -> Any:
+        """Nothing to load: the ablation loaded and checked everything; returns its thresholds."""
+        return self.thresholds
+
+    def evaluate(self, thresholds: Any) -> Evaluated:
+        """The variant's suites (the baseline's run as reference), then its speed against the baseline's worker;
+        the variant's worker is stopped either way. Raises ConfigError (vLLM refused a value), EngineError."""
+        from evalgate import runner
+        from evalgate.model import evalgate_home
+        from evalgate.store import ResultStore
+
+        base_worker, base_run = self.baseline
+        worker, run = runner.start_config(self.variant, self.suites, limit=self.options.limit,
+                                          store=ResultStore(evalgate_home() / "store"), log_path=self.log_path,
+                                          timeout_s=self.options.timeout, reference=base_run,
+                                          logprob_items=self.options.logprob_items)
+        timings: dict[str, float] = {}
+        try:
+            speed = None
+            if self.profile is not None:
+                t0 = time.monotonic()
+                speed = measure_speed_safely({"baseline": base_worker, "candidate": worker}, self.profile)
+                timings["speed"] = time.monotonic() - t0
+        except BaseException:
+            worker.kill()
+            raise
+        worker.close()
+        runs = {"baseline": base_run, "candidate": run}
+        manifest = run_manifest(runs, thresholds, self.suites, limit=self.options.limit, stamp=self.stamp,
+                                timings=timings)
+        return evaluated_runs(runs, manifest, gate_name=self.gate_name, speed=speed)
+
+
+@dataclass
+class StoredJob:
+    """``evalgate compare``: run B's candidate gated against run A's candidate, both read from their run directories
+    (runs over different suite contents or items are not comparable: StoreError, exit 3)."""
+
+    run_a: Path
+    run_b: Path
+    thresholds_path: Path
+    out: Path
+
+    def load(self) -> Any:
+        """Both run directories (candidate results and manifest; run B's log-prob evidence dropped: it was measured
+        against run B's own baseline) and the thresholds; refuses runs whose suites differ in content. Returns the
+        thresholds."""
+        from evalgate.runs import _side, _suite_hashes, _tasks, _without_evidence
+        from evalgate.thresholds import load_thresholds
+
+        (self.res_a, self.man_a), (self.res_b, self.man_b) = _side(self.run_a), _side(self.run_b)
+        self.hashes = {k: _suite_hashes(m) for k, m in (("a", self.man_a), ("b", self.man_b))}
+        for suite in sorted(self.hashes["a"].keys() & self.hashes["b"].keys()):
+            ha, hb = self.hashes["a"][suite], self.hashes["b"][suite]
+            if ha != hb:
+                raise StoreError(f"runs are not comparable: suite '{suite}' differs between {self.run_a} and "
+                                 f"{self.run_b} (content hash {ha[:12]} vs {hb[:12]})")
+        self.tasks = {"baseline": _tasks(self.run_a, self.res_a),
+                      "candidate": _without_evidence(_tasks(self.run_b, self.res_b))}
+        return load_thresholds(self.thresholds_path)
+
+    def evaluate(self, thresholds: Any) -> Evaluated:
+        """Nothing is evaluated: the two candidates' stored items, and a manifest merging both runs' (``"a → b"``
+        where they differ)."""
+        from evalgate.runs import _merged
+
+        eff = {"baseline": self.res_a.get("effective", {}), "candidate": self.res_b.get("effective", {})}
+        cand_a, cand_b = self.man_a.get("candidate", {}), self.man_b.get("candidate", {})
+        vers_a, vers_b = self.man_a.get("versions", {}), self.man_b.get("versions", {})
+        manifest = _manifest_of({
+            "created": stamp_now(), "model": _merged(self.man_a.get("model"), self.man_b.get("model")),
+            "limit": _merged(self.man_a.get("limit"), self.man_b.get("limit")),
+            "versions": {k: _merged(vers_a.get(k, "absent"), vers_b.get(k, "absent")) for k in sorted(vers_a | vers_b)},
+            "thresholds": str(thresholds.path), "timings": {},
+            "suites": [s for s in self.man_a.get("suites", []) if s["name"] in self.hashes["b"]],
+            "compared_runs": {"baseline": str(self.run_a), "candidate": str(self.run_b),
+                              "rule": "baseline side = run A's candidate, candidate side = run B's candidate"},
+            "baseline": {"name": self.res_a.get("config", "A"), "requested": {}, **cand_a, "effective": eff["baseline"],
+                         "run_dir": str(self.run_a)},
+            "candidate": {"name": self.res_b.get("config", "B"), "requested": {}, **cand_b,
+                          "effective": eff["candidate"], "run_dir": str(self.run_b)}}, self.run_b)
+        # Run B's candidate is gated: its config name picks per-config margins, its expectation the lossless check.
+        return Evaluated(tasks=self.tasks, effective=eff, gate_name=self.res_b.get("config"),
+                         expect=cand_b.get("expect", "lossy"), manifest=manifest, pair=f"{self.run_a} vs {self.run_b}",
+                         files={"baseline.json": self.res_a, "candidate.json": self.res_b})
+
+
+def _manifest_of(data: dict[str, Any], source: Path) -> Manifest:
+    """``Manifest`` of ``data`` built from the manifests under ``source``; StoreError (exit 3) when they are
+    malformed (naming the first bad field)."""
+    from pydantic import ValidationError
+
+    try:
+        return Manifest.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise StoreError(f"{source / 'manifest.json'}: malformed manifest: {'.'.join(map(str, err['loc']))}: "
+                         f"{err['msg']}") from None

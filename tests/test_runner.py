@@ -1,0 +1,107 @@
+"""The parent side of evaluation (``evalgate.runner``, ``evalgate.procs``): store keys and the worker's spec,
+collecting stored suites into a ``ConfigRun``, and how a worker's end becomes an error. No engine."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from runfixtures import task
+
+from evalgate import runner
+from evalgate.config import EngineConfig, Sampling
+from evalgate.engine.protocol import CONFIG_ERROR_EXIT, CONFIG_ERROR_TAG, LOGPROBS_K
+from evalgate.errors import ConfigError, EngineError
+from evalgate.procs import exit_error, tail
+from evalgate.store import ResultStore, tasks_to_json
+from evalgate.suites import Suite
+
+
+def _cfg(tmp_path: Path, dtype: str = "float32") -> EngineConfig:
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    return EngineConfig(name="c", path=tmp_path / "c.yaml", model=str(model), engine_args={"dtype": dtype}, env={},
+                        sampling=Sampling())
+
+
+def _suite(tmp_path: Path, name: str) -> Suite:
+    return Suite(name=name, path=tmp_path / "suites" / name, tasks=(f"{name}_t",), primary_metric={f"{name}_t": "m"},
+                 content_hash=hashlib.sha256(name.encode()).hexdigest())
+
+
+def _plan(tmp_path: Path, dtype: str = "float32", **kw: object) -> runner._Plan:
+    args = {"limit": 5, "store": ResultStore(tmp_path / "store"), "reference": None, "logprob_items": 8, **kw}
+    return runner._plan(_cfg(tmp_path, dtype), [_suite(tmp_path, "a"), _suite(tmp_path, "b")], **args)
+
+
+def test_store_keys_change_with_what_defines_a_result(tmp_path: Path) -> None:
+    keys = _plan(tmp_path).keys
+    assert set(keys) == {"a", "b"} and keys["a"] != keys["b"]
+    assert _plan(tmp_path).keys == keys  # deterministic
+    for change in ({"limit": 6}, {"logprob_items": 0}, {"dtype": "bfloat16"}):
+        assert _plan(tmp_path, **change).keys["a"] != keys["a"], change
+
+
+def test_the_spec_carries_the_missing_suites_and_the_logprob_settings(tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    assert [s["name"] for s in plan.spec["suites"]] == ["a", "b"] and plan.missing == plan.suites
+    assert plan.spec["logprob_items"] == 8 and plan.spec["logprobs_k"] == LOGPROBS_K
+    assert plan.spec["suites"][0]["key"] == plan.keys["a"] and plan.spec["reference"] is None
+    off = _plan(tmp_path, logprob_items=0)
+    assert off.spec["logprobs_k"] == 0  # no divergence asked for: no decode-time log-probs either
+
+
+def _entry(name: str, n: int, spec: dict[str, float], source: str, gens: dict[str, int]) -> dict[str, object]:
+    return {"suite": name, "effective": {"engine_args": {"dtype": "float32"}},
+            "tasks": tasks_to_json({f"{name}_t": task(f"{name}_t", name, ["o"] * n, [1.0] * n)}),
+            "spec_decode": spec, "evidence_sources": {"spec_decode": source}, "generations": gens,
+            "timings": {f"suite:{name}": 2.0}}
+
+
+def test_collect_sums_counters_and_zeroes_the_timings_of_cached_suites(tmp_path: Path) -> None:
+    store = ResultStore(tmp_path / "store")
+    first = _plan(tmp_path, store=store)
+    store.put(first.keys["a"], _entry("a", 3, {"spec_decode_num_drafts": 2.0}, "per_request", {"generated": 3}))
+    plan = _plan(tmp_path, store=store)  # suite a is now stored; b is still missing
+    assert [s.name for s in plan.missing] == ["b"] and [s["name"] for s in plan.spec["suites"]] == ["b"]
+    with pytest.raises(EngineError, match="finished without results for suite 'b'"):
+        runner._collect(plan, store, tmp_path / "log")
+    store.put(plan.keys["b"], _entry("b", 2, {"spec_decode_num_drafts": 5.0}, "engine_counters", {"generated": 2}))
+    run = runner._collect(plan, store, tmp_path / "log")
+    assert sorted(run.tasks) == ["a_t", "b_t"] and len(run.tasks["b_t"].items) == 2
+    assert run.spec_decode == {"spec_decode_num_drafts": 7.0}  # 2 + 5
+    assert run.evidence_sources == {"spec_decode": runner.MIXED_SOURCES}
+    assert run.cached == ["a"] and run.generations == {"generated": 2}  # only the suite computed now
+    assert run.timings == {"suite:a": 0.0, "suite:b": 2.0}
+    assert run.effective["sampling"] == vars(Sampling()) and run.effective["env"]["requested"] == {}
+
+
+def test_a_refused_value_is_a_config_error_with_vllms_reason(tmp_path: Path) -> None:
+    log = tmp_path / "w.log"
+    log.write_text(f"loading\n{CONFIG_ERROR_TAG} ValueError: max_num_seqs must be > 0\n")
+    err = exit_error(CONFIG_ERROR_EXIT, _cfg(tmp_path), log)
+    assert isinstance(err, ConfigError) and err.field == "engine_args"
+    assert str(err).endswith("vLLM rejected a value: ValueError: max_num_seqs must be > 0")
+
+
+def test_a_killed_worker_names_the_signal_and_the_log_tail(tmp_path: Path) -> None:
+    log = tmp_path / "w.log"
+    log.write_text("step 1\nRuntimeError: boom\nstep 2\n 50%|#####     | 5/10 [00:01<00:01, 5.0it/s]\nlast\n")
+    err = exit_error(-9, _cfg(tmp_path), log, " while measuring")
+    assert isinstance(err, EngineError) and not isinstance(err, ConfigError)
+    assert "engine for c was killed by signal 9 (SIGKILL; out of memory?" in str(err)
+    assert " while measuring; last log lines: RuntimeError: boom | step 1 | step 2 | last" in str(err)
+    assert "it/s" not in tail(log)  # progress bars are dropped
+    assert "exited with code 1;" in str(exit_error(1, _cfg(tmp_path), log))
+
+
+def test_check_engine_values_reads_the_limits_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def fake_run_worker(spec: dict[str, object], cfg: EngineConfig, log_path: Path, timeout_s: float) -> None:
+        assert spec["check_only"] is True and spec["engine_args"] == {"dtype": "float32"}
+        log_path.write_text(f"x\nevalgate-engine-limits: {json.dumps({'max_num_seqs': 7, 'max_model_len': 99})}\n")
+
+    monkeypatch.setattr(runner, "_run_worker", fake_run_worker)
+    assert runner.check_engine_values(_cfg(tmp_path), tmp_path / "check.log", 5) == {"max_num_seqs": 7,
+                                                                                    "max_model_len": 99}
