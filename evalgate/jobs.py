@@ -208,32 +208,32 @@ class StoredJob:
         """Both run directories (candidate results and manifest; run B's log-prob evidence dropped: it was measured
         against run B's own baseline) and the thresholds; refuses runs whose suites differ in content. Returns the
         thresholds."""
-        from evalgate.runs import _side, _suite_hashes, _tasks, _without_evidence
+        from evalgate.runs import candidate_tasks, read_side, suite_hashes, without_evidence
         from evalgate.thresholds import load_thresholds
 
-        (self.res_a, self.man_a), (self.res_b, self.man_b) = _side(self.run_a), _side(self.run_b)
-        self.hashes = {k: _suite_hashes(m) for k, m in (("a", self.man_a), ("b", self.man_b))}
+        (self.res_a, self.man_a), (self.res_b, self.man_b) = read_side(self.run_a), read_side(self.run_b)
+        self.hashes = {k: suite_hashes(m) for k, m in (("a", self.man_a), ("b", self.man_b))}
         for suite in sorted(self.hashes["a"].keys() & self.hashes["b"].keys()):
             ha, hb = self.hashes["a"][suite], self.hashes["b"][suite]
             if ha != hb:
                 raise StoreError(f"runs are not comparable: suite '{suite}' differs between {self.run_a} and "
                                  f"{self.run_b} (content hash {ha[:12]} vs {hb[:12]})")
-        self.tasks = {"baseline": _tasks(self.run_a, self.res_a),
-                      "candidate": _without_evidence(_tasks(self.run_b, self.res_b))}
+        self.tasks = {"baseline": candidate_tasks(self.run_a, self.res_a),
+                      "candidate": without_evidence(candidate_tasks(self.run_b, self.res_b))}
         return load_thresholds(self.thresholds_path)
 
     def evaluate(self, thresholds: Any) -> Evaluated:
         """Nothing is evaluated: the two candidates' stored items, and a manifest merging both runs' (``"a → b"``
         where they differ)."""
-        from evalgate.runs import _merged
+        from evalgate.runs import merged
 
         eff = {"baseline": self.res_a.get("effective", {}), "candidate": self.res_b.get("effective", {})}
         cand_a, cand_b = self.man_a.get("candidate", {}), self.man_b.get("candidate", {})
         vers_a, vers_b = self.man_a.get("versions", {}), self.man_b.get("versions", {})
         manifest = _manifest_of({
-            "created": stamp_now(), "model": _merged(self.man_a.get("model"), self.man_b.get("model")),
-            "limit": _merged(self.man_a.get("limit"), self.man_b.get("limit")),
-            "versions": {k: _merged(vers_a.get(k, "absent"), vers_b.get(k, "absent")) for k in sorted(vers_a | vers_b)},
+            "created": stamp_now(), "model": merged(self.man_a.get("model"), self.man_b.get("model")),
+            "limit": merged(self.man_a.get("limit"), self.man_b.get("limit")),
+            "versions": {k: merged(vers_a.get(k, "absent"), vers_b.get(k, "absent")) for k in sorted(vers_a | vers_b)},
             "thresholds": str(thresholds.path), "timings": {},
             "suites": [s for s in self.man_a.get("suites", []) if s["name"] in self.hashes["b"]],
             "compared_runs": {"baseline": str(self.run_a), "candidate": str(self.run_b),

@@ -128,12 +128,12 @@ def gate(job: Job) -> Outcome:
 
 def decide_and_render(comparisons: list[Any], sides: Evaluated, thresholds: Any,
                       out: Path) -> tuple[dict[str, Any], dict[str, Path]]:
-    """The verdict: ``gate.decide`` over the comparisons, the gate's escalations (``report.gate_document``: health,
-    speculative-decoding and speed floors), then ``sides.files``, ``manifest.json``, ``verdict.json`` and the
+    """The verdict: ``gate.decide`` over the comparisons, the gate's overrides (``document.build_verdict`` calls
+    ``gate.overrule``: health, speculative-decoding and speed floors), then ``sides.files``, ``manifest.json``, ``verdict.json`` and the
     rendered outputs (``outputs.write_outputs``) in ``out``. Returns the verdict document and the rendered files'
     paths (``{"html", "junit", "markdown"}``)."""
+    from evalgate.document import build_verdict
     from evalgate.gate import decide
-    from evalgate.report import gate_document
 
     name = sides.gate_name
     decision = decide([(c.suite, c.task, c.comparison) for c in comparisons], thresholds,
@@ -141,14 +141,15 @@ def decide_and_render(comparisons: list[Any], sides: Evaluated, thresholds: Any,
                       config=name, expect=sides.expect,
                       outputs={c.task: c.agreement(thresholds.near_tie_logprob) for c in comparisons})
     manifest = sides.manifest.as_json()
-    doc = gate_document(decision, comparisons, manifest, spec_floors=thresholds.spec_floors_for(name),
-                        near_tie=thresholds.near_tie_logprob, speed=sides.speed,
-                        speed_floors=thresholds.speed_floors_for(name))
+    verdict = build_verdict(decision, comparisons, manifest, spec_floors=thresholds.spec_floors_for(name),
+                            near_tie=thresholds.near_tie_logprob, speed=sides.speed,
+                            speed_floors=thresholds.speed_floors_for(name))
+    doc = verdict.to_dict()
     for filename, obj in sides.files.items():
         write_json_atomic(out / filename, obj)
     write_json_atomic(out / "manifest.json", manifest)
     write_json_atomic(out / "verdict.json", doc)
-    return doc, write_outputs(doc, out)
+    return doc, write_outputs(verdict, out)
 
 
 def stamp_now() -> str:
