@@ -21,6 +21,10 @@ What is computed for ``d = candidate - baseline`` (shape ``(n,)``):
 ``interval="auto"`` (what ``compare`` uses) reports the interval suited to the metric kind: Newcombe
 for unclustered 0/1 scores, otherwise the wider of the bootstrap and t intervals.
 
+scipy computes McNemar's exact test (``scipy.stats.binomtest``), Wilson's interval and the t and normal
+quantiles, so those are scipy's; it has no cluster bootstrap (``scipy.stats.bootstrap`` resamples items),
+clustered standard error or Newcombe's paired interval, so those are written out here and in ``intervals``.
+
 Sources:
     * Paired bootstrap, percentile interval: B. Efron and R. J. Tibshirani, *An Introduction to
       the Bootstrap*, Chapman & Hall, 1993, ch. 6 (standard errors) and ch. 13 (percentile
