@@ -77,6 +77,30 @@ def _hybrid_reference(path: str, tokenizer, items, eg_ll) -> dict:
     return {"max_abs_logprob_diff_evalgate_vs_reference": worst}
 
 
+def _agreement(items: list, hf_ll: list, hf_roll: list, eg_ll: list, eg_roll: list) -> dict:
+    """HF vs evalgate on the same requests: log-prob differences (absolute, relative, on likely choices),
+    is-greedy and argmax agreement, each side's accuracy, and the rolling log-likelihoods."""
+    diffs = [abs(a[0] - b[0]) for a, b in zip(hf_ll, eg_ll)] + [abs(a - b) for a, b in zip(hf_roll, eg_roll)]
+    rel = [abs(a[0] - b[0]) / max(abs(a[0]), 1e-9) for a, b in zip(hf_ll, eg_ll)]
+    k, argmax_same, acc_hf, acc_eg = 0, 0, 0, 0
+    for _, cs, gold in items:
+        a = max(range(len(cs)), key=lambda i: hf_ll[k + i][0])
+        b = max(range(len(cs)), key=lambda i: eg_ll[k + i][0])
+        argmax_same += a == b
+        acc_hf += a == gold
+        acc_eg += b == gold
+        k += len(cs)
+    return {
+        "requests": {"loglikelihood": len(hf_ll), "loglikelihood_rolling": len(hf_roll)},
+        "max_abs_logprob_diff": max(diffs), "max_rel_logprob_diff": max(rel),
+        "is_greedy_agreement": f"{sum(a[1] == b[1] for a, b in zip(hf_ll, eg_ll))}/{len(hf_ll)}",
+        "argmax_agreement": f"{argmax_same}/{len(items)}", "acc": {"hf": acc_hf / len(items), "evalgate": acc_eg / len(items)},
+        "logprob_range": [min(x[0] for x in eg_ll), max(x[0] for x in eg_ll)],
+        "rolling": {"hf": hf_roll, "evalgate": eg_roll},
+        "likely_choices_max_abs_diff": max(abs(a[0] - b[0]) for a, b in zip(hf_ll, eg_ll) if b[0] > -5.0),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="embedded:nemotron-h-tiny")
@@ -116,28 +140,10 @@ def main(argv: list[str] | None = None) -> int:
         result_ref = _hybrid_reference(path, engine.tokenizer(), items, eg_ll)
     else:
         result_ref = None
-    diffs = [abs(a[0] - b[0]) for a, b in zip(hf_ll, eg_ll)] + [abs(a - b) for a, b in zip(hf_roll, eg_roll)]
-    rel = [abs(a[0] - b[0]) / max(abs(a[0]), 1e-9) for a, b in zip(hf_ll, eg_ll)]
-    k, argmax_same, acc_hf, acc_eg = 0, 0, 0, 0
-    for _, cs, gold in items:
-        a = max(range(len(cs)), key=lambda i: hf_ll[k + i][0])
-        b = max(range(len(cs)), key=lambda i: eg_ll[k + i][0])
-        argmax_same += a == b
-        acc_hf += a == gold
-        acc_eg += b == gold
-        k += len(cs)
-    result = {
-        "model": args.model, "requests": {"loglikelihood": len(hf_ll), "loglikelihood_rolling": len(hf_roll)},
-        "max_abs_logprob_diff": max(diffs), "max_rel_logprob_diff": max(rel),
-        "is_greedy_agreement": f"{sum(a[1] == b[1] for a, b in zip(hf_ll, eg_ll))}/{len(hf_ll)}",
-        "argmax_agreement": f"{argmax_same}/{len(items)}", "acc": {"hf": acc_hf / len(items), "evalgate": acc_eg / len(items)},
-        "logprob_range": [min(x[0] for x in eg_ll), max(x[0] for x in eg_ll)],
-        "rolling": {"hf": hf_roll, "evalgate": eg_roll},
-        "likely_choices_max_abs_diff": max(abs(a[0] - b[0]) for a, b in zip(hf_ll, eg_ll) if b[0] > -5.0),
-        "torch_reference": result_ref,
-        "seconds": {"hf_total": round(hf_s, 1), "vllm_engine_start": round(start_s, 1), "vllm_requests": round(eg_s, 1)},
-        "cpu_flags_avx512": "avx512f" in Path("/proc/cpuinfo").read_text(),
-    }
+    result = {"model": args.model, **_agreement(items, hf_ll, hf_roll, eg_ll, eg_roll), "torch_reference": result_ref,
+              "seconds": {"hf_total": round(hf_s, 1), "vllm_engine_start": round(start_s, 1),
+                          "vllm_requests": round(eg_s, 1)},
+              "cpu_flags_avx512": "avx512f" in Path("/proc/cpuinfo").read_text()}
     line = json.dumps(result)
     print(line)
     if args.json:

@@ -1,5 +1,6 @@
 """Closed-form pieces of the paired analysis: Wilson and Newcombe intervals, clustered standard
-errors and the paired t interval.
+errors and the paired t interval. Wilson's interval and the t quantile come from scipy; scipy has
+neither Newcombe's paired interval nor a clustered standard error, so those are written out here.
 
 Pure functions of counts or arrays; no randomness, no I/O. Unlike ``stats`` (which reports in
 points), everything here is on the *fraction* scale (0-1): callers multiply by 100.
@@ -30,7 +31,7 @@ import math
 from collections.abc import Hashable, Sequence
 
 import numpy as np
-from scipy.stats import norm
+from scipy.stats import binomtest
 from scipy.stats import t as student_t
 
 __all__ = [
@@ -45,7 +46,8 @@ __all__ = [
 NEWCOMBE_METHOD = "Newcombe square-and-add (Wilson score, method 10)"
 
 
-def _check_alpha(alpha: float) -> float:
+def check_alpha(alpha: object) -> float:
+    """``alpha`` as a float; ValueError unless it is a number in (0, 0.5) (a one-sided level)."""
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating)) or not (0.0 < alpha < 0.5):
         raise ValueError(f"alpha must be a number in (0, 0.5), got {alpha!r}")
     return float(alpha)
@@ -62,18 +64,15 @@ def wilson_interval(k: int, n: int, *, alpha: float) -> tuple[float, float]:
 
     Returns the two-sided (1 - 2*alpha) interval ``(lower, upper)`` as fractions in [0, 1]:
     ``(p + z^2/(2n) -/+ z * sqrt(p(1-p)/n + z^2/(4n^2))) / (1 + z^2/n)`` with
-    ``z = Phi^-1(1 - alpha)`` (Wilson 1927). Raises ValueError for n < 1, k outside [0, n] or a bad
-    alpha.
+    ``z = Phi^-1(1 - alpha)`` (Wilson 1927), as computed by
+    ``scipy.stats.binomtest(k, n).proportion_ci(1 - 2*alpha, method="wilson")``. Raises ValueError for
+    n < 1, k outside [0, n] or a bad alpha.
     """
     k, n = _check_count("k", k), _check_count("n", n)
     if n < 1 or k > n:
         raise ValueError(f"need 0 <= k <= n and n >= 1, got k={k}, n={n}")
-    z = float(norm.ppf(1.0 - _check_alpha(alpha)))
-    p = k / n
-    centre = p + z * z / (2 * n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    denom = 1 + z * z / n
-    return max(0.0, (centre - half) / denom), min(1.0, (centre + half) / denom)
+    ci = binomtest(k, n).proportion_ci(confidence_level=1.0 - 2.0 * check_alpha(alpha), method="wilson")
+    return max(0.0, float(ci.low)), min(1.0, float(ci.high))
 
 
 def newcombe_paired_interval(
@@ -162,13 +161,16 @@ def clustered_se(d: np.ndarray, codes: np.ndarray) -> float:
 
 
 def paired_t_interval(delta: float, se: float, df: int, *, alpha: float) -> tuple[float, float]:
-    """Student-t interval ``delta -/+ t_{1-alpha, df} * se`` (two-sided 1 - 2*alpha).
+    """Student-t interval ``delta -/+ t_{1-alpha, df} * se`` (two-sided 1 - 2*alpha), quantile from
+    ``scipy.stats.t.ppf``.
 
-    For paired items ``se = sd(d)/sqrt(n)`` and ``df = n - 1``; for clustered items the clustered
-    SE with ``df = G - 1`` (Cameron and Miller 2015, sec. VI). Returns NaNs when ``df < 1`` or
+    For paired items ``se = sd(d)/sqrt(n)`` and ``df = n - 1``: then it is
+    ``scipy.stats.ttest_rel(candidate, baseline).confidence_interval(1 - 2*alpha)``, which takes the raw
+    arrays; this form also takes the clustered SE with ``df = G - 1`` (Cameron and Miller 2015, sec. VI),
+    which scipy does not compute. Returns NaNs when ``df < 1`` or
     ``se`` is NaN; a zero ``se`` gives the degenerate interval ``(delta, delta)``.
     """
-    _check_alpha(alpha)
+    check_alpha(alpha)
     if df < 1 or not math.isfinite(se):
         return math.nan, math.nan
     q = float(student_t.ppf(1.0 - alpha, df))

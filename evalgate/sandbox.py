@@ -199,7 +199,8 @@ class SandboxResult:
         timed_out: the wall-clock timeout fired, or the CPU limit killed it (SIGXCPU).
         stdout_tail: the last ``tail_chars`` characters of stdout (UTF-8, errors replaced).
         stderr_tail: the same for stderr (a traceback ends up here).
-        isolation: which OS isolation was in force: a subset of {"net", "fs", "caps"}.
+        isolation: which OS isolation was in force: a subset of {"net", "fs", "pid", "proc", "uid",
+            "caps"} (see the module doc).
     """
 
     passed: bool
@@ -258,63 +259,28 @@ def run_python(
         src_path = os.path.join(io_dir, "program.py")
         with open(src_path, "w", encoding="utf-8") as f:
             f.write(program)
-        uid = None
-        if os.geteuid() == 0:
-            # A uid of its own, that owns nothing but the working directory: RLIMIT_NPROC then applies
-            # (Linux never enforces it for uid 0) and counts only this program's processes, and the
-            # program can neither signal evalgate's processes nor write any of root's files.
-            uid = random.SystemRandom().randrange(_UID_LOW, _UID_HIGH)
-            os.chown(work, uid, uid)
-        cfg = {
-            "status_fd": status_w,
-            "uid": uid,
-            "limits": [
-                ("RLIMIT_CPU", int(timeout_s) + 1),
-                ("RLIMIT_AS", memory_mb * 1024 * 1024),
-                ("RLIMIT_NPROC", max_processes),
-                ("RLIMIT_FSIZE", max_file_mb * 1024 * 1024),
-                ("RLIMIT_CORE", 0),
-            ],
-        }
-        env = {
-            "PATH": "/usr/bin:/bin",
-            "LANG": "C.UTF-8",
-            "HOME": work,
-            "TMPDIR": work,
-            "PYTHONHASHSEED": "0",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "PYTHONIOENCODING": "utf-8",
-        }
+        cfg = {"status_fd": status_w, "uid": _fresh_uid(work),
+               "limits": _limits(timeout_s, memory_mb, max_processes, max_file_mb)}
         out_path, err_path = os.path.join(io_dir, "stdout"), os.path.join(io_dir, "stderr")
         with open(src_path, "rb") as stdin, open(out_path, "wb") as out, open(err_path, "wb") as err:
             proc = subprocess.Popen(
                 [sys.executable, "-s", "-S", "-P", "-c", _BOOTSTRAP, json.dumps(cfg)],
-                stdin=stdin, stdout=out, stderr=err, cwd=work, env=env,
+                stdin=stdin, stdout=out, stderr=err, cwd=work, env=_environment(work),
                 pass_fds=(status_w,), start_new_session=True, close_fds=True,
             )
         os.close(status_w)
         status_w = -1
-        timed_out = False
-        deadline = time.monotonic() + timeout_s
-        # Wait without reaping (WNOWAIT): while the leader is a zombie its pid, which is the
-        # group id, cannot be reused, so the killpg below can only hit the sandbox's processes.
-        while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
-            if time.monotonic() >= deadline:
-                timed_out = True
-                break
-            time.sleep(0.01)
+        timed_out = _wait_or_timeout(proc.pid, timeout_s)
         _kill_group(proc.pid)
         returncode = proc.wait()
-        if returncode == -signal.SIGXCPU:
-            timed_out = True
-        isolation = frozenset(x for x in os.read(status_r, 256).decode().split(",") if x)
+        timed_out = timed_out or returncode == -signal.SIGXCPU
         return SandboxResult(
             passed=returncode == 0 and not timed_out,
             returncode=returncode,
             timed_out=timed_out,
             stdout_tail=_tail(out_path, tail_chars),
             stderr_tail=_tail(err_path, tail_chars),
-            isolation=isolation,
+            isolation=frozenset(x for x in os.read(status_r, 256).decode().split(",") if x),
         )
     finally:
         if proc is not None and proc.returncode is None:
@@ -325,3 +291,54 @@ def run_python(
                 os.close(fd)
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(io_dir, ignore_errors=True)
+
+
+def _fresh_uid(work: str) -> int | None:
+    """As root: a random uid in [2^28, 2^30) that then owns ``work`` (and nothing else), else None.
+
+    RLIMIT_NPROC then applies (Linux never enforces it for uid 0) and counts only this program's
+    processes, and the program can neither signal evalgate's processes nor write any of root's files.
+    """
+    if os.geteuid() != 0:
+        return None
+    uid = random.SystemRandom().randrange(_UID_LOW, _UID_HIGH)
+    os.chown(work, uid, uid)
+    return uid
+
+
+def _limits(timeout_s: float, memory_mb: int, max_processes: int, max_file_mb: int) -> list[tuple[str, int]]:
+    """The ``(resource.RLIMIT_* name, soft = hard value)`` pairs the child sets before the program runs."""
+    return [
+        ("RLIMIT_CPU", int(timeout_s) + 1),
+        ("RLIMIT_AS", memory_mb * 1024 * 1024),
+        ("RLIMIT_NPROC", max_processes),
+        ("RLIMIT_FSIZE", max_file_mb * 1024 * 1024),
+        ("RLIMIT_CORE", 0),
+    ]
+
+
+def _environment(work: str) -> dict[str, str]:
+    """The child's whole environment: nothing of the parent's is passed on; fixed hash seed."""
+    return {
+        "PATH": "/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "HOME": work,
+        "TMPDIR": work,
+        "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONIOENCODING": "utf-8",
+    }
+
+
+def _wait_or_timeout(pid: int, timeout_s: float) -> bool:
+    """Wait for ``pid`` to exit, at most ``timeout_s`` seconds; True if the time ran out.
+
+    Waits without reaping (WNOWAIT): while the leader is a zombie its pid, which is the group id,
+    cannot be reused, so the caller's ``killpg`` can only hit the sandbox's processes.
+    """
+    deadline = time.monotonic() + timeout_s
+    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        if time.monotonic() >= deadline:
+            return True
+        time.sleep(0.01)
+    return False

@@ -21,6 +21,10 @@ What is computed for ``d = candidate - baseline`` (shape ``(n,)``):
 ``interval="auto"`` (what ``compare`` uses) reports the interval suited to the metric kind: Newcombe
 for unclustered 0/1 scores, otherwise the wider of the bootstrap and t intervals.
 
+scipy computes McNemar's exact test (``scipy.stats.binomtest``), Wilson's interval and the t and normal
+quantiles, so those are scipy's; it has no cluster bootstrap (``scipy.stats.bootstrap`` resamples items),
+clustered standard error or Newcombe's paired interval, so those are written out here and in ``intervals``.
+
 Sources:
     * Paired bootstrap, percentile interval: B. Efron and R. J. Tibshirani, *An Introduction to
       the Bootstrap*, Chapman & Hall, 1993, ch. 6 (standard errors) and ch. 13 (percentile
@@ -43,11 +47,12 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import binom, norm
+from scipy.stats import binomtest, norm
 from scipy.stats import t as student_t
 
 from evalgate.intervals import (
     NEWCOMBE_METHOD,
+    check_alpha,
     cluster_codes,
     clustered_se,
     newcombe_paired_interval,
@@ -166,11 +171,11 @@ def mcnemar_exact(b: int, c: int) -> float:
     """Exact two-sided McNemar p-value for discordant counts ``b`` and ``c``.
 
     Conditional on ``b + c`` discordant pairs, under H0 ``b ~ Binomial(b + c, 0.5)`` (McNemar
-    1947; exact form as in Fagerland et al. 2013). Because the null is symmetric,
-    ``p = min(1, 2 * P[X <= min(b, c)])`` with ``X ~ Bin(b + c, 0.5)``; equals
-    ``scipy.stats.binomtest(b, b + c, 0.5).pvalue``.
+    1947; exact form as in Fagerland et al. 2013): ``scipy.stats.binomtest(b, b + c, 0.5).pvalue``,
+    which for this symmetric null is ``min(1, 2 * P[X <= min(b, c)])``, ``X ~ Bin(b + c, 0.5)``.
 
-    Returns 1.0 when ``b + c == 0``. Raises ValueError for negative or non-integer counts.
+    Returns 1.0 when ``b + c == 0`` (scipy needs n >= 1). Raises ValueError for negative or
+    non-integer counts.
     """
     for name, v in (("b", b), ("c", c)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
@@ -178,16 +183,15 @@ def mcnemar_exact(b: int, c: int) -> float:
         if v < 0:
             raise ValueError(f"{name} must be >= 0, got {v}")
     total = int(b) + int(c)
-    if total == 0:
-        return 1.0
-    return float(min(1.0, 2.0 * binom.cdf(min(int(b), int(c)), total, 0.5)))
+    return float(binomtest(int(b), total, 0.5).pvalue) if total else 1.0
 
 
 def mcnemar_one_sided(worse: int, better: int) -> float:
     """Exact one-sided McNemar p-value of "the candidate is worse": ``P[X >= worse]``, ``X ~ Bin(worse + better,
-    1/2)`` (conditional on the discordant pairs; McNemar 1947). 1.0 when ``worse + better == 0``."""
+    1/2)`` (conditional on the discordant pairs; McNemar 1947), i.e. ``scipy.stats.binomtest(worse, worse +
+    better, 0.5, alternative="greater").pvalue``. 1.0 when ``worse + better == 0``."""
     total = int(worse) + int(better)
-    return float(binom.sf(int(worse) - 1, total, 0.5)) if total else 1.0
+    return float(binomtest(int(worse), total, 0.5, alternative="greater").pvalue) if total else 1.0
 
 
 def flipped_items(baseline: np.ndarray, candidate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -240,12 +244,29 @@ def _codes(clusters: Sequence[Hashable | None] | None, n: int) -> tuple[np.ndarr
     return codes, g
 
 
+def _is_binary(b: np.ndarray, c: np.ndarray) -> bool:
+    """True when every score of both arms is exactly 0 or 1."""
+    return bool(np.isin(b, (0.0, 1.0)).all() and np.isin(c, (0.0, 1.0)).all())
+
+
+def _stderr(d: np.ndarray, codes: np.ndarray, clustered: bool) -> float:
+    """SE of ``mean(d)`` in points: clustered (CR1, ``intervals.clustered_se``) or ``sd(d, ddof=1)/sqrt(n)``;
+    NaN for a single unclustered item."""
+    if clustered:
+        return 100.0 * clustered_se(d, codes)
+    return 100.0 * float(np.std(d, ddof=1)) / math.sqrt(d.size) if d.size > 1 else math.nan
+
+
+def _floored(se: float, n: int) -> float:
+    """``max(se, 100 / n)`` (one discordant item in n, points), or the floor when ``se`` is NaN (one item)."""
+    return max(se, 100.0 / n) if math.isfinite(se) else 100.0 / n
+
+
 def _power_se(n: int, exact_binary: bool, discordant: int, stderr: float) -> float:
     """SE (points) for power and MDE; see ``PairedComparison.se_power``."""
-    floor = 100.0 / n
     if exact_binary:
-        return max(100.0 * math.sqrt(discordant / n) / math.sqrt(n), floor)
-    return max(stderr, floor) if math.isfinite(stderr) else floor
+        return _floored(100.0 * math.sqrt(discordant / n) / math.sqrt(n), n)
+    return _floored(stderr, n)
 
 
 def power_se(
@@ -260,25 +281,14 @@ def power_se(
     d = c - b
     codes, g = _codes(clusters, n)
     clustered = g < n
-    binary = bool(np.isin(b, (0.0, 1.0)).all() and np.isin(c, (0.0, 1.0)).all())
+    binary = _is_binary(b, c)
     changed = int(np.count_nonzero(d))
-    if clustered:
-        stderr = 100.0 * clustered_se(d, codes)
-    else:
-        stderr = 100.0 * float(np.std(d, ddof=1)) / math.sqrt(n) if n > 1 else math.nan
-    return _power_se(n, binary and not clustered, changed, stderr), g, changed
+    return _power_se(n, binary and not clustered, changed, _stderr(d, codes, clustered)), g, changed
 
 
 def _check_args(alpha: object, n_resamples: object, interval: object) -> None:
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating)) or not (
-        0.0 < float(alpha) < 0.5
-    ):
-        raise ValueError(f"alpha must be a number in (0, 0.5), got {alpha!r}")
-    if (
-        isinstance(n_resamples, bool)
-        or not isinstance(n_resamples, (int, np.integer))
-        or n_resamples < 1
-    ):
+    check_alpha(alpha)
+    if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
         raise ValueError(f"n_resamples must be an int >= 1, got {n_resamples!r}")
     if interval not in ("bootstrap", "auto"):
         raise ValueError(f"interval must be 'bootstrap' or 'auto', got {interval!r}")
@@ -327,82 +337,77 @@ def paired_comparison(
     d = c - b
     codes, g = _codes(clusters, n)
     clustered = g < n
-
-    means: np.ndarray | None = None
-    if np.all(d == d[0]):
-        delta = boot_low = boot_high = 100.0 * float(d[0])
-    else:
-        delta = 100.0 * float(d.mean())
-        means = _bootstrap_means(d, rng, int(n_resamples), codes if clustered else None)
-        lo, hi = np.quantile(means, [alpha, 1.0 - alpha])
-        boot_low, boot_high = 100.0 * float(lo), 100.0 * float(hi)
-
-    binary = bool(np.isin(b, (0.0, 1.0)).all() and np.isin(c, (0.0, 1.0)).all())
-    n_improved = int(np.count_nonzero(c > b))
-    n_regressed = int(np.count_nonzero(c < b))
-    mcnemar_p = mcnemar_exact(n_regressed, n_improved) if binary else math.nan
-    if clustered:
-        stderr = 100.0 * clustered_se(d, codes)
-    else:
-        stderr = 100.0 * float(np.std(d, ddof=1)) / math.sqrt(n) if n > 1 else math.nan
+    delta, (boot_low, boot_high), means = _bootstrap(d, alpha, rng, int(n_resamples), codes if clustered else None)
+    binary = _is_binary(b, c)
+    exact = binary and not clustered  # McNemar and Newcombe treat items as independent 0/1 pairs
+    n_improved, n_regressed = int(np.count_nonzero(c > b)), int(np.count_nonzero(c < b))
+    stderr = _stderr(d, codes, clustered)
     t_low, t_high = paired_t_interval(delta, stderr, g - 1, alpha=alpha)
-    se_floor = 100.0 / n
-
-    newcombe_low = newcombe_high = math.nan
-    if binary and not clustered:
-        both = int(np.count_nonzero((b == 1.0) & (c == 1.0)))
-        lo, hi = newcombe_paired_interval(both, n_improved, n_regressed, n - both - n_improved - n_regressed,
-                                          alpha=alpha)
-        newcombe_low, newcombe_high = 100.0 * lo, 100.0 * hi
-        discordant = n_improved + n_regressed
-        p_loss = mcnemar_one_sided(n_regressed, discordant - n_regressed)
-        loss_test = LOSS_TEST_MCNEMAR
+    newcombe_low, newcombe_high = _newcombe(b, c, alpha) if exact else (math.nan, math.nan)
+    if exact:
+        p_loss, loss_test = mcnemar_one_sided(n_regressed, n_improved), LOSS_TEST_MCNEMAR
     else:
-        if means is not None:
-            p_boot = (1.0 + float(np.count_nonzero(means >= 0.0))) / (means.size + 1.0)
-        else:
-            p_boot = 0.0 if delta < 0 else 1.0
-        se_t = max(stderr, se_floor) if math.isfinite(stderr) else se_floor
-        z = delta / se_t
-        p_t = float(student_t.cdf(z, g - 1)) if g >= 2 else float(norm.cdf(z))
-        p_loss = max(p_boot, p_t)
-        loss_test = LOSS_TEST_BOOTSTRAP_T
-    se_power = _power_se(n, binary and not clustered, n_improved + n_regressed, stderr)
+        p_loss, loss_test = _p_loss_bootstrap_t(delta, means, _floored(stderr, n), g), LOSS_TEST_BOOTSTRAP_T
+    ci_low, ci_high, method = _reported_interval(
+        interval, clustered, exact, (boot_low, boot_high), (t_low, t_high), (newcombe_low, newcombe_high))
+    return PairedComparison(
+        n=n, baseline_mean=100.0 * float(b.mean()), candidate_mean=100.0 * float(c.mean()), delta=delta,
+        ci_low=ci_low, ci_high=ci_high, lower_bound=ci_low, method=method, binary=binary,
+        n_improved=n_improved, n_regressed=n_regressed,
+        mcnemar_p=mcnemar_exact(n_regressed, n_improved) if binary else math.nan,
+        stderr=stderr, alpha=alpha, n_clusters=g, boot_low=boot_low, boot_high=boot_high, t_low=t_low,
+        t_high=t_high, newcombe_low=newcombe_low, newcombe_high=newcombe_high, p_loss=p_loss, loss_test=loss_test,
+        se_power=_power_se(n, exact, n_improved + n_regressed, stderr),
+    )
 
+
+def _bootstrap(
+    d: np.ndarray, alpha: float, rng: np.random.Generator, n_resamples: int, codes: np.ndarray | None
+) -> tuple[float, tuple[float, float], np.ndarray | None]:
+    """``(delta, (boot_low, boot_high), means)`` in points: the mean difference, the percentile interval at
+    ``alpha`` / ``1 - alpha`` of the (cluster) bootstrap means (Efron & Tibshirani 1993, ch. 13) and those means.
+    When every ``d_i`` is equal the interval is degenerate at that value, no random numbers are drawn and
+    ``means`` is None."""
+    if np.all(d == d[0]):
+        value = 100.0 * float(d[0])
+        return value, (value, value), None
+    means = _bootstrap_means(d, rng, n_resamples, codes)
+    lo, hi = np.quantile(means, [alpha, 1.0 - alpha])
+    return 100.0 * float(d.mean()), (100.0 * float(lo), 100.0 * float(hi)), means
+
+
+def _newcombe(b: np.ndarray, c: np.ndarray, alpha: float) -> tuple[float, float]:
+    """Newcombe's interval (points) for ``mean(c) - mean(b)`` of 0/1 scores, from their paired 2x2 table."""
+    both = int(np.count_nonzero((b == 1.0) & (c == 1.0)))
+    improved, regressed = int(np.count_nonzero(c > b)), int(np.count_nonzero(c < b))
+    neither = b.size - both - improved - regressed
+    lo, hi = newcombe_paired_interval(both, improved, regressed, neither, alpha=alpha)
+    return 100.0 * lo, 100.0 * hi
+
+
+def _p_loss_bootstrap_t(delta: float, means: np.ndarray | None, se_t: float, g: int) -> float:
+    """One-sided p of H0 "delta >= 0": the larger of the bootstrap p ``(1 + #{means >= 0}) / (B + 1)`` (0 or 1
+    when no resampling was needed) and the t p-value of ``delta / se_t`` on G - 1 df (normal for G < 2)."""
+    if means is not None:
+        p_boot = (1.0 + float(np.count_nonzero(means >= 0.0))) / (means.size + 1.0)
+    else:
+        p_boot = 0.0 if delta < 0 else 1.0
+    z = delta / se_t
+    p_t = float(student_t.cdf(z, g - 1)) if g >= 2 else float(norm.cdf(z))
+    return max(p_boot, p_t)
+
+
+def _reported_interval(
+    interval: str, clustered: bool, exact: bool, boot: tuple[float, float], t: tuple[float, float],
+    newcombe: tuple[float, float],
+) -> tuple[float, float, str]:
+    """``(ci_low, ci_high, method)`` that ``interval`` selects; see ``paired_comparison``."""
     boot_method = CLUSTER_BOOTSTRAP_METHOD if clustered else BOOTSTRAP_METHOD
     if interval == "bootstrap":
-        ci_low, ci_high, method = boot_low, boot_high, boot_method
-    elif binary and not clustered:
-        ci_low, ci_high, method = newcombe_low, newcombe_high, NEWCOMBE_METHOD
-    else:
-        ci_low = boot_low if math.isnan(t_low) else min(boot_low, t_low)
-        ci_high = boot_high if math.isnan(t_high) else max(boot_high, t_high)
-        t_name = "clustered t" if clustered else "paired t"
-        method = f"{boot_method} and {t_name}, the wider of the two"
-
-    return PairedComparison(
-        n=n,
-        baseline_mean=100.0 * float(b.mean()),
-        candidate_mean=100.0 * float(c.mean()),
-        delta=delta,
-        ci_low=ci_low,
-        ci_high=ci_high,
-        lower_bound=ci_low,
-        method=method,
-        binary=binary,
-        n_improved=n_improved,
-        n_regressed=n_regressed,
-        mcnemar_p=mcnemar_p,
-        stderr=stderr,
-        alpha=alpha,
-        n_clusters=g,
-        boot_low=boot_low,
-        boot_high=boot_high,
-        t_low=t_low,
-        t_high=t_high,
-        newcombe_low=newcombe_low,
-        newcombe_high=newcombe_high,
-        p_loss=p_loss,
-        loss_test=loss_test,
-        se_power=se_power,
-    )
+        return boot[0], boot[1], boot_method
+    if exact:
+        return newcombe[0], newcombe[1], NEWCOMBE_METHOD
+    low = boot[0] if math.isnan(t[0]) else min(boot[0], t[0])
+    high = boot[1] if math.isnan(t[1]) else max(boot[1], t[1])
+    t_name = "clustered t" if clustered else "paired t"
+    return low, high, f"{boot_method} and {t_name}, the wider of the two"

@@ -13,23 +13,13 @@ import pytest
 from evalgate.errors import ConfigError, ExitCode
 from evalgate.suites import (GROUP_FIELDS, check_datasets, datasets_cache_dir, hub_offline, load_suite,
                              task_manager)
+from taskfixtures import json_task
 
 ROOT = Path(__file__).resolve().parent.parent
 ITEMS = [{"q": "1+1", "a": "2"}, {"q": "2+2", "a": "4"}, {"q": "3+3", "a": "6"}]
-LOCAL_TASK = """task: tiny_local
-dataset_path: json
-dataset_kwargs:
-  data_files: {test: data/items.json}
-test_split: test
-output_type: generate_until
-doc_to_text: "Q: {{q}}\\nA:"
-doc_to_target: "{{a}}"
-generation_kwargs: {until: ["\\n"], max_gen_toks: 8, do_sample: false}
-metric_list:
-  - metric: exact_match
-    aggregation: mean
-    higher_is_better: true
-"""
+LOCAL_TASK = json_task("tiny_local", "data/items.json", "generate_until",
+                       'doc_to_text: "Q: {{q}}\\nA:"\ndoc_to_target: "{{a}}"\n'
+                       'generation_kwargs: {until: ["\\n"], max_gen_toks: 8, do_sample: false}\n', ("exact_match",))
 GROUP = """group: math_mix
 task:
   - task: gsm8k

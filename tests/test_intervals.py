@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import numpy as np
 import pytest
@@ -23,6 +24,30 @@ def test_wilson_matches_scipy(k: int, n: int, alpha: float) -> None:
     ci = binomtest(k, n).proportion_ci(confidence_level=1 - 2 * alpha, method="wilson")
     lo, hi = wilson_interval(k, n, alpha=alpha)
     assert (lo, hi) == pytest.approx((ci.low, ci.high), abs=1e-12)
+
+
+def _wilson_closed_form(k: int, n: int, alpha: float) -> tuple[float, float]:
+    """Wilson (1927) written out, as evalgate computed it before calling scipy."""
+    z = NormalDist().inv_cdf(1 - alpha)
+    p = k / n
+    centre, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, (centre - half) / (1 + z * z / n)), min(1.0, (centre + half) / (1 + z * z / n))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 13, 40, 161, 1000])
+@pytest.mark.parametrize("alpha", [0.01, 0.025, 0.05, 0.1, 0.25])
+def test_wilson_equals_the_closed_form_on_a_grid(n: int, alpha: float) -> None:
+    for k in range(n + 1):  # k = 0 and k = n included: the interval touches 0 or 1 there
+        assert wilson_interval(k, n, alpha=alpha) == pytest.approx(_wilson_closed_form(k, n, alpha), abs=1e-12)
+    assert wilson_interval(0, n, alpha=alpha)[0] == 0.0 and wilson_interval(n, n, alpha=alpha)[1] == 1.0
+
+
+def test_wilson_errors() -> None:
+    for k, n in ((0, 0), (4, 3), (-1, 3)):
+        with pytest.raises(ValueError):
+            wilson_interval(k, n, alpha=0.05)
+    with pytest.raises(ValueError, match="alpha"):
+        wilson_interval(1, 3, alpha=0.0)
 
 
 # Published: M. W. Fagerland, S. Lydersen, P. Laake, Statistical Analysis of Contingency Tables (2017), ch. 8,
@@ -134,3 +159,13 @@ def test_paired_t_interval_degenerate_cases() -> None:
     assert paired_t_interval(0.5, 0.0, 10, alpha=0.05) == (0.5, 0.5)
     assert all(math.isnan(x) for x in paired_t_interval(0.5, 0.1, 0, alpha=0.05))
     assert all(math.isnan(x) for x in paired_t_interval(0.5, math.nan, 5, alpha=0.05))
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 12])
+def test_paired_t_interval_matches_scipy_for_few_items(n: int) -> None:
+    rng = np.random.default_rng(n)
+    base, cand = rng.integers(0, 2, n).astype(float), rng.uniform(0, 1, n)
+    d = cand - base
+    lo, hi = paired_t_interval(d.mean(), d.std(ddof=1) / math.sqrt(n), n - 1, alpha=0.05)
+    ci = ttest_rel(cand, base).confidence_interval(confidence_level=0.9)
+    assert (lo, hi) == pytest.approx((ci.low, ci.high), rel=1e-10)

@@ -16,6 +16,7 @@ import pytest
 from evalgate.engine import encode_pair, loglikelihood_key, request_key, score_pairs, score_rolling
 from evalgate.results import ItemResult, TaskResult
 from evalgate.store import GenerationJournal
+from taskfixtures import json_task
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -175,23 +176,9 @@ def test_report_shows_the_choices_escaped() -> None:
 
 
 # ---------------------------------------------------------------- engine: the adapter on the embedded hybrid
-MC_TASK = """task: tiny_mc
-dataset_path: json
-dataset_kwargs:
-  data_files: {test: data/mc.json}
-test_split: test
-output_type: multiple_choice
-doc_to_text: "{{prompt}}"
-doc_to_choice: "{{choices}}"
-doc_to_target: "{{gold}}"
-metric_list:
-  - metric: acc
-    aggregation: mean
-    higher_is_better: true
-  - metric: acc_norm
-    aggregation: mean
-    higher_is_better: true
-"""
+MC_TASK = json_task("tiny_mc", "data/mc.json", "multiple_choice",
+                    'doc_to_text: "{{prompt}}"\ndoc_to_choice: "{{choices}}"\ndoc_to_target: "{{gold}}"\n',
+                    ("acc", "acc_norm"))
 
 
 def mc_items(n: int = 6, seed: int = 7) -> list[dict[str, Any]]:

@@ -9,7 +9,6 @@ Sources of the definitions:
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -17,15 +16,13 @@ import pytest
 import yaml
 
 from evalgate.suites import SUITES_DIR, count_items, load_suite
+from evalgate.taskcode import load_module
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _module(suite: str, name: str):
-    spec = importlib.util.spec_from_file_location(f"evalgate_test_{suite}_{name}", SUITES_DIR / suite / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(SUITES_DIR / suite / f"{name}.py")
 
 
 TATQA = _module("finance", "tatqa")

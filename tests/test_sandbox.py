@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import socket
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from evalgate.sandbox import SandboxResult, run_python
+from evalgate.taskcode import load_module
 
 IS_ROOT = os.geteuid() == 0
 
@@ -320,10 +320,7 @@ def test_hostile_program_is_contained(h: Hostile, ctx: dict) -> None:
 
 @pytest.fixture(scope="module")
 def coding():
-    path = Path(__file__).resolve().parent.parent / "suites" / "coding" / "utils.py"
-    spec = importlib.util.spec_from_file_location("evalgate_test_sandbox_coding_utils", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_module(Path(__file__).resolve().parent.parent / "suites" / "coding" / "utils.py")
     return module, module.read_problems()[0]  # HumanEval/0, has_close_elements
 
 

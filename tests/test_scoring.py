@@ -3,7 +3,6 @@ completions start in it as they are answered and its scorer picks them up instea
 
 from __future__ import annotations
 
-import importlib.util
 from concurrent.futures import wait
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,6 +11,7 @@ import pytest
 
 from evalgate import scoring
 from evalgate.sandbox import run_python
+from evalgate.taskcode import load_module
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = [
@@ -31,10 +31,7 @@ def _outcome(r: object) -> tuple:
 
 
 def _coding_utils():
-    spec = importlib.util.spec_from_file_location("coding_utils_under_test", ROOT / "suites" / "coding" / "utils.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
+    return load_module(ROOT / "suites" / "coding" / "utils.py")
 
 
 def test_pool_results_equal_sequential_sandbox_runs() -> None:

@@ -35,6 +35,23 @@ def test_mcnemar_exact_matches_scipy_binomtest(b: int, c: int) -> None:
     assert mcnemar_exact(b, c) == pytest.approx(expected, rel=1e-12, abs=1e-15)
 
 
+def _binomial_tail(k: int, n: int) -> float:
+    """P[X <= k] for X ~ Bin(n, 1/2), exactly (integer arithmetic), as a float."""
+    return float(sum(math.comb(n, i) for i in range(k + 1)) / 2**n)
+
+
+# The closed forms evalgate computed before calling scipy (two-sided: min(1, 2 P[X <= min(b, c)]); one-sided:
+# P[X >= worse] = 1 - P[X <= worse - 1]), in exact integer arithmetic, on every table with b, c <= 30.
+@pytest.mark.parametrize("b", range(31))
+def test_mcnemar_equals_the_closed_form_on_a_grid(b: int) -> None:
+    for c in range(31):
+        n = b + c
+        two_sided = 1.0 if n == 0 else min(1.0, 2 * _binomial_tail(min(b, c), n))
+        one_sided = 1.0 if n == 0 else 1 - _binomial_tail(b - 1, n) if b else 1.0
+        assert mcnemar_exact(b, c) == pytest.approx(two_sided, rel=1e-12, abs=1e-15)
+        assert stats.mcnemar_one_sided(b, c) == pytest.approx(one_sided, rel=1e-12, abs=1e-15)
+
+
 def test_mcnemar_exact_known_values() -> None:
     # Bin(10, 0.5): P[X <= 3] = (1 + 10 + 45 + 120) / 1024 = 176/1024; two-sided = 352/1024.
     assert mcnemar_exact(3, 7) == pytest.approx(352 / 1024, rel=1e-12)

@@ -3,7 +3,6 @@ generators, hand-computed scores, lm-eval loading, and the metadata evalgate rea
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -13,13 +12,11 @@ import pytest
 from evalgate.errors import ConfigError
 from evalgate.evidence import POSITION_BUCKETS, position_metric
 from evalgate.suites import SUITES_DIR, count_items, list_suites, load_suite, task_notes
+from evalgate.taskcode import load_module
 
 
 def _module(path: str):
-    spec = importlib.util.spec_from_file_location(f"evalgate_test_{Path(path).stem}", SUITES_DIR / path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(SUITES_DIR / path)
 
 
 DH = _module("docparse/docparse_hard.py")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -12,14 +11,11 @@ import pytest
 
 from evalgate.errors import ConfigError, ExitCode
 from evalgate.suites import SUITES_DIR, content_hash, count_items, default_suites_dir, list_suites, load_suite
+from evalgate.taskcode import load_module
 
 
 def _utils(suite: str):
-    path = SUITES_DIR / suite / "utils.py"
-    spec = importlib.util.spec_from_file_location(f"evalgate_test_{suite}_utils", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(SUITES_DIR / suite / "utils.py")
 
 
 DOC = _utils("docparse")

@@ -132,76 +132,78 @@ def tensor_specs(cfg: dict[str, Any] | None = None) -> dict[str, tuple[tuple[int
     MTP norms) are zeros, i.e. identity; the GDN output norm multiplies by ``w`` directly, so ones.
     """
     c = cfg or hf_config()
-    h, v = c["hidden_size"], c["vocab_size"]
-    nh, nkv, hd = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
-    nk, nv = c["linear_num_key_heads"], c["linear_num_value_heads"]
-    dk, dv, kc = c["linear_key_head_dim"], c["linear_value_head_dim"], c["linear_conv_kernel_dim"]
-    key_dim, value_dim = nk * dk, nv * dv
-    out: dict[str, tuple[tuple[int, ...], str, float]] = {}
-
-    def lin(name: str, n_out: int, n_in: int, gain: float = GAIN) -> None:
-        out[name] = ((n_out, n_in), "normal", gain / math.sqrt(n_in))
-
-    def norm(name: str, n: int, init: str = "zeros") -> None:
-        out[name] = ((n,), init, 0.0)
-
-    def attention(p: str) -> None:
-        lin(f"{p}.self_attn.q_proj.weight", 2 * nh * hd, h)  # query and output gate, interleaved per head
-        lin(f"{p}.self_attn.k_proj.weight", nkv * hd, h)
-        lin(f"{p}.self_attn.v_proj.weight", nkv * hd, h)
-        lin(f"{p}.self_attn.o_proj.weight", h, nh * hd)
-        norm(f"{p}.self_attn.q_norm.weight", hd)
-        norm(f"{p}.self_attn.k_norm.weight", hd)
-
-    def gdn(p: str) -> None:
-        a = f"{p}.linear_attn"
-        lin(f"{a}.in_proj_qkvz.weight", 2 * key_dim + 2 * value_dim, h)
-        lin(f"{a}.in_proj_ba.weight", 2 * nv, h)
-        out[f"{a}.conv1d.weight"] = ((2 * key_dim + value_dim, 1, kc), "normal", 1.0 / math.sqrt(kc))
-        out[f"{a}.A_log"] = ((nv,), "uniform_log", 16.0)
-        out[f"{a}.dt_bias"] = ((nv,), "ones", 0.0)
-        norm(f"{a}.norm.weight", dv, "ones")
-        lin(f"{a}.out_proj.weight", h, value_dim)
-
-    def mlp(p: str, layer: int) -> None:
-        m = f"{p}.mlp"
-        moe = layer not in c["mlp_only_layers"] and c["num_experts"] > 0 and (layer + 1) % c["decoder_sparse_step"] == 0
-        if not moe:
-            inter = c["intermediate_size"]
-            lin(f"{m}.gate_proj.weight", inter, h)
-            lin(f"{m}.up_proj.weight", inter, h)
-            lin(f"{m}.down_proj.weight", h, inter)
-            return
-        lin(f"{m}.gate.weight", c["num_experts"], h)
-        for e in range(c["num_experts"]):
-            inter = c["moe_intermediate_size"]
-            lin(f"{m}.experts.{e}.gate_proj.weight", inter, h)
-            lin(f"{m}.experts.{e}.up_proj.weight", inter, h)
-            lin(f"{m}.experts.{e}.down_proj.weight", h, inter)
-        inter = c["shared_expert_intermediate_size"]
-        lin(f"{m}.shared_expert.gate_proj.weight", inter, h)
-        lin(f"{m}.shared_expert.up_proj.weight", inter, h)
-        lin(f"{m}.shared_expert.down_proj.weight", h, inter)
-        lin(f"{m}.shared_expert_gate.weight", 1, h)
-
-    def layer(p: str, index: int, kind: str) -> None:
-        norm(f"{p}.input_layernorm.weight", h)
-        norm(f"{p}.post_attention_layernorm.weight", h)
-        (gdn if kind == "linear_attention" else attention)(p)
-        mlp(p, index)
-
-    out["model.embed_tokens.weight"] = ((v, h), "normal", 1.0)
+    s = _Specs(c)
+    h = c["hidden_size"]
+    s.out["model.embed_tokens.weight"] = ((c["vocab_size"], h), "normal", 1.0)
     for i, kind in enumerate(c["layer_types"]):
-        layer(f"model.layers.{i}", i, kind)
-    norm("model.norm.weight", h)
-    lin("lm_head.weight", v, h, LM_HEAD_GAIN)
+        s.layer(f"model.layers.{i}", i, kind)
+    s.norm("model.norm.weight", h)
+    s.lin("lm_head.weight", c["vocab_size"], h, LM_HEAD_GAIN)
     for i in range(c["num_nextn_predict_layers"]):
-        layer(f"mtp.layers.{i}", i, "full_attention")  # vLLM builds MTP layer i with layer index i
-    lin("mtp.fc.weight", h, 2 * h)
-    norm("mtp.pre_fc_norm_embedding.weight", h)
-    norm("mtp.pre_fc_norm_hidden.weight", h)
-    norm("mtp.norm.weight", h)
-    return out
+        s.layer(f"mtp.layers.{i}", i, "full_attention")  # vLLM builds MTP layer i with layer index i
+    s.lin("mtp.fc.weight", h, 2 * h)
+    for name in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
+        s.norm(f"mtp.{name}.weight", h)
+    return s.out
+
+
+class _Specs:
+    """Collects ``tensor_specs`` entries for one HF config ``c``, layer by layer, in checkpoint order."""
+
+    def __init__(self, c: dict[str, Any]) -> None:
+        self.c, self.h = c, c["hidden_size"]
+        self.out: dict[str, tuple[tuple[int, ...], str, float]] = {}
+
+    def lin(self, name: str, n_out: int, n_in: int, gain: float = GAIN) -> None:
+        self.out[name] = ((n_out, n_in), "normal", gain / math.sqrt(n_in))
+
+    def norm(self, name: str, n: int, init: str = "zeros") -> None:
+        self.out[name] = ((n,), init, 0.0)
+
+    def layer(self, p: str, index: int, kind: str) -> None:
+        self.norm(f"{p}.input_layernorm.weight", self.h)
+        self.norm(f"{p}.post_attention_layernorm.weight", self.h)
+        (self.gdn if kind == "linear_attention" else self.attention)(p)
+        self.mlp(p, index)
+
+    def attention(self, p: str) -> None:
+        c, h = self.c, self.h
+        nh, nkv, hd = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+        self.lin(f"{p}.self_attn.q_proj.weight", 2 * nh * hd, h)  # query and output gate, interleaved per head
+        self.lin(f"{p}.self_attn.k_proj.weight", nkv * hd, h)
+        self.lin(f"{p}.self_attn.v_proj.weight", nkv * hd, h)
+        self.lin(f"{p}.self_attn.o_proj.weight", h, nh * hd)
+        self.norm(f"{p}.self_attn.q_norm.weight", hd)
+        self.norm(f"{p}.self_attn.k_norm.weight", hd)
+
+    def gdn(self, p: str) -> None:
+        c, h, a = self.c, self.h, f"{p}.linear_attn"
+        nv, dv, kc = c["linear_num_value_heads"], c["linear_value_head_dim"], c["linear_conv_kernel_dim"]
+        key_dim, value_dim = c["linear_num_key_heads"] * c["linear_key_head_dim"], nv * dv
+        self.lin(f"{a}.in_proj_qkvz.weight", 2 * key_dim + 2 * value_dim, h)
+        self.lin(f"{a}.in_proj_ba.weight", 2 * nv, h)
+        self.out[f"{a}.conv1d.weight"] = ((2 * key_dim + value_dim, 1, kc), "normal", 1.0 / math.sqrt(kc))
+        self.out[f"{a}.A_log"] = ((nv,), "uniform_log", 16.0)
+        self.out[f"{a}.dt_bias"] = ((nv,), "ones", 0.0)
+        self.norm(f"{a}.norm.weight", dv, "ones")
+        self.lin(f"{a}.out_proj.weight", h, value_dim)
+
+    def mlp(self, p: str, layer: int) -> None:
+        c, m = self.c, f"{p}.mlp"
+        if layer in c["mlp_only_layers"] or c["num_experts"] <= 0 or (layer + 1) % c["decoder_sparse_step"] != 0:
+            self.ffn(m, c["intermediate_size"])
+            return
+        self.lin(f"{m}.gate.weight", c["num_experts"], self.h)
+        for e in range(c["num_experts"]):
+            self.ffn(f"{m}.experts.{e}", c["moe_intermediate_size"])
+        self.ffn(f"{m}.shared_expert", c["shared_expert_intermediate_size"])
+        self.lin(f"{m}.shared_expert_gate.weight", 1, self.h)
+
+    def ffn(self, m: str, inter: int) -> None:
+        """A gated MLP's three projections (dense layer, one expert or the shared expert)."""
+        self.lin(f"{m}.gate_proj.weight", inter, self.h)
+        self.lin(f"{m}.up_proj.weight", inter, self.h)
+        self.lin(f"{m}.down_proj.weight", self.h, inter)
 
 
 def init_tensors(seed: int = 0) -> dict[str, Any]:

@@ -236,7 +236,7 @@ def _sha_batches(tok_path: Path, corpus: str, args: TrainArgs, n: int = 2) -> st
     return h.hexdigest()
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m evalgate.hybrid.train")
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("tokenizer", help="train the tokenizer into --out")
@@ -258,18 +258,25 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--compile", action="store_true", help="torch.compile the loss (numerics differ slightly)")
     r.add_argument("--time-budget", type=float, default=0.0,
                    help="seconds: measure the step time first and set --steps to fit (logged)")
-    a = ap.parse_args(argv)
+    return ap
 
-    def corpus_of(path: Path | None) -> str:
-        return path.read_text() if path else D.build_code_corpus()
 
+def main(argv: list[str] | None = None) -> int:
+    """``python -m evalgate.hybrid.train {corpus,tokenizer,train}``; returns the exit code (0)."""
+    a = _parser().parse_args(argv)
+    corpus = a.code_corpus.read_text() if getattr(a, "code_corpus", None) else None
     if a.cmd == "corpus":
         a.out.write_text(D.build_code_corpus())
-        return 0
-    if a.cmd == "tokenizer":
-        build_tokenizer(a.out, corpus_of(a.code_corpus))
-        return 0
-    corpus = corpus_of(a.code_corpus)
+    elif a.cmd == "tokenizer":
+        build_tokenizer(a.out, corpus or D.build_code_corpus())
+    else:
+        _train_command(a, corpus or D.build_code_corpus())
+    return 0
+
+
+def _train_command(a: argparse.Namespace, corpus: str) -> None:
+    """``train``: the reproducibility prefix, the optional step-time benchmark, the run, the checkpoint and its
+    ``train_log.json`` (written before and again after the held-out evaluation)."""
     mix = D.Mix()
     if a.mix:
         dp, fin, look, code = (int(x) for x in a.mix.split(","))
@@ -282,17 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     _, repro_rows = train(replace(REPRO, seed=a.seed), a.tokenizer, corpus, a.device, 0, log)
     bench = {}
     if a.time_budget:
-        n = 40
-        t0 = time.time()
-        _, brow = train(replace(args, log_every=10, steps=max(args.steps, n)), a.tokenizer, corpus, a.device, a.workers, log,
-                        compile=a.compile, max_steps=n)
-        # step time from the last 30 steps (after warm-up / compilation)
-        step_s = (brow[-1]["elapsed_s"] - brow[-4]["elapsed_s"]) / 30
-        steps = max(100, int(a.time_budget / step_s) // 100 * 100)
-        bench = {"bench_steps": n, "bench_total_s": round(time.time() - t0, 1), "step_s": round(step_s, 4),
-                 "time_budget_s": a.time_budget, "chosen_steps": steps}
-        log(json.dumps(bench))
-        args = replace(args, steps=steps)
+        args, bench = _fit_steps(a, args, corpus, log)
     # 2. the run
     t0 = time.time()
     deadline = t0 + a.time_budget + 90 if a.time_budget else None
@@ -302,9 +299,36 @@ def main(argv: list[str] | None = None) -> int:
     for f in TOKENIZER_FILES:
         if (a.tokenizer / f).is_file():
             shutil.copy(a.tokenizer / f, a.out / f)
+    train_log = _train_log(a, args, model, corpus, repro_rows, rows, train_s, bench)
+    (a.out / "train_log.json").write_text(json.dumps(train_log, indent=1) + "\n")
+    t1 = time.time()
+    acc = heldout_accuracy(model, load_tokenizer(a.tokenizer), a.device, a.eval_n) if a.eval_n else {}
+    log(json.dumps({"heldout_torch_greedy": acc, "eval_s": round(time.time() - t1, 1)}))
+    train_log["heldout_torch_greedy"] = acc
+    (a.out / "train_log.json").write_text(json.dumps(train_log, indent=1) + "\n")
+
+
+def _fit_steps(a: argparse.Namespace, args: TrainArgs, corpus: str, log) -> tuple[TrainArgs, dict]:
+    """``--time-budget``: time 40 steps, then set the steps (a multiple of 100, at least 100) to fit the budget."""
+    n = 40
+    t0 = time.time()
+    _, brow = train(replace(args, log_every=10, steps=max(args.steps, n)), a.tokenizer, corpus, a.device, a.workers, log,
+                    compile=a.compile, max_steps=n)
+    # step time from the last 30 steps (after warm-up / compilation)
+    step_s = (brow[-1]["elapsed_s"] - brow[-4]["elapsed_s"]) / 30
+    steps = max(100, int(a.time_budget / step_s) // 100 * 100)
+    bench = {"bench_steps": n, "bench_total_s": round(time.time() - t0, 1), "step_s": round(step_s, 4),
+             "time_budget_s": a.time_budget, "chosen_steps": steps}
+    log(json.dumps(bench))
+    return replace(args, steps=steps), bench
+
+
+def _train_log(a: argparse.Namespace, args: TrainArgs, model, corpus: str, repro_rows: list, rows: list,
+               train_s: float, bench: dict) -> dict:
+    """The recipe, its inputs' hashes and the training log, as ``train_log.json`` records them."""
     from evalgate.suites import SUITES_DIR, content_hash
 
-    train_log = {
+    return {
         "recipe": "evalgate.hybrid.train", "seed": a.seed, "args": _jsonable(asdict(args)),
         "repro_args": _jsonable(asdict(replace(REPRO, seed=a.seed))), "repro": repro_rows,
         "model": model.cfg.to_json(), "parameters": model.num_parameters(),
@@ -315,13 +339,6 @@ def main(argv: list[str] | None = None) -> int:
         "suites_content_hash": {s: content_hash(SUITES_DIR / s) for s in ("docparse", "finance")},
         "train_seconds": round(train_s, 1), "compile": a.compile, "benchmark": bench, "log": rows,
     }
-    (a.out / "train_log.json").write_text(json.dumps(train_log, indent=1) + "\n")
-    t1 = time.time()
-    acc = heldout_accuracy(model, load_tokenizer(a.tokenizer), a.device, a.eval_n) if a.eval_n else {}
-    log(json.dumps({"heldout_torch_greedy": acc, "eval_s": round(time.time() - t1, 1)}))
-    train_log["heldout_torch_greedy"] = acc
-    (a.out / "train_log.json").write_text(json.dumps(train_log, indent=1) + "\n")
-    return 0
 
 
 def _jsonable(x):

@@ -9,22 +9,13 @@ names, parameter names and test values vary with ``random.Random(seed)``.
 
 from __future__ import annotations
 
-import importlib.util
 import random
-from pathlib import Path
 from typing import Callable
 
 import datasets
 
+from evalgate.sandbox import run_python
 
-def _sibling(name: str):
-    spec = importlib.util.spec_from_file_location(f"evalgate_coding_{name}", Path(__file__).with_name(f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
-U = _sibling("utils")
 TIMEOUT_S = 10.0
 
 # kind -> (function names, parameter-name tuples, docstring, body using {0}, {1}..., reference, argument maker)
@@ -140,5 +131,5 @@ def build_program(doc: dict, completion: str) -> str:
 
 def process_results(doc: dict, results: list[str]) -> dict[str, float]:
     """pass_at_1: 1.0 iff ``build_program`` exits 0 in the sandbox within ``TIMEOUT_S``."""
-    outcome = U.run_python(build_program(doc, results[0] if results else ""), timeout_s=TIMEOUT_S)
+    outcome = run_python(build_program(doc, results[0] if results else ""), timeout_s=TIMEOUT_S)
     return {"pass_at_1": float(outcome.passed)}

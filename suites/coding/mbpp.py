@@ -13,19 +13,11 @@ programs (:func:`evalgate.sandbox.run_python`, the same limits).
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import datasets
 
-try:
-    from evalgate.sandbox import run_python
-except ImportError:  # evalgate not installed: the suite lives in the repository next to it
-    _ROOT = Path(__file__).resolve().parents[2]
-    if not (_ROOT / "evalgate" / "sandbox.py").is_file():
-        raise
-    sys.path.insert(0, str(_ROOT))
-    from evalgate.sandbox import run_python
+from evalgate.sandbox import run_python
 
 DATA = Path(__file__).resolve().parent / "data" / "mbpp"
 TIMEOUT_S = 10.0  # wall-clock seconds per program, as coding_humaneval; MBPP's asserts take well under 1 s

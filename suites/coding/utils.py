@@ -9,22 +9,11 @@ from __future__ import annotations
 
 import gzip
 import json
-import sys
 from importlib.resources import files
-from pathlib import Path
 
 import datasets
 
-try:
-    from evalgate import scoring
-    from evalgate.sandbox import run_python  # noqa: F401 - kept importable from here for sibling task modules
-except ImportError:  # evalgate not installed: the suite lives in the repository next to it
-    _ROOT = Path(__file__).resolve().parents[2]
-    if not (_ROOT / "evalgate" / "sandbox.py").is_file():
-        raise
-    sys.path.insert(0, str(_ROOT))
-    from evalgate import scoring
-    from evalgate.sandbox import run_python  # noqa: F401
+from evalgate import scoring
 
 TASK = "coding_humaneval"
 TIMEOUT_S = 10.0  # wall-clock seconds per program; HumanEval's tests take well under 1 s

@@ -12,22 +12,15 @@ Everything comes from ``random.Random(seed)``.
 
 from __future__ import annotations
 
-import importlib.util
 import random
-from pathlib import Path
+from typing import Callable, TypeVar
 
 import datasets
 
+from evalgate.taskcode import sibling
 
-def _sibling(name: str):
-    """``suites/docparse/<name>.py`` by file path (lm-eval imports task modules by path, not as a package)."""
-    spec = importlib.util.spec_from_file_location(f"evalgate_docparse_{name}", Path(__file__).with_name(f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
-U = _sibling("utils")
+U = sibling(__file__, "utils")
+T = TypeVar("T")
 _STREETS = ("Mill Lane", "Harbour Road", "Station Street", "Elm Avenue", "King Street", "Park Row")
 
 
@@ -41,6 +34,12 @@ def _other(rng: random.Random, make, avoid: str) -> str:
         v = make(rng)
         if v != avoid:
             return v
+
+
+def _extra_lines(rng: random.Random, k: int, makers: tuple[Callable[[random.Random], T], ...]) -> list[T]:
+    """The first ``k`` of ``makers`` (none for k <= 0), each called with ``rng`` in order: the look-alike lines a
+    document gets at ``distractors = k``, drawing from ``rng`` exactly as the lines written out one by one did."""
+    return [make(rng) for make in makers[:max(0, k)]]
 
 
 def _invoice(rng: random.Random, k: int) -> tuple[list[str], dict[str, str]]:
@@ -88,12 +87,9 @@ def _receipt(rng: random.Random, k: int) -> tuple[list[str], dict[str, str]]:
     lines.append(f"{rng.choice(('TOTAL', 'Total', 'Sum'))} {total:>7.2f}")
     paid = total + rng.choice((5, 10, 20))
     lines.append(f"Cash {paid:>7.2f}")
-    if k >= 2:
-        lines.append(f"Change {paid - total:>7.2f}")
-    if k >= 3:
-        lines.append(f"Card ending {rng.randrange(1000, 9999)}")
-    if k >= 4:
-        lines.append(f"Next visit: {U._fmt_date(rng, U._date(rng, 2019, 2025))}")
+    lines += _extra_lines(rng, k - 1, (lambda r: f"Change {paid - total:>7.2f}",
+                                       lambda r: f"Card ending {r.randrange(1000, 9999)}",
+                                       lambda r: f"Next visit: {U._fmt_date(r, U._date(r, 2019, 2025))}"))
     gold = {"store": store, "date": day.isoformat(), "total": f"{total:.2f}"}
     return lines, gold
 
@@ -111,14 +107,10 @@ def _form(rng: random.Random, k: int) -> tuple[list[str], dict[str, str]]:
             f"{rng.choice(('Date of birth', 'Born', 'DOB'))}: {U._fmt_date(rng, born)}",
             f"{rng.choice(('Member ID', 'Membership no.'))}: {mid}",
             f"{rng.choice(('City', 'Town'))}: {city}"]
-    if k >= 1:
-        body.append(f"Emergency contact: {_other(rng, _name, name)}")
-    if k >= 2:
-        body.append(f"Date of issue: {U._fmt_date(rng, U._date(rng, 2015, 2025))}")
-    if k >= 3:
-        body.append(f"Birthplace: {_other(rng, lambda r: r.choice(U._CITIES), city)}")
-    if k >= 4:
-        body.append(f"Referred by: M{rng.randrange(10000, 99999)}")
+    body += _extra_lines(rng, k, (lambda r: f"Emergency contact: {_other(r, _name, name)}",
+                                  lambda r: f"Date of issue: {U._fmt_date(r, U._date(r, 2015, 2025))}",
+                                  lambda r: f"Birthplace: {_other(r, lambda r2: r2.choice(U._CITIES), city)}",
+                                  lambda r: f"Referred by: M{r.randrange(10000, 99999)}"))
     rng.shuffle(body)
     lines = [rng.choice(("MEMBERSHIP FORM", "Registration form", "New member")), *body, f"Address: {_address(rng)}",
              f"Signed: {U._fmt_date(rng, U._date(rng, 2020, 2025))}"]
@@ -133,14 +125,10 @@ def _table(rng: random.Random, k: int) -> tuple[list[str], dict[str, str]]:
     weight = round(rng.uniform(0.5, 80), 1)
     rows = [("Order", oid), ("Shipped", U._fmt_date(rng, day)), ("Carrier", carrier), ("Weight", f"{weight} kg"),
             ("Parcels", str(rng.randrange(1, 6)))]
-    if k >= 1:
-        rows.append(("Ordered", U._fmt_date(rng, day - U.dt.timedelta(days=rng.randrange(1, 20)))))
-    if k >= 2:
-        rows.append(("Dim. wt", f"{round(weight * rng.uniform(1.1, 2.0), 1)} kg"))
-    if k >= 3:
-        rows.append(("Return", _other(rng, lambda r: r.choice(U._CARRIERS), carrier)))
-    if k >= 4:
-        rows.append(("Ref", f"SO-{rng.randrange(10000, 99999)}"))
+    rows += _extra_lines(rng, k, (lambda r: ("Ordered", U._fmt_date(r, day - U.dt.timedelta(days=r.randrange(1, 20)))),
+                                  lambda r: ("Dim. wt", f"{round(weight * r.uniform(1.1, 2.0), 1)} kg"),
+                                  lambda r: ("Return", _other(r, lambda r2: r2.choice(U._CARRIERS), carrier)),
+                                  lambda r: ("Ref", f"SO-{r.randrange(10000, 99999)}")))
     rng.shuffle(rows)
     sep = rng.choice((" | ", "  ", " = "))
     lines = ["Shipment details", _address(rng)] + [f"{a:<8}{sep}{b}" for a, b in rows]

@@ -15,6 +15,8 @@ import re
 
 import datasets
 
+from evalgate.taskcode import first_json_object
+
 KINDS = ("invoice", "receipt", "form", "table")
 FIELDS = {  # kind -> (field, type) in the order the prompt asks for them
     "invoice": (("vendor", "text"), ("invoice_no", "text"), ("date", "date"), ("total", "number")),
@@ -200,14 +202,9 @@ def _key(k: str) -> str:
 def parse_output(text: str) -> tuple[dict[str, str], bool]:
     """(field -> raw value, json_valid). The first ``{...}`` that ``json`` decodes wins (text after
     it is ignored); otherwise ``key: value`` / ``"key": "value"`` pairs are picked up leniently."""
-    dec = json.JSONDecoder()
-    for m in re.finditer(r"\{", text):
-        try:
-            obj, _ = dec.raw_decode(text, m.start())
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict):
-            return {_key(str(k)): ("" if v is None else str(v)) for k, v in obj.items()}, True
+    obj = first_json_object(text)
+    if obj is not None:
+        return {_key(str(k)): ("" if v is None else str(v)) for k, v in obj.items()}, True
     pairs = {}
     pat = r"""["']?([A-Za-z][\w \-]{0,30}?)["']?\s*[:=]\s*(?:"([^"\n]*)"|'([^'\n]*)'|((?:[^,}\n]|,(?=\d))*))"""
     for m in re.finditer(pat, text):

@@ -17,21 +17,13 @@ operation tier, see ``evalgate/hybrid/README.md``). Each statement gets ``per_st
 
 from __future__ import annotations
 
-import importlib.util
 import random
-from pathlib import Path
 
 import datasets
 
+from evalgate.taskcode import sibling
 
-def _sibling(name: str):
-    spec = importlib.util.spec_from_file_location(f"evalgate_finance_{name}", Path(__file__).with_name(f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
-U = _sibling("utils")
+U = sibling(__file__, "utils")
 SINGLE = ("lookup", "lookup_text")
 MULTI = ("diff", "sum", "gross", "adjusted", "chain")
 _REASONS = ("unit sales", "prices", "demand in Europe", "online orders")

