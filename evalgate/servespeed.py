@@ -77,6 +77,15 @@ def compare_latency(metric: str, baseline: list[float], candidate: list[float], 
     return LatencyComparison(metric, tuple(baseline), tuple(candidate), ratio, lo, hi, verdict)
 
 
+def serve_problems(profile: TrafficProfile) -> list[tuple[str, str]]:
+    """``(traffic field, message)`` for each part of ``profile`` serve mode cannot measure: ``vllm bench serve``
+    here sends vLLM's random dataset only (``prompts: suites`` is an offline-mode feature). Empty when it fits."""
+    if profile.prompts != "random":
+        return [("prompts", f"mode: serve measures vLLM's random dataset only, got prompts: {profile.prompts} "
+                            f"(use prompts: random, or mode: offline)")]
+    return []
+
+
 class _Servers:
     """Starts servers on demand; with ``together=False`` at most one runs (the other is stopped first)."""
 
@@ -171,12 +180,12 @@ def serve_block(runs: Mapping[str, list[ServeRun]], profile: TrafficProfile,
 
 
 def _side_info(info: Mapping[str, Any], side: ServeSide, cuda: bool) -> dict[str, Any]:
-    server = {**info, "vllm": vllm_version(), **_logged_args(side.log_path)}
+    server = {**info, "vllm": vllm_version(), **logged_args(side.log_path)}
     return {**_device(cuda), "versions": {"vllm": vllm_version()},
             "effective": {"engine_args": dict(side.engine_args), "env": dict(side.env)}, "server": server}
 
 
-def _logged_args(log_path: Path) -> dict[str, str]:
+def logged_args(log_path: Path) -> dict[str, str]:
     """vLLM's own log lines of what it parsed (``non-default args: {...}``) and the engine config it built."""
     out: dict[str, str] = {}
     try:

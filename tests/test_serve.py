@@ -255,3 +255,11 @@ def test_a_latency_ratio_below_one_with_its_interval_reads_faster() -> None:
     assert slower.ci_low > 1 and slower.verdict == "slower"
     one = servespeed.compare_latency("tpot_p50_ms", [10.0], [9.0], 0.95)
     assert one.ratio == pytest.approx(0.9) and math.isnan(one.ci_low) and one.verdict == "no measurable speed-up"
+
+
+def test_serve_mode_refuses_suite_prompts_and_accepts_random_ones() -> None:
+    random = TrafficProfile(input_len=16, output_len=8, concurrency=(2,), mode="serve")
+    assert servespeed.serve_problems(random) == []
+    suites = TrafficProfile(input_len=16, output_len=8, concurrency=(2,), mode="serve", prompts="suites")
+    assert servespeed.serve_problems(suites) == [("prompts", "mode: serve measures vLLM's random dataset only, got "
+                                                             "prompts: suites (use prompts: random, or mode: offline)")]
