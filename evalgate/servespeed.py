@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from evalgate.errors import EvalgateError
 from evalgate.serve import (STARTUP_TIMEOUT_S, Server, ServeError, ServeRun, free_port, log_tail, run_bench,
                             server_command, server_env, vllm_version)
 from evalgate.speed import SpeedComparison, TrafficProfile, compare_speed, describe, paired_log_interval, speed_block
@@ -151,6 +152,30 @@ def measure_serve(sides: Mapping[str, ServeSide], profile: TrafficProfile, *, to
                     f"{k.ttft_p50_ms:.1f} ms, TPOT p50 {b.tpot_p50_ms:.2f} -> {k.tpot_p50_ms:.2f} ms, "
                     f"{b.output_tok_s:,.0f} -> {k.output_tok_s:,.0f} output tok/s")
     return serve_block(runs, profile, {role: _side_info(servers.info[role], sides[role], cuda) for role in ROLES})
+
+
+def measure_configs(base: Any, cand: Any, profile: TrafficProfile, log_dir: Path, *, cuda: bool | None = None,
+                    progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The speed phase of ``evalgate run`` in serve mode, for two ``config.EngineConfig``s (after their suites,
+    with their engines stopped): ``measure_serve`` with servers logging to ``log_dir/<role>-serve.log``, both up
+    at once on CPU and one at a time with CUDA.
+
+    Returns:
+        The ``speed`` block, or ``{"status": "failed", "error": one line, "profile": ...}`` when a server or a
+        benchmark failed (the run keeps its quality results and exits 3, as for the offline measurement).
+    """
+    from evalgate.model import resolve_model
+
+    if cuda is None:
+        from evalgate.engine import has_cuda
+
+        cuda = has_cuda()
+    sides = {role: ServeSide(resolve_model(cfg.model), dict(cfg.engine_args), dict(cfg.env),
+                             Path(log_dir) / f"{role}-serve.log") for role, cfg in (("baseline", base), ("candidate", cand))}
+    try:
+        return measure_serve(sides, profile, together=not cuda, cuda=cuda, progress=progress)
+    except EvalgateError as exc:  # ServeError, or the embedded model could not be prepared
+        return {"status": "failed", "error": str(exc), "profile": profile.as_dict()}
 
 
 def serve_block(runs: Mapping[str, list[ServeRun]], profile: TrafficProfile,

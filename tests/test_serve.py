@@ -263,3 +263,20 @@ def test_serve_mode_refuses_suite_prompts_and_accepts_random_ones() -> None:
     suites = TrafficProfile(input_len=16, output_len=8, concurrency=(2,), mode="serve", prompts="suites")
     assert servespeed.serve_problems(suites) == [("prompts", "mode: serve measures vLLM's random dataset only, got "
                                                              "prompts: suites (use prompts: random, or mode: offline)")]
+
+
+def test_measure_configs_turns_a_server_that_dies_into_a_failed_speed_block(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    pids = str(tmp_path / "pids")
+    base = SimpleNamespace(model="fake-model", engine_args={"pid_file": pids}, env={})
+    cand = SimpleNamespace(model="fake-model", engine_args={"mode": "die", "pid_file": pids}, env={"X": "1"})
+    profile = TrafficProfile(input_len=16, output_len=8, concurrency=(2,), num_prompts=8, repeats=2, mode="serve")
+    block = servespeed.measure_configs(base, cand, profile, tmp_path / "logs", cuda=False)
+    assert block["status"] == "failed" and block["profile"] == profile.as_dict()
+    assert block["error"].startswith("vllm serve exited with code 3 before it was healthy (log ")
+    assert str(tmp_path / "logs" / "candidate-serve.log") in block["error"]
+    assert all(_gone(p) for p in _pids(tmp_path / "pids"))
+    ok = servespeed.measure_configs(base, base, profile, tmp_path / "logs2", cuda=False)
+    assert ok["status"] == "measured" and ok["ratio"] == pytest.approx(1.0)
+    assert ok["sides"]["candidate"]["server"]["log"] == str(tmp_path / "logs2" / "candidate-serve.log")
