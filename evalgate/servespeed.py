@@ -204,6 +204,25 @@ def serve_block(runs: Mapping[str, list[ServeRun]], profile: TrafficProfile,
     return block
 
 
+def latency_headline(speed: Mapping[str, Any]) -> str:
+    """One line per serve-mode block for terminal, Markdown and JUnit (beside ``speed.headline``), e.g.
+    ``latency c=2: TTFT p50 ×0.81 [0.74, 0.89] faster (40.1 → 32.5 ms); TPOT p50 ...``; empty without latency."""
+    parts = []
+    for row in speed.get("levels", []):
+        lat = row.get("latency") or {}
+        items = []
+        for name, key in (("TTFT p50", "ttft_p50_ms"), ("TPOT p50", "tpot_p50_ms")):
+            m = lat.get(key)
+            if not m or m.get("ratio") is None:
+                continue
+            ci = f" [{m['ci_low']:.2f}, {m['ci_high']:.2f}]" if m.get("ci_low") is not None else ""
+            items.append(f"{name} \u00d7{m['ratio']:.2f}{ci} {m['verdict']} ({m['baseline_median']:.1f} \u2192 "
+                         f"{m['candidate_median']:.1f} ms)")
+        if items:
+            parts.append(f"c={row['concurrency']}: " + ", ".join(items))
+    return "latency " + "; ".join(parts) if parts else ""
+
+
 def _side_info(info: Mapping[str, Any], side: ServeSide, cuda: bool) -> dict[str, Any]:
     server = {**info, "vllm": vllm_version(), **logged_args(side.log_path)}
     return {**_device(cuda), "versions": {"vllm": vllm_version()},

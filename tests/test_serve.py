@@ -280,3 +280,19 @@ def test_measure_configs_turns_a_server_that_dies_into_a_failed_speed_block(tmp_
     ok = servespeed.measure_configs(base, base, profile, tmp_path / "logs2", cuda=False)
     assert ok["status"] == "measured" and ok["ratio"] == pytest.approx(1.0)
     assert ok["sides"]["candidate"]["server"]["log"] == str(tmp_path / "logs2" / "candidate-serve.log")
+
+
+def test_the_latency_headline_names_ttft_and_tpot_with_their_intervals() -> None:
+    b = [servespeed.ServeRun(2, i, 1.0, 8, 128, 64, 64.0 * f, 192.0 * f, 8.0 * f, 40.0 / f, 80.0 / f, 10.0 / f,
+                             20.0 / f, 10.0 / f, 30.0 / f) for i, f in enumerate([1.0, 1.1, 0.9])]
+    c = [servespeed.ServeRun(2, i, 1.0, 8, 128, 64, 96.0 * f, 288.0 * f, 12.0 * f, 20.0 / f, 40.0 / f, 5.0 / f,
+                             10.0 / f, 5.0 / f, 15.0 / f) for i, f in enumerate([1.0, 1.05, 0.95])]
+    profile = TrafficProfile(input_len=16, output_len=8, concurrency=(2,), num_prompts=8, repeats=3, mode="serve")
+    block = servespeed.serve_block({"baseline": b, "candidate": c}, profile, {"baseline": {}, "candidate": {}})
+    ttft = block["latency"]["ttft_p50_ms"]
+    lo, hi = _t_interval([40.0, 40 / 1.1, 40 / 0.9], [20.0, 20 / 1.05, 20 / 0.95])
+    assert ttft["ratio"] == pytest.approx(20.0 / 40.0) and (ttft["ci_low"], ttft["ci_high"]) == pytest.approx((lo, hi))
+    assert servespeed.latency_headline(block) == (
+        f"latency c=2: TTFT p50 \u00d70.50 [{lo:.2f}, {hi:.2f}] faster (40.0 \u2192 20.0 ms), "
+        f"TPOT p50 \u00d70.50 [{lo:.2f}, {hi:.2f}] faster (10.0 \u2192 5.0 ms)")
+    assert servespeed.latency_headline({"levels": [{"concurrency": 2}]}) == ""
