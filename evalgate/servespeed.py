@@ -223,6 +223,22 @@ def latency_headline(speed: Mapping[str, Any]) -> str:
     return "latency " + "; ".join(parts) if parts else ""
 
 
+def latency_properties(speed: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """JUnit properties of a serve-mode block (beside ``outputs.speed_properties``): per level and latency field
+    ``<field>_ratio_c<N>`` (candidate / baseline), ``<field>_ratio_c<N>_ci`` and both medians in ms; empty
+    without latency (offline mode, a failed measurement)."""
+    out: list[tuple[str, str]] = []
+    for row in speed.get("levels", []) if speed.get("status") == "measured" else []:
+        c = row["concurrency"]
+        for f, m in (row.get("latency") or {}).items():
+            name = f.removesuffix("_ms")
+            out += [(f"{name}_ratio_c{c}", f"{m['ratio']:.4f}" if m.get("ratio") is not None else "undefined"),
+                    (f"{name}_ratio_c{c}_ci", f"[{m.get('ci_low')}, {m.get('ci_high')}]"),
+                    (f"{name}_ms_c{c}_baseline", f"{m['baseline_median']:.2f}"),
+                    (f"{name}_ms_c{c}_candidate", f"{m['candidate_median']:.2f}")]
+    return out
+
+
 def _side_info(info: Mapping[str, Any], side: ServeSide, cuda: bool) -> dict[str, Any]:
     server = {**info, "vllm": vllm_version(), **logged_args(side.log_path)}
     return {**_device(cuda), "versions": {"vllm": vllm_version()},

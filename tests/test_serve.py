@@ -296,3 +296,8 @@ def test_the_latency_headline_names_ttft_and_tpot_with_their_intervals() -> None
         f"latency c=2: TTFT p50 \u00d70.50 [{lo:.2f}, {hi:.2f}] faster (40.0 \u2192 20.0 ms), "
         f"TPOT p50 \u00d70.50 [{lo:.2f}, {hi:.2f}] faster (10.0 \u2192 5.0 ms)")
     assert servespeed.latency_headline({"levels": [{"concurrency": 2}]}) == ""
+    props = dict(servespeed.latency_properties(block))
+    assert len(props) == 6 * 4 and props["ttft_p50_ratio_c2"] == "0.5000" and props["tpot_p99_ms_c2_baseline"] == "20.00"
+    assert props["itl_p99_ratio_c2_ci"] == f"[{block['latency']['itl_p99_ms']['ci_low']}, " \
+                                           f"{block['latency']['itl_p99_ms']['ci_high']}]"
+    assert servespeed.latency_properties({"status": "failed", "error": "x"}) == []
