@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from evalgate.errors import EvalgateError
-from evalgate.serve import (STARTUP_TIMEOUT_S, Server, ServeError, ServeRun, free_port, log_tail, run_bench,
+from evalgate.engine.serve import (STARTUP_TIMEOUT_S, Server, ServeError, ServeRun, free_port, log_tail, run_bench,
                             server_command, server_env, vllm_version)
 from evalgate.speed import SpeedComparison, TrafficProfile, compare_speed, describe, paired_log_interval, speed_block
 
@@ -262,7 +262,7 @@ def logged_args(log_path: Path) -> dict[str, str]:
 
 def _device(cuda: bool) -> dict[str, Any]:
     """The device the servers ran on, without importing torch here: the GPU's name (nvidia-smi) or the CPU's."""
-    from evalgate.throughput import cpu_info
+    from evalgate.engine.throughput import cpu_info
 
     if cuda:
         import subprocess

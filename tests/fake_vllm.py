@@ -1,4 +1,4 @@
-"""Stand-ins for ``vllm serve`` and ``vllm bench serve`` in the unit tests of ``evalgate.serve`` (no vLLM).
+"""Stand-ins for ``vllm serve`` and ``vllm bench serve`` in the unit tests of ``evalgate.engine.serve`` (no vLLM).
 
 ``python fake_vllm.py serve --port P --mode M --tok-s X --ttft-ms Y --pid-file F``: an HTTP server on 127.0.0.1:P
 whose ``GET /health`` answers 200 (``--mode ok``), never (``hang``), or that exits at once with an error line

