@@ -101,7 +101,7 @@ class EngineJob:
                 runs[role] = self._evaluate_side(role, cfg, runs.get("baseline"), workers)
             if self.profile is not None:
                 t0 = time.monotonic()
-                speed = measure_speed_safely(workers, self.profile)
+                speed = self._measure(workers)
                 self.timings["speed"] = time.monotonic() - t0
         except BaseException:  # an error or Ctrl-C: stop the engines now (they run in sessions of their own)
             for w in workers.values():
@@ -112,6 +112,15 @@ class EngineJob:
         manifest = run_manifest(runs, thresholds, self.suites, limit=self.options.limit, stamp=self.stamp,
                                 timings=self.timings)
         return evaluated_runs(runs, manifest, speed=speed)
+
+    def _measure(self, workers: dict[str, Any]) -> dict[str, Any]:
+        """The speed block: offline on the two warm workers, or (``traffic.mode: serve``) ``vllm serve`` +
+        ``vllm bench serve`` per config after the suites' engines stopped (``servespeed.measure_configs``)."""
+        if self.profile.mode != "serve":
+            return measure_speed_safely(workers, self.profile)
+        from evalgate.servespeed import measure_configs
+
+        return measure_configs(self.base, self.cand, self.profile, self.out / "logs", progress=log.info)
 
     def _evaluate_side(self, role: str, cfg: Any, reference: Any, workers: dict[str, Any]) -> Any:
         """One side's ``ConfigRun`` (its worker kept in ``workers`` when speed is measured), written to
@@ -127,7 +136,7 @@ class EngineJob:
         kwargs = dict(limit=self.options.limit, store=ResultStore(evalgate_home() / "store"), log_path=log_path,
                       timeout_s=self.options.timeout, reference=reference, logprob_items=self.options.logprob_items)
         with engine_progress(log_path, f"{role} {cfg.name}", [s.name for s in self.suites]):
-            if self.profile is None:
+            if self.profile is None or self.profile.mode == "serve":  # serve mode starts servers of its own
                 run = runner.evaluate_config(cfg, self.suites, **kwargs)
             else:  # the engine stays up for the speed phase, after both sides' suites
                 workers[role], run = runner.start_config(cfg, self.suites, **kwargs)

@@ -64,7 +64,8 @@ def speed_profile(options: Any, thresholds: Any, config_name: str, *, default_on
     ``--repeats``) or ``default_on`` (ablate), and never with ``--no-speed``.
 
     Raises:
-        ConfigError: the profile is invalid, or asks for ``mode: serve`` (not available in this version).
+        ConfigError: the profile is invalid, or asks ``mode: serve`` for what serve mode cannot measure
+            (``servespeed.serve_problems``).
     """
     from evalgate.engine import has_cuda
     from evalgate.speed import resolve_profile
@@ -74,8 +75,10 @@ def speed_profile(options: Any, thresholds: Any, config_name: str, *, default_on
         return None
     profile = resolve_profile(fields, cuda=has_cuda(), concurrency=options.concurrency, repeats=options.repeats)
     if profile.mode == "serve":
-        raise ConfigError("traffic.mode 'serve' (vllm serve + vllm bench serve) is not available in this version; "
-                          "use mode: offline", path=thresholds.path, field="traffic.mode")
+        from evalgate.servespeed import serve_problems
+
+        for fld, msg in serve_problems(profile):
+            raise ConfigError(msg, path=thresholds.path, field=f"traffic.{fld}")
     return profile
 
 

@@ -135,7 +135,8 @@ class TrafficSection(Schema):
     prompts: choice("random", "suites") = None  # type: ignore[valid-type]
     """random (vLLM's RandomDataset) or suites (the suites' own prompts)."""
     mode: choice("offline", "serve") = None  # type: ignore[valid-type]
-    """offline, or serve (refused in this version)."""
+    """offline (vLLM's offline throughput benchmark on the suites' warm engines), or serve (``vllm serve`` +
+    ``vllm bench serve``: TTFT / TPOT / ITL)."""
 
     def fields(self) -> dict[str, Any]:
         """The keys the file set (unset keys left to the platform's defaults)."""

@@ -302,3 +302,31 @@ def test_the_latency_headline_names_ttft_and_tpot_with_their_intervals() -> None
     assert props["itl_p99_ratio_c2_ci"] == f"[{block['latency']['itl_p99_ms']['ci_low']}, " \
                                            f"{block['latency']['itl_p99_ms']['ci_high']}]"
     assert servespeed.latency_properties({"status": "failed", "error": "x"}) == []
+
+
+def test_a_serve_mode_verdict_shows_its_latencies_in_terminal_markdown_and_junit() -> None:
+    """The serve block goes through the typed Verdict (its extra keys kept) into every rendered output."""
+    import xml.etree.ElementTree as ET
+
+    from evalgate.outputs import render_junit, render_markdown
+    from evalgate.report import render_terminal
+    from evalgate.verdict import Verdict
+
+    b = [servespeed.ServeRun(2, i, 1.0, 8, 128, 64, 64.0 * f, 192.0 * f, 8.0 * f, 40.0 / f, 80.0 / f, 10.0 / f,
+                             20.0 / f, 10.0 / f, 30.0 / f) for i, f in enumerate([1.0, 1.1, 0.9])]
+    c = [servespeed.ServeRun(2, i, 1.0, 8, 128, 64, 96.0 * f, 288.0 * f, 12.0 * f, 20.0 / f, 40.0 / f, 5.0 / f,
+                             10.0 / f, 5.0 / f, 15.0 / f) for i, f in enumerate([1.0, 1.05, 0.95])]
+    profile = TrafficProfile(input_len=16, output_len=8, concurrency=(2,), num_prompts=8, repeats=3, mode="serve")
+    block = servespeed.serve_block({"baseline": b, "candidate": c}, profile, {"baseline": {}, "candidate": {}})
+    doc = json.loads((Path(__file__).parent / "verdicts" / "v1" / "speed_pass.json").read_text())
+    doc["speed"] = json.loads(json.dumps(block))
+    verdict = Verdict.model_validate(doc)
+    line = servespeed.latency_headline(block)
+    assert line.startswith("latency c=2: TTFT p50 \u00d70.50")
+    assert line in render_terminal(verdict).splitlines()
+    assert line in render_markdown(verdict)
+    root = ET.fromstring(render_junit(verdict))
+    props = {p.get("name"): p.get("value") for p in root.iter("property")}
+    assert props["ttft_p50_ratio_c2"] == "0.5000" and props["tpot_p50_ms_c2_candidate"] == "5.00"
+    assert line in next(case for case in root.iter("testcase") if case.get("name") == "throughput").find(
+        "system-out").text

@@ -90,7 +90,7 @@ def test_a_failed_measurement_keeps_the_quality_verdict_and_exits_3(monkeypatch:
      "traffic.input_len", "2100 tokens exceeds the engine's max_model_len 2048"),
     ("traffic: {concurrency: [16, 512]}\n", {"max_model_len": 2048, "max_num_seqs": 256}, "traffic.concurrency",
      "concurrency 512 exceeds the engine's max_num_seqs 256"),
-    ("traffic: {mode: serve}\n", {}, "traffic.mode", "not available in this version"),
+    ("traffic: {mode: serve, prompts: suites}\n", {}, "traffic.prompts", "mode: serve measures vLLM's random dataset only"),
 ])
 def test_a_profile_the_engines_cannot_run_is_refused_before_any_engine(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], traffic: str,
