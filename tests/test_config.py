@@ -197,7 +197,8 @@ def test_shipped_configs_use_real_engine_arg_names() -> None:
 def test_engine_arg_names_read_from_source_match_the_imported_dataclass() -> None:
     import dataclasses
 
-    from evalgate.config import _engine_arg_names_from_source, engine_arg_names
+    from evalgate.config import engine_arg_names
+    from evalgate.engine.argnames import _engine_arg_names_from_source
 
     real = {f.name for f in dataclasses.fields(vllm.EngineArgs)}
     assert _engine_arg_names_from_source() == real

@@ -23,4 +23,8 @@ def versions() -> dict[str, str]:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             out[dist] = "absent"
+    if out["evalgate"] == "absent":  # run from a checkout on PYTHONPATH (as on the lent GPU): the source's version
+        from evalgate import __version__
+
+        out["evalgate"] = f"{__version__} (source)"
     return out
