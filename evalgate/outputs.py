@@ -123,7 +123,7 @@ def speed_properties(speed: SpeedBlock | None) -> list[tuple[str, Any]]:
         out += [(f"speedup_c{c}", f"{row.ratio:.4f}"), (f"speedup_c{c}_ci", f"[{row.ci_low}, {row.ci_high}]"),
                 (f"speed_c{c}", row.verdict), (f"output_tok_s_c{c}_baseline", f"{row.baseline.median:.1f}"),
                 (f"output_tok_s_c{c}_candidate", f"{row.candidate.median:.1f}")]
-    from evalgate.servespeed import latency_properties  # serve mode's TTFT / TPOT / ITL; none offline
+    from evalgate.wording import latency_properties  # serve mode's TTFT / TPOT / ITL; none offline
 
     out += latency_properties(speed.model_dump(exclude_unset=True))
     return out
@@ -139,7 +139,7 @@ def _speed_junit(root: ET.Element, doc: Verdict, totals: dict[str, int], cand: s
     for k, v in speed_properties(speed):
         ET.SubElement(props, "property", name=k, value=str(v))
     case = ET.SubElement(ts, "testcase", classname=f"evalgate.{cand}.speed", name="throughput", time="0")
-    from evalgate.servespeed import latency_headline
+    from evalgate.wording import latency_headline
 
     dumped = speed.model_dump(exclude_unset=True)
     line = "\n".join(x for x in (headline(dumped), latency_headline(dumped)) if x)
@@ -257,7 +257,7 @@ def speed_markdown(speed: SpeedBlock) -> list[str]:
         cv = "/".join("n/a" if side.cv is None else f"{100 * side.cv:.1f}%" for side in (r.baseline, r.candidate))
         out.append(f"| {r.concurrency} | {r.baseline.median:,.0f} | {r.candidate.median:,.0f} | "
                    f"\u00d7{r.ratio:.2f} | {ci} | {cv} | {_md(r.verdict)} |")
-    from evalgate.servespeed import latency_headline  # serve mode: TTFT / TPOT / ITL ratios
+    from evalgate.wording import latency_headline  # serve mode: TTFT / TPOT / ITL ratios
 
     latency = latency_headline(speed.model_dump(exclude_unset=True))
     return [*out, "", _md(latency)] if latency else out

@@ -113,7 +113,7 @@ def render_terminal(doc: Doc) -> str:
         lines.append(f"{t.suite + '/' + t.task:34} {t.n:>5} {t.baseline:>6.1f} {t.candidate:>6.1f} "
                      f"{t.delta:>+6.1f} {ci:>15} {mde:>6} {t.margin:>6.1f}  {shown}")
     if doc.speed is not None:
-        from evalgate.servespeed import latency_headline
+        from evalgate.wording import latency_headline
         from evalgate.speed import headline
 
         dumped = doc.speed.model_dump(exclude_unset=True)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from evalgate.errors import EvalgateError
+from evalgate.wording import latency_headline, latency_properties  # noqa: F401 - the serve block's renderers
 from evalgate.engine.serve import (STARTUP_TIMEOUT_S, Server, ServeError, ServeRun, free_port, log_tail, run_bench,
                             server_command, server_env, vllm_version)
 from evalgate.speed import SpeedComparison, TrafficProfile, compare_speed, describe, paired_log_interval, speed_block
@@ -202,41 +203,6 @@ def serve_block(runs: Mapping[str, list[ServeRun]], profile: TrafficProfile,
     block["latency_method"] = LATENCY_METHOD
     block["latency"] = block["levels"][0]["latency"] if block["levels"] else {}
     return block
-
-
-def latency_headline(speed: Mapping[str, Any]) -> str:
-    """One line per serve-mode block for terminal, Markdown and JUnit (beside ``speed.headline``), e.g.
-    ``latency c=2: TTFT p50 ×0.81 [0.74, 0.89] faster (40.1 → 32.5 ms); TPOT p50 ...``; empty without latency."""
-    parts = []
-    for row in speed.get("levels", []):
-        lat = row.get("latency") or {}
-        items = []
-        for name, key in (("TTFT p50", "ttft_p50_ms"), ("TPOT p50", "tpot_p50_ms")):
-            m = lat.get(key)
-            if not m or m.get("ratio") is None:
-                continue
-            ci = f" [{m['ci_low']:.2f}, {m['ci_high']:.2f}]" if m.get("ci_low") is not None else ""
-            items.append(f"{name} \u00d7{m['ratio']:.2f}{ci} {m['verdict']} ({m['baseline_median']:.1f} \u2192 "
-                         f"{m['candidate_median']:.1f} ms)")
-        if items:
-            parts.append(f"c={row['concurrency']}: " + ", ".join(items))
-    return "latency " + "; ".join(parts) if parts else ""
-
-
-def latency_properties(speed: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """JUnit properties of a serve-mode block (beside ``outputs.speed_properties``): per level and latency field
-    ``<field>_ratio_c<N>`` (candidate / baseline), ``<field>_ratio_c<N>_ci`` and both medians in ms; empty
-    without latency (offline mode, a failed measurement)."""
-    out: list[tuple[str, str]] = []
-    for row in speed.get("levels", []) if speed.get("status") == "measured" else []:
-        c = row["concurrency"]
-        for f, m in (row.get("latency") or {}).items():
-            name = f.removesuffix("_ms")
-            out += [(f"{name}_ratio_c{c}", f"{m['ratio']:.4f}" if m.get("ratio") is not None else "undefined"),
-                    (f"{name}_ratio_c{c}_ci", f"[{m.get('ci_low')}, {m.get('ci_high')}]"),
-                    (f"{name}_ms_c{c}_baseline", f"{m['baseline_median']:.2f}"),
-                    (f"{name}_ms_c{c}_candidate", f"{m['candidate_median']:.2f}")]
-    return out
 
 
 def _side_info(info: Mapping[str, Any], side: ServeSide, cuda: bool) -> dict[str, Any]:
