@@ -283,13 +283,19 @@ def test_measure_configs_turns_a_server_that_dies_into_a_failed_speed_block(tmp_
     assert ok["sides"]["candidate"]["server"]["log"] == str(tmp_path / "logs2" / "candidate-serve.log")
 
 
-def test_the_latency_headline_names_ttft_and_tpot_with_their_intervals() -> None:
+def _latency_block() -> dict:
+    """A serve block of 3 repeats at c=2: the candidate halves every latency (ms) and has 1.5x the throughput."""
     b = [servespeed.ServeRun(2, i, 1.0, 8, 128, 64, 64.0 * f, 192.0 * f, 8.0 * f, 40.0 / f, 80.0 / f, 10.0 / f,
                              20.0 / f, 10.0 / f, 30.0 / f) for i, f in enumerate([1.0, 1.1, 0.9])]
     c = [servespeed.ServeRun(2, i, 1.0, 8, 128, 64, 96.0 * f, 288.0 * f, 12.0 * f, 20.0 / f, 40.0 / f, 5.0 / f,
                              10.0 / f, 5.0 / f, 15.0 / f) for i, f in enumerate([1.0, 1.05, 0.95])]
     profile = TrafficProfile(input_len=16, output_len=8, concurrency=(2,), num_prompts=8, repeats=3, mode="serve")
     block = servespeed.serve_block({"baseline": b, "candidate": c}, profile, {"baseline": {}, "candidate": {}})
+    return block
+
+
+def test_the_latency_headline_names_ttft_and_tpot_with_their_intervals() -> None:
+    block = _latency_block()
     ttft = block["latency"]["ttft_p50_ms"]
     lo, hi = _t_interval([40.0, 40 / 1.1, 40 / 0.9], [20.0, 20 / 1.05, 20 / 0.95])
     assert ttft["ratio"] == pytest.approx(20.0 / 40.0) and (ttft["ci_low"], ttft["ci_high"]) == pytest.approx((lo, hi))
@@ -312,12 +318,7 @@ def test_a_serve_mode_verdict_shows_its_latencies_in_terminal_markdown_and_junit
     from evalgate.report import render_terminal
     from evalgate.verdict import Verdict
 
-    b = [servespeed.ServeRun(2, i, 1.0, 8, 128, 64, 64.0 * f, 192.0 * f, 8.0 * f, 40.0 / f, 80.0 / f, 10.0 / f,
-                             20.0 / f, 10.0 / f, 30.0 / f) for i, f in enumerate([1.0, 1.1, 0.9])]
-    c = [servespeed.ServeRun(2, i, 1.0, 8, 128, 64, 96.0 * f, 288.0 * f, 12.0 * f, 20.0 / f, 40.0 / f, 5.0 / f,
-                             10.0 / f, 5.0 / f, 15.0 / f) for i, f in enumerate([1.0, 1.05, 0.95])]
-    profile = TrafficProfile(input_len=16, output_len=8, concurrency=(2,), num_prompts=8, repeats=3, mode="serve")
-    block = servespeed.serve_block({"baseline": b, "candidate": c}, profile, {"baseline": {}, "candidate": {}})
+    block = _latency_block()
     doc = json.loads((Path(__file__).parent / "verdicts" / "v1" / "speed_pass.json").read_text())
     doc["speed"] = json.loads(json.dumps(block))
     verdict = Verdict.model_validate(doc)
