@@ -1,6 +1,7 @@
 """evalgate: an accuracy-regression gate for LLM serving speed-ups.
 
-Data flows one way: config -> engine -> run (lm-eval) -> store -> compare (statistics) -> gate -> report.
+Data flows one way, in ``evalgate.pipeline.gate``: load (config, thresholds, suites) -> evaluate both sides
+(engine, store) -> compare (paired statistics) -> decide (gate) -> render (document, report, outputs).
 The public surface is small; the CLI (``evalgate``) is the main entry point.
 """
 
