@@ -110,19 +110,31 @@ def parse(text: str, path: Path, wording: Wording) -> Any:
 
 def _check_nodes(root: yaml.Node, path: Path, wording: Wording) -> None:
     """Walk the node tree in document order as it will be constructed (aliases expanded): a key given twice in
-    one mapping, or more than ``MAX_NODES`` values, is a ConfigError naming the dotted field."""
-    stack: list[tuple[yaml.Node, str]] = [(root, "")]
+    one mapping, more than ``MAX_NODES`` values, or an alias inside the value it names (``&a [*a]``: a value that
+    contains itself, endless once expanded) is a ConfigError naming the dotted field."""
+    stack: list[tuple[yaml.Node, str, bool]] = [(root, "", False)]
+    open_nodes: set[int] = set()  # the nodes on the path from the root to the current one
     visited = 0
     while stack:
-        node, where = stack.pop()
+        node, where, leaving = stack.pop()
+        if leaving:
+            open_nodes.discard(id(node))
+            continue
+        if id(node) in open_nodes:
+            raise ConfigError("recursive YAML alias: the value contains itself", path=path, field=where or None)
         visited += 1
         if visited > MAX_NODES:
             raise ConfigError(f"too large: more than {MAX_NODES} values once YAML aliases are expanded", path=path,
                               field=where or None)
         if isinstance(node, yaml.SequenceNode):
-            stack += reversed([(child, f"{where}[{i}]") for i, child in enumerate(node.value)])
+            children = [(child, f"{where}[{i}]") for i, child in enumerate(node.value)]
         elif isinstance(node, yaml.MappingNode):
-            stack += reversed(_mapping_children(node, where, path, wording))
+            children = _mapping_children(node, where, path, wording)
+        else:
+            continue
+        open_nodes.add(id(node))
+        stack.append((node, where, True))
+        stack += reversed([(child, at, False) for child, at in children])
 
 
 def _mapping_children(node: yaml.MappingNode, where: str, path: Path, wording: Wording) -> list[tuple[yaml.Node, str]]:

@@ -114,6 +114,8 @@ CASES: list[Case] = [
     _cfg("null-key", "None", "unknown key", uses=PARENT),
     _cfg("alias-bomb", "a", "unknown key", uses=PARENT),
     _cfg("alias-bomb-deep", "engine_args.speculative_config", "aliases are expanded", uses=PARENT),
+    _cfg("alias-recursive", "engine_args.speculative_config.nested", "recursive YAML alias", uses=PARENT),
+    _cfg("alias-recursive-top", "[0]", "recursive YAML alias"),
     _cfg("engine-args-list", "engine_args", "mapping", uses=PARENT),
     _cfg("engine-args-string", "engine_args", "mapping", uses=PARENT),
     _cfg("env-string", "env", "mapping", uses=PARENT),
@@ -371,6 +373,7 @@ def _check_message(case: Case, err: str) -> str:
     lines = err.splitlines()
     assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{err}"
     line = lines[0]
+    assert len(line) < 1000, f"a {len(line)}-character line: {line[:300]}..."
     assert line.startswith("evalgate: error: "), line
     if case.file:
         assert f"bad_inputs/{case.file}" in line, f"message does not name {case.file}: {line}"
