@@ -122,16 +122,24 @@ def content_hash(folder: Path) -> str:
 
 
 
-def read_suite_yaml(path: Path) -> dict[str, Any]:
+def read_suite_yaml(path: Path, _chain: tuple[Path, ...] = ()) -> dict[str, Any]:
     """One suite YAML as a mapping (``!function`` kept as its string, ``include`` merged under the file's keys,
-    relative to the file); ConfigError naming the file for bad UTF-8, bad YAML, a duplicate key, not a mapping."""
+    relative to the file); ConfigError naming the file for bad UTF-8, bad YAML, a duplicate key, not a mapping, an
+    ``include`` that is not a file name (or a list of them), is missing, or includes itself (a cycle)."""
+    chain = (*_chain, path.resolve())
     cfg = read_mapping(path, WORDING)
     includes = cfg.pop("include", None)
-    for inc in ([includes] if isinstance(includes, str) else includes or []):
+    listed = [includes] if isinstance(includes, str) else includes if isinstance(includes, list) else None
+    if includes is not None and (listed is None or not all(isinstance(i, str) and i for i in listed)):
+        raise ConfigError(f"must be a YAML file name or a list of them, got {includes!r}", path=path, field="include")
+    for inc in listed or []:
         inc_path = Path(inc) if Path(inc).is_absolute() else path.parent / inc
         if not inc_path.is_file():
             raise ConfigError(f"included file not found: {inc_path}", path=path, field="include")
-        cfg = {**read_suite_yaml(inc_path), **cfg}
+        if inc_path.resolve() in chain:
+            cycle = " -> ".join(p.name for p in (*chain, inc_path.resolve()))
+            raise ConfigError(f"include cycle: {cycle}", path=path, field="include")
+        cfg = {**read_suite_yaml(inc_path, chain), **cfg}
     return cfg
 
 
