@@ -121,6 +121,7 @@ CASES: list[Case] = [
     _cfg("env-string", "env", "mapping", uses=PARENT),
     _cfg("env-key-equals", "env.A=B", "environment variable", uses=PARENT),
     _cfg("env-value-mapping", "env.X", "string or number", uses=PARENT),
+    _cfg("env-value-nul", "env.OMP_NUM_THREADS", "NUL byte", uses=PARENT),
     _cfg("sampling-list", "sampling", "mapping", uses=PARENT),
     _cfg("sampling-unknown-key", "sampling.temprature", "did you mean 'temperature'", uses=PARENT),
     _cfg("sampling-temperature-string", "sampling.temperature", "number", uses=PARENT),
