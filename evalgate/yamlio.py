@@ -55,15 +55,16 @@ class Wording:
     empty: str = "file is empty"
 
 
-def read_mapping(path: Path, wording: Wording) -> dict[str, Any]:
-    """Read ``path`` strictly (see the module docstring) and return its top-level mapping.
+def read_mapping(path: Path, wording: Wording, functions: list[tuple[str, str]] | None = None) -> dict[str, Any]:
+    """Read ``path`` strictly (see the module docstring) and return its top-level mapping. ``functions``, when
+    given, receives ``(dotted field, "module.name")`` for each ``!function`` tag of the file.
 
     Raises:
         ConfigError: naming ``path`` (and the dotted field of a duplicate key or an alias bomb): missing file,
             directory, unreadable, not UTF-8, YAML syntax error (line, column), duplicate key, too many values,
             empty, top level not a mapping.
     """
-    data = parse(_text(path, wording), path, wording)
+    data = parse(_text(path, wording), path, wording, functions)
     if data is None:
         raise ConfigError(wording.empty, path=path)
     if not isinstance(data, dict):
@@ -88,15 +89,16 @@ def _text(path: Path, wording: Wording) -> str:
                           path=path) from None
 
 
-def parse(text: str, path: Path, wording: Wording) -> Any:
-    """One YAML document of ``text`` (None when empty), duplicate keys and alias bombs refused (ConfigError)."""
+def parse(text: str, path: Path, wording: Wording, functions: list[tuple[str, str]] | None = None) -> Any:
+    """One YAML document of ``text`` (None when empty), duplicate keys and alias bombs refused (ConfigError);
+    ``functions`` (when given) receives each ``!function`` tag's ``(dotted field, value)``."""
     loader = None
     try:
         loader = Loader(text)  # a control character is refused here already
         node = loader.get_single_node()
         if node is None:
             return None
-        _check_nodes(node, path, wording)
+        _check_nodes(node, path, wording, functions)
         return loader.construct_document(node)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -108,7 +110,8 @@ def parse(text: str, path: Path, wording: Wording) -> Any:
             loader.dispose()
 
 
-def _check_nodes(root: yaml.Node, path: Path, wording: Wording) -> None:
+def _check_nodes(root: yaml.Node, path: Path, wording: Wording,
+                 functions: list[tuple[str, str]] | None = None) -> None:
     """Walk the node tree in document order as it will be constructed (aliases expanded): a key given twice in
     one mapping, more than ``MAX_NODES`` values, or an alias inside the value it names (``&a [*a]``: a value that
     contains itself, endless once expanded) is a ConfigError naming the dotted field."""
@@ -131,6 +134,8 @@ def _check_nodes(root: yaml.Node, path: Path, wording: Wording) -> None:
         elif isinstance(node, yaml.MappingNode):
             children = _mapping_children(node, where, path, wording)
         else:
+            if functions is not None and node.tag == "!function":
+                functions.append((where, str(node.value)))
             continue
         open_nodes.add(id(node))
         stack.append((node, where, True))
