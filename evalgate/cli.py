@@ -90,10 +90,12 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     """Re-render report.html, verdict.junit.xml and summary.md from a stored run's verdict.json (exit 0)."""
     from evalgate.report import render_terminal
-    from evalgate.runs import rerender
+    from evalgate.runs import rendering, rerender
 
     doc, paths = rerender(Path(args.run_dir), Path(args.out) if args.out else None)
-    print(render_terminal(doc))
+    with rendering(Path(args.run_dir) / "verdict.json"):
+        text = render_terminal(doc)
+    print(text)
     print(f"report: {paths['html']}")
     return int(ExitCode.PASS)
 

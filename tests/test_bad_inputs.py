@@ -309,6 +309,15 @@ STORED_CASES: list[Case] = [
     _stored("report", "verdict-missing", "verdict.json", "not found"),
     _stored("report", "verdict-is-dir", "verdict.json", None),
     _stored("report", "run-is-a-file", None, None),
+    # valid JSON, wrong-typed fields the renderers read: the dotted field where the model knows its shape
+    _stored("report", "verdict-manifest-timings-string", "verdict.json", "manifest.timings: Input should be a valid"),
+    _stored("report", "verdict-manifest-suite-hash-null", "verdict.json",
+            "manifest.suites.0.content_hash: Input should be a valid string"),
+    _stored("report", "verdict-speed-side-null", "verdict.json",
+            "speed.sides.candidate: Input should be a valid dictionary"),
+    # a value the model admits but evalgate never writes: the file, never an internal error
+    _stored("report", "verdict-task-margin-null", "verdict.json", "a field holds a value evalgate does not write"),
+    _stored("report", "verdict-speed-ratio-huge", "verdict.json", "a field holds a value evalgate does not write"),
     _stored("compare", "candidate-truncated", "candidate.json", "truncated"),
     _stored("compare", "candidate-missing-tasks", "candidate.json", "tasks"),
     _stored("compare", "candidate-items-malformed", "candidate.json", "malformed"),
