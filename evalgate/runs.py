@@ -86,7 +86,21 @@ def read_side(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     manifest = read_json(run_dir / "manifest.json", "manifest")
     if not isinstance(manifest, dict):
         raise StoreError(f"{run_dir / 'manifest.json'}: malformed manifest: not a JSON object")
-    return read_json(run_dir / "candidate.json", "candidate results"), manifest
+    for key, kind in (("baseline", dict), ("candidate", dict), ("versions", dict), ("suites", list)):
+        if key in manifest and not isinstance(manifest[key], kind):
+            raise StoreError(f"{run_dir / 'manifest.json'}: malformed manifest: {key}: must be a "
+                             f"{'mapping' if kind is dict else 'list'}, got {type(manifest[key]).__name__}")
+    results = read_json(run_dir / "candidate.json", "candidate results")
+    if isinstance(results, dict):
+        path = run_dir / "candidate.json"
+        if "config" in results and not isinstance(results["config"], str):
+            raise StoreError(f"{path}: malformed candidate results: config: must be a config name, got "
+                             f"{type(results['config']).__name__}")
+        eff = results.get("effective", {})
+        if not isinstance(eff, dict) or not isinstance(eff.get("engine_args", {}), dict):
+            raise StoreError(f"{path}: malformed candidate results: effective: must be a mapping with an "
+                             f"engine_args mapping")
+    return results, manifest
 
 
 def candidate_tasks(run_dir: Path, data: Any) -> dict[str, Any]:

@@ -322,6 +322,11 @@ STORED_CASES: list[Case] = [
     _stored("compare", "candidate-missing-tasks", "candidate.json", "tasks"),
     _stored("compare", "candidate-items-malformed", "candidate.json", "malformed"),
     _stored("compare", "manifest-truncated", "manifest.json", "truncated"),
+    _stored("compare", "candidate-score-null", "candidate.json",
+            "tasks.s1_task.items[0].score: must be a number in [0, 1], got None"),
+    _stored("compare", "candidate-output-number", "candidate.json",
+            "tasks.s1_task.items[0].output: must be a string, got int"),
+    _stored("compare", "manifest-candidate-string", "manifest.json", "candidate: must be a mapping, got str"),
     _stored("compare", "run-is-a-file", None, "not found"),
 ]
 CASES += STORED_CASES
