@@ -252,6 +252,7 @@ CASES: list[Case] = [
     Case("suites-close-name", {"--suites": ["s11"]}, None, None, "did you mean"),
     Case("suites-path-name", {"--suites": ["../good"]}, None, None, "invalid suite name"),
     Case("suites-empty-name", {"--suites": [""]}, None, None, "invalid suite name"),
+    Case("suites-named-twice", {"--suites": ["s1", "s2", "s1"]}, None, "--suites", "suite 's1' is named more than once"),
     # ------------------------------------------------------------------ command line
     Case("limit-zero", {"--limit": "0"}, None, "--limit", ">= 1"),
     Case("limit-negative", {"--limit": "-3"}, None, "--limit", ">= 1"),
