@@ -332,6 +332,16 @@ def _apply_layout(args: argparse.Namespace) -> None:
             setattr(args, attr, str(value))
 
 
+def _refuse_empty_paths(args: argparse.Namespace) -> None:
+    """An empty path option (``--suites-dir "$UNSET"``) would silently mean the working directory: exit 2."""
+    from evalgate.errors import ConfigError
+
+    for attr in ("configs_dir", "suites_dir", "thresholds", "out", "from_dir"):
+        if getattr(args, attr, None) == "":
+            raise ConfigError("must not be empty (an unset variable?)", field=f"--{attr.replace('_', '-')}"
+                              if attr != "from_dir" else "--from")
+
+
 def _sigterm_interrupts() -> None:
     """Treat SIGTERM (how CI cancels a job) like Ctrl-C: the engine worker is killed, error outputs are written,
     exit 130. Only possible from the main thread (elsewhere the default stays)."""
@@ -359,6 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.setLevel(logging.DEBUG if args.debug else logging.INFO)
     _sigterm_interrupts()
     try:
+        _refuse_empty_paths(args)
         _apply_layout(args)
         return int(args.func(args))
     except EvalgateError as exc:
