@@ -239,7 +239,7 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
     profile = speed_profile(options, thresholds, recipe.name, default_on=True)
     if profile is not None:
         limits = {"baseline": runner.check_engine_values(base, out / "logs" / "baseline-check.log", options.timeout)}
-        check_profile(profile, {"baseline": base}, limits, thresholds)
+        check_profile(profile, {"baseline": base}, limits, thresholds, config=recipe.name, options=options)
     base_worker, base_run = runner.start_config(base, suites, limit=options.limit,
                                                 store=ResultStore(evalgate_home() / "store"),
                                                 log_path=out / "logs" / "baseline.log", timeout_s=options.timeout,

@@ -90,10 +90,12 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     """Re-render report.html, verdict.junit.xml and summary.md from a stored run's verdict.json (exit 0)."""
     from evalgate.report import render_terminal
-    from evalgate.runs import rerender
+    from evalgate.runs import rendering, rerender
 
     doc, paths = rerender(Path(args.run_dir), Path(args.out) if args.out else None)
-    print(render_terminal(doc))
+    with rendering(Path(args.run_dir) / "verdict.json"):
+        text = render_terminal(doc)
+    print(text)
     print(f"report: {paths['html']}")
     return int(ExitCode.PASS)
 
@@ -158,7 +160,7 @@ def _suites_dir(args: argparse.Namespace) -> Path:
 def _concurrency_list(text: str) -> list[int]:
     """``--concurrency 1,16,256`` as a list of distinct integers >= 1 (argparse type)."""
     try:
-        values = [int(v) for v in text.split(",") if v.strip()]
+        values = [int(v) for v in text.split(",")]  # an empty element (",4", "1,,16") is an error too
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be integers separated by commas, e.g. 1,16,256; got {text!r}") from None
     if not values or min(values) < 1 or len(set(values)) != len(values):
@@ -330,6 +332,16 @@ def _apply_layout(args: argparse.Namespace) -> None:
             setattr(args, attr, str(value))
 
 
+def _refuse_empty_paths(args: argparse.Namespace) -> None:
+    """An empty path option (``--suites-dir "$UNSET"``) would silently mean the working directory: exit 2."""
+    from evalgate.errors import ConfigError
+
+    for attr in ("configs_dir", "suites_dir", "thresholds", "out", "from_dir"):
+        if getattr(args, attr, None) == "":
+            raise ConfigError("must not be empty (an unset variable?)", field=f"--{attr.replace('_', '-')}"
+                              if attr != "from_dir" else "--from")
+
+
 def _sigterm_interrupts() -> None:
     """Treat SIGTERM (how CI cancels a job) like Ctrl-C: the engine worker is killed, error outputs are written,
     exit 130. Only possible from the main thread (elsewhere the default stays)."""
@@ -357,6 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.setLevel(logging.DEBUG if args.debug else logging.INFO)
     _sigterm_interrupts()
     try:
+        _refuse_empty_paths(args)
         _apply_layout(args)
         return int(args.func(args))
     except EvalgateError as exc:

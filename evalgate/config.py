@@ -81,6 +81,8 @@ def _env_values(value: Any) -> Any:
         if isinstance(v, (dict, list)):
             raise problem(f"must be a string or number, got {type(v).__name__}", key=str(k))
         out[k] = None if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+        if out[k] is not None and "\0" in out[k]:  # the OS cannot pass it: the engine would fail to start
+            raise problem("must not contain a NUL byte (an environment value cannot hold one)", key=str(k))
     return out
 
 
@@ -111,7 +113,8 @@ class ConfigLayer(Schema):
     """Keyword arguments of ``vllm.EngineArgs``, spelled as vLLM spells them (checked against the installed vLLM);
     a null value removes the parent's."""
     env: Annotated[dict[str, str | None], BeforeValidator(_env_values),
-                   _names("invalid environment variable name", lambda k: isinstance(k, str) and k and "=" not in k)
+                   _names("invalid environment variable name",
+                          lambda k: isinstance(k, str) and k and "=" not in k and "\0" not in k)
                    ] | None = None
     """Environment variables of the engine process (strings or numbers); a null value removes the parent's."""
     sampling: dict[str, Any] | None = None

@@ -88,7 +88,8 @@ class EngineJob:
         limits = {"candidate": check("candidate", self.cand)}
         if self.profile is not None:  # a profile the engines cannot run is refused before any engine starts
             limits["baseline"] = check("baseline", self.base)
-            check_profile(self.profile, {"baseline": self.base, "candidate": self.cand}, limits, thresholds)
+            check_profile(self.profile, {"baseline": self.base, "candidate": self.cand}, limits, thresholds,
+                          config=self.cand.name, options=self.options)
 
     def evaluate(self, thresholds: Any) -> Evaluated:
         """Baseline, then candidate (with the baseline as reference), each side's results written as it finishes;

@@ -180,6 +180,9 @@ def load_suites(suites_dir: Path, names: list[str] | None) -> list[Any]:
     """The suites ``names`` (all under ``suites_dir`` when None). Raises ConfigError when there are none."""
     from evalgate.suites import list_suites, load_suite
 
+    twice = sorted({n for n in names or [] if (names or []).count(n) > 1})
+    if twice:  # a suite listed twice (a typo for another?) would appear twice in the manifest and the runs: refuse
+        raise ConfigError(f"suite {twice[0]!r} is named more than once", field="--suites")
     suites = [load_suite(n, suites_dir) for n in names] if names else list_suites(suites_dir)
     if not suites:
         raise ConfigError("no suites found", path=suites_dir)

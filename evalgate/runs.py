@@ -8,6 +8,9 @@ item by item; these readers give it each run's candidate results, manifest and s
 
 from __future__ import annotations
 
+import contextlib
+import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,7 @@ from pydantic import ValidationError
 from evalgate.errors import StoreError
 from evalgate.outputs import write_outputs
 from evalgate.store import read_json, tasks_from_json
-from evalgate.verdict import Verdict
+from evalgate.verdict import ManifestShape, SpeedShape, Verdict
 
 
 def rerender(run_dir: Path, out_dir: Path | None = None) -> tuple[Verdict, dict[str, Path]]:
@@ -30,8 +33,24 @@ def rerender(run_dir: Path, out_dir: Path | None = None) -> tuple[Verdict, dict[
     Raises:
         StoreError: ``verdict.json`` is missing, unreadable or not a verdict document.
     """
-    verdict = read_verdict(run_dir / "verdict.json")
-    return verdict, write_outputs(verdict, out_dir or run_dir)
+    path = run_dir / "verdict.json"
+    verdict = read_verdict(path)
+    with rendering(path):
+        return verdict, write_outputs(verdict, out_dir or run_dir)
+
+
+@contextlib.contextmanager
+def rendering(path: Path) -> Iterator[None]:
+    """Rendering a stored verdict read from ``path``: a renderer failing on a value the model admits but evalgate
+    never writes (a null where a number is always written, a negative interval end) is a StoreError (exit 3)
+    naming the file, not an internal error. OSError (writing the outputs) passes through."""
+    try:
+        yield
+    except OSError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a corrupt stored document, whatever the renderer tripped on
+        raise StoreError(f"{path}: not an evalgate verdict document: a field holds a value evalgate does not write "
+                         f"({type(exc).__name__}: {exc})") from exc
 
 
 def read_verdict(path: Path) -> Verdict:
@@ -44,12 +63,20 @@ def read_verdict(path: Path) -> Verdict:
     doc = read_json(path, "verdict")
     if not isinstance(doc, dict) or not {"verdict", "tasks", "manifest"} <= doc.keys():
         raise StoreError(f"{path}: not an evalgate verdict document")
-    try:
-        return Verdict.model_validate(doc)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
-        raise StoreError(f"{path}: not an evalgate verdict document: {field}: {first['msg']}") from None
+    parts: list[tuple[str, type, Any]] = [("", Verdict, doc), ("manifest.", ManifestShape, doc.get("manifest"))]
+    if isinstance(doc.get("speed"), dict):
+        parts.append(("speed.", SpeedShape, doc["speed"]))
+    verdict = None
+    for prefix, model, value in parts:
+        try:
+            checked = model.model_validate(value)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = prefix + ".".join(str(part) for part in first["loc"])
+            msg = re.sub(r" or instance of \w+$", "", first["msg"])  # not the model class names
+            raise StoreError(f"{path}: not an evalgate verdict document: {field.rstrip('.')}: {msg}") from None
+        verdict = verdict or checked
+    return verdict
 
 
 def read_side(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -59,7 +86,21 @@ def read_side(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     manifest = read_json(run_dir / "manifest.json", "manifest")
     if not isinstance(manifest, dict):
         raise StoreError(f"{run_dir / 'manifest.json'}: malformed manifest: not a JSON object")
-    return read_json(run_dir / "candidate.json", "candidate results"), manifest
+    for key, kind in (("baseline", dict), ("candidate", dict), ("versions", dict), ("suites", list)):
+        if key in manifest and not isinstance(manifest[key], kind):
+            raise StoreError(f"{run_dir / 'manifest.json'}: malformed manifest: {key}: must be a "
+                             f"{'mapping' if kind is dict else 'list'}, got {type(manifest[key]).__name__}")
+    results = read_json(run_dir / "candidate.json", "candidate results")
+    if isinstance(results, dict):
+        path = run_dir / "candidate.json"
+        if "config" in results and not isinstance(results["config"], str):
+            raise StoreError(f"{path}: malformed candidate results: config: must be a config name, got "
+                             f"{type(results['config']).__name__}")
+        eff = results.get("effective", {})
+        if not isinstance(eff, dict) or not isinstance(eff.get("engine_args", {}), dict):
+            raise StoreError(f"{path}: malformed candidate results: effective: must be a mapping with an "
+                             f"engine_args mapping")
+    return results, manifest
 
 
 def candidate_tasks(run_dir: Path, data: Any) -> dict[str, Any]:

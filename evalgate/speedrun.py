@@ -78,20 +78,36 @@ def speed_profile(options: Any, thresholds: Any, config_name: str, *, default_on
         from evalgate.servespeed import serve_problems
 
         for fld, msg in serve_problems(profile):
-            raise ConfigError(msg, path=thresholds.path, field=f"traffic.{fld}")
+            path, dotted = traffic_source(thresholds, config_name, fld, options)
+            raise ConfigError(msg, path=path, field=dotted)
     return profile
 
 
-def check_profile(profile: Any, configs: dict[str, Any], limits: dict[str, dict[str, int]], thresholds: Any) -> None:
+def traffic_source(thresholds: Any, config: str | None, fld: str, options: Any = None) -> tuple[Any, str]:
+    """``(file, dotted field)`` that set traffic field ``fld`` of ``config``'s profile, for an error message: the
+    command line (``--concurrency`` / ``--repeats``: no file), ``configs.<config>.traffic.<fld>``, else
+    ``traffic.<fld>`` (also when the value is the platform's default)."""
+    flag = {"concurrency": "concurrency", "repeats": "repeats"}.get(fld)
+    if options is not None and flag and getattr(options, flag, None) not in (None, [], ()):
+        return None, f"--{flag}"
+    override = thresholds.configs.get(config) if config is not None else None
+    if override is not None and fld in override.traffic.fields():
+        return thresholds.path, f"configs.{config}.traffic.{fld}"
+    return thresholds.path, f"traffic.{fld}"
+
+
+def check_profile(profile: Any, configs: dict[str, Any], limits: dict[str, dict[str, int]], thresholds: Any, *,
+                  config: str | None = None, options: Any = None) -> None:
     """ConfigError (exit 2) when an engine of ``configs`` (role -> config) cannot run ``profile`` (too long for its
     max_model_len, or more concurrent requests than its max_num_seqs); ``limits``: role -> the engine's limits
-    (``runner.check_engine_values``)."""
+    (``runner.check_engine_values``); ``config`` (the candidate's name) and ``options`` (the run options) let the
+    message name where the field was set (``traffic_source``)."""
     from evalgate.speed import profile_problems
 
     for role, cfg in configs.items():
         for fld, msg in profile_problems(profile, limits.get(role, {})):
-            raise ConfigError(f"{msg} of {role} config {cfg.name} ({cfg.path})", path=thresholds.path,
-                              field=f"traffic.{fld}")
+            path, dotted = traffic_source(thresholds, config, fld, options)
+            raise ConfigError(f"{msg} of {role} config {cfg.name} ({cfg.path})", path=path, field=dotted)
 
 
 def measure_speed_safely(workers: dict[str, Any], profile: Any) -> dict[str, Any]:

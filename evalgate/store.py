@@ -194,11 +194,49 @@ def tasks_to_json(tasks: dict[str, TaskResult]) -> dict[str, Any]:
             for name, t in tasks.items()}
 
 
+# The fields of a stored item the comparison reads, and what each must be (``_item_problem``).
+_ITEM_TEXT = ("item_hash", "prompt", "target", "output")
+
+
+def _item_problem(item: Any) -> tuple[str, str] | None:
+    """``(field, reason)`` for the first field of a stored item record the comparison cannot use, else None."""
+    import math
+
+    if not isinstance(item, dict):
+        return "", f"must be a mapping, got {type(item).__name__}"
+    for key in _ITEM_TEXT:
+        if key in item and not isinstance(item[key], str):
+            return key, f"must be a string, got {type(item[key]).__name__}"
+    if "item_id" in item and (isinstance(item["item_id"], bool) or not isinstance(item["item_id"], int)):
+        return "item_id", f"must be an integer, got {item['item_id']!r}"
+    score = item.get("score")
+    if "score" in item and (isinstance(score, bool) or not isinstance(score, (int, float))
+                            or not math.isfinite(score) or not 0 <= score <= 1):
+        return "score", f"must be a number in [0, 1], got {score!r}"
+    if "metrics" in item and not isinstance(item["metrics"], dict):
+        return "metrics", f"must be a mapping, got {type(item['metrics']).__name__}"
+    return None
+
+
 def tasks_from_json(data: dict[str, Any], source: Path | str) -> dict[str, TaskResult]:
-    """Inverse of :func:`tasks_to_json`. Raises StoreError naming ``source`` on a malformed record."""
+    """Inverse of :func:`tasks_to_json`. Raises StoreError naming ``source`` and the dotted field on a malformed
+    record (an item whose hash, texts, score in [0, 1] or metrics have the wrong type)."""
+    if not isinstance(data, dict):
+        raise StoreError(f"{source}: malformed task results: tasks: must be a mapping, got {type(data).__name__}")
+    for name, t in data.items():
+        items = t.get("items") if isinstance(t, dict) else None
+        if not isinstance(t, dict) or not isinstance(t.get("suite"), str) or not isinstance(t.get("metric"), str) \
+                or not isinstance(items, list):
+            raise StoreError(f"{source}: malformed task results: tasks.{name}: must be a mapping with suite and "
+                             f"metric (strings) and items (a list)")
+        for i, item in enumerate(items):
+            bad = _item_problem(item)
+            if bad is not None:
+                where = f"tasks.{name}.items[{i}]" + (f".{bad[0]}" if bad[0] else "")
+                raise StoreError(f"{source}: malformed task results: {where}: {bad[1]}")
     try:
         return {name: TaskResult(task=name, suite=t["suite"], metric=t["metric"],
                                  items=tuple(ItemResult.from_dict(i) for i in t["items"]))
                 for name, t in data.items()}
-    except (KeyError, TypeError, AttributeError) as exc:
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise StoreError(f"{source}: malformed task results ({exc!r})") from exc

@@ -122,17 +122,72 @@ def content_hash(folder: Path) -> str:
 
 
 
-def read_suite_yaml(path: Path) -> dict[str, Any]:
+def read_suite_yaml(path: Path, _chain: tuple[Path, ...] = ()) -> dict[str, Any]:
     """One suite YAML as a mapping (``!function`` kept as its string, ``include`` merged under the file's keys,
-    relative to the file); ConfigError naming the file for bad UTF-8, bad YAML, a duplicate key, not a mapping."""
-    cfg = read_mapping(path, WORDING)
+    relative to the file); ConfigError naming the file for bad UTF-8, bad YAML, a duplicate key, not a mapping, an
+    ``include`` that is not a file name (or a list of them), is missing, or includes itself (a cycle)."""
+    chain = (*_chain, path.resolve())
+    functions: list[tuple[str, str]] = []
+    cfg = read_mapping(path, WORDING, functions)
+    for where, ref in functions:
+        check_function_ref(ref, path, where)
     includes = cfg.pop("include", None)
-    for inc in ([includes] if isinstance(includes, str) else includes or []):
+    listed = [includes] if isinstance(includes, str) else includes if isinstance(includes, list) else None
+    if includes is not None and (listed is None or not all(isinstance(i, str) and i for i in listed)):
+        raise ConfigError(f"must be a YAML file name or a list of them, got {includes!r}", path=path, field="include")
+    for inc in listed or []:
         inc_path = Path(inc) if Path(inc).is_absolute() else path.parent / inc
         if not inc_path.is_file():
             raise ConfigError(f"included file not found: {inc_path}", path=path, field="include")
-        cfg = {**read_suite_yaml(inc_path), **cfg}
+        if inc_path.resolve() in chain:
+            cycle = " -> ".join(p.name for p in (*chain, inc_path.resolve()))
+            raise ConfigError(f"include cycle: {cycle}", path=path, field="include")
+        cfg = {**read_suite_yaml(inc_path, chain), **cfg}
     return cfg
+
+
+def check_function_ref(ref: str, path: Path, where: str) -> None:
+    """ConfigError (exit 2, before any engine) when lm-eval could not import ``!function ref`` of suite YAML
+    ``path``: it loads ``<module>.py`` beside the YAML (``lm_eval.utils.import_function``: everything before the
+    last dot is the module's file name) and takes ``<name>`` from it. The module is parsed, not run: a missing
+    file, a syntax error, or no top-level ``def``/``class``/assignment/import of the name is refused (a module
+    with ``import *`` or a module ``__getattr__`` is given the benefit of the doubt)."""
+    import ast
+
+    *module_parts, name = ref.split(".")
+    module = ".".join(module_parts)
+    file = path.parent / f"{module}.py"
+    if not module or not name:
+        raise ConfigError(f"!function {ref!r}: must be module.function (lm-eval loads <module>.py beside the YAML)",
+                          path=path, field=where or None)
+    if not file.is_file():
+        raise ConfigError(f"!function {ref}: no {file.name} beside the YAML (lm-eval loads <module>.py from the "
+                          f"YAML's folder)", path=path, field=where or None)
+    try:
+        tree = ast.parse(file.read_bytes(), filename=str(file))
+    except (SyntaxError, ValueError) as exc:
+        line = f" at line {exc.lineno}" if getattr(exc, "lineno", None) else ""
+        raise ConfigError(f"!function {ref}: {file.name} does not parse{line}: {getattr(exc, 'msg', exc)}",
+                          path=path, field=where or None) from None
+    defined: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            defined |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any(a.name == "*" for a in node.names):
+                return
+            defined |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif not isinstance(node, (ast.Expr, ast.Pass)):
+            return  # an if/try/with/for at module level may define it: do not guess
+    if "__getattr__" in defined or name in defined:
+        return
+    from evalgate.schema import suggest
+
+    hint = suggest(name, sorted(n for n in defined if not n.startswith("_")), list_all=False)
+    raise ConfigError(f"!function {ref}: {file.name} defines no {name!r}{hint}", path=path, field=where or None)
 
 
 def check_metrics(cfg: dict[str, Any], path: Path, what: str = "") -> str:

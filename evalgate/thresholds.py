@@ -49,8 +49,16 @@ def _number(message: str, **constraints: float) -> Any:
     return Annotated[float, Field(strict=True, allow_inf_nan=False, **constraints), rule(message)]
 
 
-def _integer(minimum: int) -> Any:
-    return Annotated[int, Field(strict=True, ge=minimum), rule(f"{{field}} must be an integer >= {minimum}")]
+def _integer(minimum: int, maximum: int | None = None) -> Any:
+    if maximum is None:
+        return Annotated[int, Field(strict=True, ge=minimum), rule(f"{{field}} must be an integer >= {minimum}")]
+    return Annotated[int, Field(strict=True, ge=minimum, le=maximum),
+                     rule(f"{{field}} must be an integer with {minimum} <= {{field}} <= {maximum:_}")]
+
+
+# Bootstrap resamples per task: each is one mean over the task's items, all held at once (8 bytes each), so 10^13
+# would fail allocating 80 TB after both engines ran; 10^6 is 100x the default and takes seconds per task.
+MAX_BOOTSTRAP_RESAMPLES = 1_000_000
 
 
 def _concurrency(value: Any) -> tuple[int, ...]:
@@ -211,8 +219,8 @@ class ThresholdsFile(Schema):
     """Target power: MDE = (z_{1-alpha} + z_power) * SE; a task whose MDE exceeds its margin is INCONCLUSIVE."""
     on_inconclusive: choice("warn", "block") = "block"  # type: ignore[valid-type]
     """block: an INCONCLUSIVE run is reported as BLOCK (exit 1); warn: it exits 5."""
-    bootstrap_resamples: _integer(1000) = 10_000  # type: ignore[valid-type]
-    """Paired-bootstrap resamples per task."""
+    bootstrap_resamples: _integer(1000, MAX_BOOTSTRAP_RESAMPLES) = 10_000  # type: ignore[valid-type]
+    """Paired-bootstrap resamples per task, 1000..1_000_000."""
     seed: _integer(0) = 0  # type: ignore[valid-type]
     """Seeds the bootstrap (one generator per task)."""
     lossless: Annotated[LosslessSection, _Empty] = LosslessSection()

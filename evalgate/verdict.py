@@ -329,6 +329,50 @@ class Verdict(_Record):
         return entry if isinstance(entry, dict) else {}
 
 
+class _ManifestSuite(_Record):
+    """What the renderers read of one ``manifest.suites`` entry."""
+
+    name: str = ""
+    content_hash: str = ""
+    tasks: list[str] = []
+
+
+class _ManifestSide(_Record):
+    """What the renderers read of ``manifest.baseline`` / ``manifest.candidate``."""
+
+    requested: dict[str, Any] | None = None
+    effective: dict[str, Any] | None = None
+    cached_suites: list[str] | None = None
+
+
+class ManifestShape(_Record):
+    """The shape of ``Verdict.manifest`` that the renderers rely on (the manifest stays a plain mapping in the
+    model, so old and compare manifests keep their keys): checked by ``runs.read_verdict`` so that a wrong-typed
+    manifest field of a stored ``verdict.json`` is named, not a renderer's TypeError."""
+
+    versions: dict[str, Any] = {}
+    timings: dict[str, Number] = {}
+    suites: list[_ManifestSuite] = []
+    baseline: _ManifestSide | None = None
+    candidate: _ManifestSide | None = None
+
+
+class _SpeedProfileShape(_Record):
+    concurrency: list[int] = []
+
+
+class _SpeedSideShape(_Record):
+    isa: list[str] | None = None
+    device: str | None = None
+
+
+class SpeedShape(_Record):
+    """The shape of ``SpeedBlock.profile`` and ``SpeedBlock.sides`` the renderers rely on (see ``ManifestShape``)."""
+
+    profile: _SpeedProfileShape = _SpeedProfileShape()
+    sides: dict[str, _SpeedSideShape] = {}
+
+
 def as_verdict(doc: Verdict | Mapping[str, Any]) -> Verdict:
     """``doc`` as a :class:`Verdict`; a mapping (a read ``verdict.json``) is validated.
 

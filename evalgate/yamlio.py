@@ -55,15 +55,16 @@ class Wording:
     empty: str = "file is empty"
 
 
-def read_mapping(path: Path, wording: Wording) -> dict[str, Any]:
-    """Read ``path`` strictly (see the module docstring) and return its top-level mapping.
+def read_mapping(path: Path, wording: Wording, functions: list[tuple[str, str]] | None = None) -> dict[str, Any]:
+    """Read ``path`` strictly (see the module docstring) and return its top-level mapping. ``functions``, when
+    given, receives ``(dotted field, "module.name")`` for each ``!function`` tag of the file.
 
     Raises:
         ConfigError: naming ``path`` (and the dotted field of a duplicate key or an alias bomb): missing file,
             directory, unreadable, not UTF-8, YAML syntax error (line, column), duplicate key, too many values,
             empty, top level not a mapping.
     """
-    data = parse(_text(path, wording), path, wording)
+    data = parse(_text(path, wording), path, wording, functions)
     if data is None:
         raise ConfigError(wording.empty, path=path)
     if not isinstance(data, dict):
@@ -88,15 +89,16 @@ def _text(path: Path, wording: Wording) -> str:
                           path=path) from None
 
 
-def parse(text: str, path: Path, wording: Wording) -> Any:
-    """One YAML document of ``text`` (None when empty), duplicate keys and alias bombs refused (ConfigError)."""
+def parse(text: str, path: Path, wording: Wording, functions: list[tuple[str, str]] | None = None) -> Any:
+    """One YAML document of ``text`` (None when empty), duplicate keys and alias bombs refused (ConfigError);
+    ``functions`` (when given) receives each ``!function`` tag's ``(dotted field, value)``."""
     loader = None
     try:
         loader = Loader(text)  # a control character is refused here already
         node = loader.get_single_node()
         if node is None:
             return None
-        _check_nodes(node, path, wording)
+        _check_nodes(node, path, wording, functions)
         return loader.construct_document(node)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -108,21 +110,36 @@ def parse(text: str, path: Path, wording: Wording) -> Any:
             loader.dispose()
 
 
-def _check_nodes(root: yaml.Node, path: Path, wording: Wording) -> None:
+def _check_nodes(root: yaml.Node, path: Path, wording: Wording,
+                 functions: list[tuple[str, str]] | None = None) -> None:
     """Walk the node tree in document order as it will be constructed (aliases expanded): a key given twice in
-    one mapping, or more than ``MAX_NODES`` values, is a ConfigError naming the dotted field."""
-    stack: list[tuple[yaml.Node, str]] = [(root, "")]
+    one mapping, more than ``MAX_NODES`` values, or an alias inside the value it names (``&a [*a]``: a value that
+    contains itself, endless once expanded) is a ConfigError naming the dotted field."""
+    stack: list[tuple[yaml.Node, str, bool]] = [(root, "", False)]
+    open_nodes: set[int] = set()  # the nodes on the path from the root to the current one
     visited = 0
     while stack:
-        node, where = stack.pop()
+        node, where, leaving = stack.pop()
+        if leaving:
+            open_nodes.discard(id(node))
+            continue
+        if id(node) in open_nodes:
+            raise ConfigError("recursive YAML alias: the value contains itself", path=path, field=where or None)
         visited += 1
         if visited > MAX_NODES:
             raise ConfigError(f"too large: more than {MAX_NODES} values once YAML aliases are expanded", path=path,
                               field=where or None)
         if isinstance(node, yaml.SequenceNode):
-            stack += reversed([(child, f"{where}[{i}]") for i, child in enumerate(node.value)])
+            children = [(child, f"{where}[{i}]") for i, child in enumerate(node.value)]
         elif isinstance(node, yaml.MappingNode):
-            stack += reversed(_mapping_children(node, where, path, wording))
+            children = _mapping_children(node, where, path, wording)
+        else:
+            if functions is not None and node.tag == "!function":
+                functions.append((where, str(node.value)))
+            continue
+        open_nodes.add(id(node))
+        stack.append((node, where, True))
+        stack += reversed([(child, at, False) for child, at in children])
 
 
 def _mapping_children(node: yaml.MappingNode, where: str, path: Path, wording: Wording) -> list[tuple[yaml.Node, str]]:

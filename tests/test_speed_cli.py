@@ -91,6 +91,14 @@ def test_a_failed_measurement_keeps_the_quality_verdict_and_exits_3(monkeypatch:
     ("traffic: {concurrency: [16, 512]}\n", {"max_model_len": 2048, "max_num_seqs": 256}, "traffic.concurrency",
      "concurrency 512 exceeds the engine's max_num_seqs 256"),
     ("traffic: {mode: serve, prompts: suites}\n", {}, "traffic.prompts", "mode: serve measures vLLM's random dataset only"),
+    # set under configs.<name>.traffic: the message names that field, not the top-level one
+    ("configs: {fp16-state: {traffic: {mode: serve, prompts: suites}}}\n", {}, "configs.fp16-state.traffic.prompts",
+     "mode: serve measures vLLM's random dataset only"),
+    ("traffic: {mode: serve}\nconfigs: {fp16-state: {traffic: {prompts: suites}}}\n", {},
+     "configs.fp16-state.traffic.prompts", "mode: serve measures vLLM's random dataset only"),
+    ("traffic: {concurrency: 4}\nconfigs: {fp16-state: {traffic: {concurrency: [4, 512]}}}\n",
+     {"max_model_len": 2048, "max_num_seqs": 256}, "configs.fp16-state.traffic.concurrency",
+     "concurrency 512 exceeds the engine's max_num_seqs 256"),
 ])
 def test_a_profile_the_engines_cannot_run_is_refused_before_any_engine(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], traffic: str,
@@ -99,6 +107,17 @@ def test_a_profile_the_engines_cannot_run_is_refused_before_any_engine(
     assert _run(tmp_path) == ExitCode.USAGE
     err = capsys.readouterr().err
     assert f"{tmp_path / 't.yaml'}: {field}: " in err and fragment in err
+    assert not started
+
+
+def test_a_command_line_level_the_engines_cannot_run_names_the_option(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--concurrency 512`` over max_num_seqs 256: the option is the field, not the thresholds file's traffic."""
+    started = _setup(monkeypatch, tmp_path, "traffic: {concurrency: 4}\n", limits={"max_model_len": 2048,
+                                                                                   "max_num_seqs": 256})
+    assert _run(tmp_path, "--concurrency", "16,512") == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("evalgate: error: --concurrency: concurrency 512 exceeds the engine's max_num_seqs 256"), err
     assert not started
 
 

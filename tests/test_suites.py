@@ -292,13 +292,17 @@ def test_default_suites_dir_env_override(monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert default_suites_dir() == tmp_path.resolve()
 
 
+# What the mini suite's ``!function utils.load_data`` / ``utils.agg`` name (evalgate checks they exist).
+MINI_UTILS = "x = 1\n\n\ndef load_data(**_):\n    return {}\n\n\ndef agg(items):\n    return 0.0\n"
+
+
 def _suite(root: Path, name: str = "mini", text: str | None = None) -> Path:
     d = root / name
     d.mkdir(parents=True)
     (d / "t.yaml").write_text(text if text is not None else (
         "task: mini_task\ncustom_dataset: !function utils.load_data\n"
         "metric_list:\n  - metric: acc_x\n    aggregation: mean\n  - metric: other\n"))
-    (d / "utils.py").write_text("x = 1\n")
+    (d / "utils.py").write_text(MINI_UTILS)
     return d
 
 
@@ -311,9 +315,9 @@ def test_load_suite_and_content_hash(tmp_path: Path) -> None:
     (d / "__pycache__" / "utils.cpython-311.pyc").write_bytes(b"junk")
     (d / "stale.pyc").write_bytes(b"junk")
     assert content_hash(d) == h
-    (d / "utils.py").write_text("x = 2\n")
+    (d / "utils.py").write_text(MINI_UTILS.replace("x = 1", "x = 2"))
     assert content_hash(d) != h
-    (d / "utils.py").write_text("x = 1\n")
+    (d / "utils.py").write_text(MINI_UTILS)
     assert content_hash(d) == h
     other = tmp_path / "copy"
     shutil.copytree(d, other)
