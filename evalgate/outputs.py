@@ -23,8 +23,8 @@ from typing import Any
 from evalgate.fmt import MINUS, pts
 from evalgate.report import render_html
 from evalgate.verdict import SpeedBlock, TaskVerdict, Verdict, as_task, as_verdict
-from evalgate.wording import (FLOOR_NOTE, NO_OP_NOTE, SPEC_SOURCE_NOTE, floor_note, items_needed_short, shown_verdict,
-                              spec_decode_line)
+from evalgate.wording import (FLOOR_NOTE, NO_OP_NOTE, SPEC_SOURCE_NOTE, floor_note, items_needed_short, latency_headline,
+                              latency_properties, shown_verdict, spec_decode_line)
 
 __all__ = ["FLOOR_NOTE", "HTML_NAME", "JUNIT_NAME", "MARKDOWN_NAME", "NO_OP_NOTE", "SPEC_SOURCE_NOTE", "floor_note",
            "items_needed_short", "pts", "render_error_junit", "render_error_markdown", "render_junit",
@@ -123,8 +123,6 @@ def speed_properties(speed: SpeedBlock | None) -> list[tuple[str, Any]]:
         out += [(f"speedup_c{c}", f"{row.ratio:.4f}"), (f"speedup_c{c}_ci", f"[{row.ci_low}, {row.ci_high}]"),
                 (f"speed_c{c}", row.verdict), (f"output_tok_s_c{c}_baseline", f"{row.baseline.median:.1f}"),
                 (f"output_tok_s_c{c}_candidate", f"{row.candidate.median:.1f}")]
-    from evalgate.wording import latency_properties  # serve mode's TTFT / TPOT / ITL; none offline
-
     out += latency_properties(speed.model_dump(exclude_unset=True))
     return out
 
@@ -139,8 +137,6 @@ def _speed_junit(root: ET.Element, doc: Verdict, totals: dict[str, int], cand: s
     for k, v in speed_properties(speed):
         ET.SubElement(props, "property", name=k, value=str(v))
     case = ET.SubElement(ts, "testcase", classname=f"evalgate.{cand}.speed", name="throughput", time="0")
-    from evalgate.wording import latency_headline
-
     dumped = speed.model_dump(exclude_unset=True)
     line = "\n".join(x for x in (headline(dumped), latency_headline(dumped)) if x)
     missed = [r for r in doc.reasons if r.startswith("speed: ")]
@@ -257,8 +253,6 @@ def speed_markdown(speed: SpeedBlock) -> list[str]:
         cv = "/".join("n/a" if side.cv is None else f"{100 * side.cv:.1f}%" for side in (r.baseline, r.candidate))
         out.append(f"| {r.concurrency} | {r.baseline.median:,.0f} | {r.candidate.median:,.0f} | "
                    f"\u00d7{r.ratio:.2f} | {ci} | {cv} | {_md(r.verdict)} |")
-    from evalgate.wording import latency_headline  # serve mode: TTFT / TPOT / ITL ratios
-
     latency = latency_headline(speed.model_dump(exclude_unset=True))
     return [*out, "", _md(latency)] if latency else out
 

@@ -9,8 +9,8 @@ come from:
 * ``VariantJob`` (``evalgate ablate``): one variant of a recipe against a baseline already evaluated on a live worker;
 * ``StoredJob`` (``evalgate compare``): two stored run directories; nothing is evaluated.
 
-The statistics are ``compare.compare_tasks``; every decision is the gate's (``gate.decide`` and what
-``report.gate_document`` applies); ``decide_and_render`` is the one place that turns comparisons into the verdict
+The statistics are ``compare.compare_tasks``; every decision is the gate's (``gate.decide``, then
+``gate.overrule`` inside ``document.build_verdict``); ``decide_and_render`` is the one place that turns comparisons into the verdict
 document and writes it (``manifest.json``, ``verdict.json``, report, JUnit, Markdown).
 """
 

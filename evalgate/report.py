@@ -17,16 +17,11 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from evalgate.fmt import pts
 from evalgate.plot import delta_plot, kl_curve, sweep_plot, tradeoff_plot
 from evalgate.verdict import Verdict, as_verdict
-from evalgate.wording import NO_OP_NOTE, SPEC_SOURCE_NOTE, floor_note, items_needed_short, shown_verdict
+from evalgate.wording import (NO_OP_NOTE, SPEC_SOURCE_NOTE, floor_note, items_needed_short, latency_headline,
+                              shown_verdict)
 
 Doc = Verdict | Mapping[str, Any]
 
-
-def gate_document(*args: Any, **kwargs: Any) -> dict[str, Any]:
-    """Kept for callers of the old name: ``evalgate.document.gate_document`` (the verdict's builder)."""
-    from evalgate.document import gate_document as build
-
-    return build(*args, **kwargs)
 
 
 _TOKEN = re.compile(r"\w+|\s+|[^\w\s]")
@@ -113,7 +108,6 @@ def render_terminal(doc: Doc) -> str:
         lines.append(f"{t.suite + '/' + t.task:34} {t.n:>5} {t.baseline:>6.1f} {t.candidate:>6.1f} "
                      f"{t.delta:>+6.1f} {ci:>15} {mde:>6} {t.margin:>6.1f}  {shown}")
     if doc.speed is not None:
-        from evalgate.wording import latency_headline
         from evalgate.speed import headline
 
         dumped = doc.speed.model_dump(exclude_unset=True)

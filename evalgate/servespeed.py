@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from evalgate.errors import EvalgateError
-from evalgate.wording import latency_headline, latency_properties  # noqa: F401 - the serve block's renderers
 from evalgate.engine.serve import (STARTUP_TIMEOUT_S, Server, ServeError, ServeRun, free_port, log_tail, run_bench,
                             server_command, server_env, vllm_version)
 from evalgate.speed import SpeedComparison, TrafficProfile, compare_speed, describe, paired_log_interval, speed_block

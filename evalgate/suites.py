@@ -31,7 +31,6 @@ from evalgate.suitefiles import (EVALGATE_KEYS, GROUP_FIELDS, LOCAL_BUILDERS, SU
                                  suite_yamls)
 from evalgate.taskindex import builtin_index, task_manager, with_metric_defaults
 from evalgate.tasknotes import TaskNotes, count_items, task_notes
-from evalgate.yamlio import Loader as _Loader  # noqa: F401 - the SafeLoader that keeps lm-eval's ``!function`` tag
 
 __all__ = ["EVALGATE_KEYS", "GROUP_FIELDS", "HUB_HOST", "LOCAL_BUILDERS", "SUITES_DIR", "SUITES_ENV", "Suite",
            "TaskNotes", "TaskSpec", "builtin_index", "check_datasets", "content_hash", "count_items",

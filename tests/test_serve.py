@@ -22,6 +22,7 @@ import pytest
 from scipy.stats import t as student_t
 
 from evalgate import servespeed
+from evalgate.wording import latency_headline, latency_properties
 from evalgate.engine import serve
 from evalgate.engine.serve import ServeError, Server, parse_bench_result, run_bench, serve_flags
 from evalgate.speed import TrafficProfile
@@ -299,15 +300,15 @@ def test_the_latency_headline_names_ttft_and_tpot_with_their_intervals() -> None
     ttft = block["latency"]["ttft_p50_ms"]
     lo, hi = _t_interval([40.0, 40 / 1.1, 40 / 0.9], [20.0, 20 / 1.05, 20 / 0.95])
     assert ttft["ratio"] == pytest.approx(20.0 / 40.0) and (ttft["ci_low"], ttft["ci_high"]) == pytest.approx((lo, hi))
-    assert servespeed.latency_headline(block) == (
+    assert latency_headline(block) == (
         f"latency c=2: TTFT p50 \u00d70.50 [{lo:.2f}, {hi:.2f}] faster (40.0 \u2192 20.0 ms), "
         f"TPOT p50 \u00d70.50 [{lo:.2f}, {hi:.2f}] faster (10.0 \u2192 5.0 ms)")
-    assert servespeed.latency_headline({"levels": [{"concurrency": 2}]}) == ""
-    props = dict(servespeed.latency_properties(block))
+    assert latency_headline({"levels": [{"concurrency": 2}]}) == ""
+    props = dict(latency_properties(block))
     assert len(props) == 6 * 4 and props["ttft_p50_ratio_c2"] == "0.5000" and props["tpot_p99_ms_c2_baseline"] == "20.00"
     assert props["itl_p99_ratio_c2_ci"] == f"[{block['latency']['itl_p99_ms']['ci_low']}, " \
                                            f"{block['latency']['itl_p99_ms']['ci_high']}]"
-    assert servespeed.latency_properties({"status": "failed", "error": "x"}) == []
+    assert latency_properties({"status": "failed", "error": "x"}) == []
 
 
 def test_a_serve_mode_verdict_shows_its_latencies_in_terminal_markdown_and_junit() -> None:
@@ -322,7 +323,7 @@ def test_a_serve_mode_verdict_shows_its_latencies_in_terminal_markdown_and_junit
     doc = json.loads((Path(__file__).parent / "verdicts" / "v1" / "speed_pass.json").read_text())
     doc["speed"] = json.loads(json.dumps(block))
     verdict = Verdict.model_validate(doc)
-    line = servespeed.latency_headline(block)
+    line = latency_headline(block)
     assert line.startswith("latency c=2: TTFT p50 \u00d70.50")
     assert line in render_terminal(verdict).splitlines()
     assert line in render_markdown(verdict)

@@ -240,7 +240,7 @@ def test_every_task_sets_its_own_token_budget() -> None:
     """The hybrid baseline's sampling.max_tokens (1300) is only a cap: a task without max_gen_toks would get it all."""
     import yaml
 
-    from evalgate.suites import _Loader
+    from evalgate.yamlio import Loader as _Loader
 
     for suite in list_suites(SUITES_DIR):
         for path in sorted(suite.path.glob("*.yaml")):

@@ -56,7 +56,6 @@ import math
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
