@@ -83,3 +83,25 @@ def test_cuda_only_config_runs_with_its_switches_applied(tmp_path: Path, config:
             "num_speculative_tokens"]
         assert manifest["candidate"]["spec_decode"]["spec_decode_num_drafts"] > 0
     assert doc["verdict"] != "NO-OP"
+
+
+def test_serve_mode_measures_latency_with_vllm_serve_on_cuda(tmp_path: Path) -> None:
+    """``traffic.mode: serve`` on CUDA: both servers (one at a time on one GPU) measured by ``vllm bench serve``,
+    TTFT / TPOT read back per repeat, both servers stopped."""
+    thresholds = tmp_path / "thresholds.yaml"
+    thresholds.write_text("default:\n  margin: 5.0\ntraffic: {mode: serve, input_len: 64, output_len: 32, "
+                          "num_prompts: 8, concurrency: 4, repeats: 2}\n")
+    code = main(["run", "--config", "fp16-state", "--out", str(tmp_path / "run"), *ARGS,
+                 "--thresholds", str(thresholds)])
+    doc = json.loads((tmp_path / "run" / "verdict.json").read_text())
+    assert code == GATED[doc["verdict"]], doc.get("speed")
+    speed = doc["speed"]
+    assert speed["status"] == "measured" and speed["profile"]["mode"] == "serve"
+    (level,) = speed["levels"]
+    assert level["concurrency"] == 4
+    for role in ("baseline", "candidate"):
+        assert len(level[role]["output_tok_s"]) == 2 and min(level[role]["output_tok_s"]) > 0
+        runs = speed["sides"][role]["runs"]
+        assert len(runs) == 2 and all(r["ttft_p50_ms"] > 0 and r["tpot_p50_ms"] > 0 for r in runs)
+        assert all(r["output_tokens"] == 8 * 32 for r in runs)  # --ignore-eos: exactly output_len each
+    assert set(level["latency"]) >= {"ttft_p50_ms", "tpot_p50_ms"}

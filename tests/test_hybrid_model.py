@@ -47,9 +47,37 @@ def test_training_items_are_disjoint_from_evaluation_items_by_content() -> None:
     # and, end to end, no training prompt ends with an evaluation item's document or question
     tails = {D.suite_module(s).doc_to_text(it).rsplit("\n\n", 1)[-1]
              for s in ("docparse", "finance") for it in D.eval_items(s)}
-    prompts = [s.prompt for k in range(30) for s in D.batch_samples(k, D.Mix(), "")]
-    assert len(set(prompts)) == len(prompts)
+    prompts = [s.prompt for k in range(30) for s in D.batch_samples(k, D.Mix(), "") if s.source in ("docparse", "finance")]
+    assert len(set(prompts)) == len(prompts)  # (the coding tier's small space repeats prompts; checked below)
     assert not any(p.rsplit("\n\n", 1)[-1] in tails for p in prompts)
+
+
+def test_coding_and_longgen_training_items_are_the_suites_own_and_never_evaluation_items() -> None:
+    """The coding tier trains on every second function kind only (the rest are left to the same-kind example in
+    the prompt) and never on an evaluation prompt; the logs are 2-8 rows (the task evaluates 12) and never an
+    evaluation log; the suites' own scorers give the training answers full marks."""
+    coding = D.suite_module("coding", module="coding_small")
+    ship = D.suite_module("longgen", module="shipments")
+    kinds = sorted(coding.KINDS)
+    assert D.trained_kinds(2) == tuple(kinds[0::2]) and len(D.trained_kinds(2)) == 12
+    eval_prompts = {it["prompt"] for it in coding.make_items(20261203, 240, "e")}
+    eval_logs = {it["document"] for it in ship.make_items(20261204, 100, 12, "e")} | {ship.SHOT["document"]}
+    samples = [s for k in range(40) for s in D.batch_samples(k, D.Mix(), "")]
+    code = [s for s in samples if s.source == "coding"]
+    logs = [s for s in samples if s.source == "longgen"]
+    # batch k takes coding block k (its trained kinds, evaluation prompts dropped) and logs 4k..4k+3
+    assert len(code) == sum(min(12, len(D.coding_items(k, 2))) for k in range(40)) >= 40 * 11
+    assert len(logs) == 40 * 4
+    for k in range(40):
+        for it in D.coding_items(k, 2):
+            assert it["kind"] in D.trained_kinds(2) and it["prompt"] not in eval_prompts
+            assert D.coding_sample(it).answer == it["canonical_solution"] + "\n\n"
+        for j in range(4):
+            it = D.longgen_item(k * 4 + j, (2, 8))
+            assert it is not None and it["document"] not in eval_logs and 2 <= len(it["rows"]) <= 8
+            assert all(ship.row_correct(it, D.longgen_sample(it).answer))
+    assert all(s.prompt == ship.doc_to_text({"document": s.prompt.rsplit("Log:\n", 1)[1].split("\nRows:")[0]})
+               for s in logs[:5])
 
 
 def test_an_evaluation_item_would_be_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -70,8 +98,8 @@ def test_training_prompts_are_the_suite_prompts_and_batches_are_deterministic() 
     fin = D.finance_items(5)[0]
     assert D.finance_sample(fin).prompt == D.suite_module("finance").doc_to_text(fin)
     assert D.suite_module("finance").process_results(fin, [D.finance_sample(fin).answer])["num_match"] == 1.0
-    counts = {src: sum(s.source == src for s in a) for src in ("docparse", "finance", "code")}
-    assert counts == {"docparse": 16, "finance": 44, "code": 8}
+    counts = {src: sum(s.source == src for s in a) for src in ("docparse", "finance", "code", "coding", "longgen")}
+    assert counts == {"docparse": 16, "finance": 44, "code": 8, "coding": 12, "longgen": 4}
 
 
 # ---------------------------------------------------------------- model
@@ -157,7 +185,7 @@ def test_recipe_reproduces_the_first_logged_losses() -> None:
         pytest.skip("this interpreter's standard library differs from the one the checkpoint was trained on "
                     "(Python 3.11.7); the code corpus, and so the data, would differ")
     args = replace(REPRO, seed=LOG["seed"])
-    assert asdict(args) == LOG["repro_args"]
+    assert json.loads(json.dumps(asdict(args))) == LOG["repro_args"]  # (JSON keeps tuples as lists)
     assert _sha_batches(CHECKPOINT_DIR, corpus, args) == LOG["repro_data_sha256"]
     torch.set_num_threads(1)
     _, rows = train(args, CHECKPOINT_DIR, corpus, "cpu", 0, log=lambda _: None)

@@ -11,6 +11,13 @@ Three sources, mixed batch by batch:
   generation by its first number, so the worked computation the few-shot examples show would score wrong.
 * **code**: Python source from the local interpreter's standard library (``build_code_corpus``), as plain
   language-model text (the coding suite's HumanEval problems are not used).
+* **coding_small / longgen**: the generated coding tier (``suites/coding/coding_small.py``) and the long
+  transcription task (``suites/longgen/shipments.py``), built by their own ``make_items`` / ``doc_to_text`` from
+  training seeds, loss on the answer only. So that both stay informative (neither at the ceiling), the coding
+  items are of ``Mix.coding_kinds_every``-th function kind only (the others are left for the model to copy from
+  the same-kind solved example in the prompt), and the logs have ``Mix.longgen_rows`` rows, fewer than the 12 the
+  task evaluates on (the rows past them test length generalisation). Long samples go in their own padded group
+  of ``Mix.long_len`` tokens, so the short ones keep their 512-token shape.
 
 Everything is a pure function of the batch index and the seeds: ``batch(k)`` is the same on every machine
 given the same code corpus (its SHA-256 is logged with the checkpoint).
@@ -34,6 +41,9 @@ from evalgate.suites import SUITES_DIR
 DOCPARSE_SEED_BASE = 310_000_000
 FINANCE_SEED_BASE = 320_000_000
 CODE_SEED_BASE = 330_000_000
+CODING_SEED_BASE = 340_000_000
+LONGGEN_SEED_BASE = 350_000_000
+LONG_SOURCES = frozenset({"longgen"})  # samples padded in the long group (train.encode_groups)
 DOCPARSE_BLOCK = 8  # documents per generator call (kinds rotate within a call)
 FINANCE_BLOCK = 4  # statements per generator call (4 questions each)
 LOOKUP_BLOCK_BASE = 50_000_000  # finance blocks from here on feed the extra lookup items
@@ -48,7 +58,7 @@ CODE_CORPUS_CHARS = 6_000_000
 class Sample:
     """One training sequence: ``prompt`` (no loss) then ``answer`` (loss); code has an empty prompt."""
 
-    source: str  # "docparse" | "finance" | "code"
+    source: str  # "docparse" | "finance" | "code" | "coding" | "longgen"
     prompt: str
     answer: str
 
@@ -64,8 +74,8 @@ def _yaml_kwargs(path: Path) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=None)
-def suite_module(suite: str, suites_dir: Path = SUITES_DIR) -> types.ModuleType:
-    """``suites/<suite>/utils.py`` imported by file path. Where ``datasets`` is not installed (a bare
+def suite_module(suite: str, suites_dir: Path = SUITES_DIR, module: str = "utils") -> types.ModuleType:
+    """``suites/<suite>/<module>.py`` imported by file path. Where ``datasets`` is not installed (a bare
     training machine), a stub stands in for it: only the suites' ``load_data`` uses it."""
     try:
         import datasets  # noqa: F401
@@ -73,8 +83,8 @@ def suite_module(suite: str, suites_dir: Path = SUITES_DIR) -> types.ModuleType:
         stub = types.ModuleType("datasets")
         stub.Dataset = None  # type: ignore[attr-defined]
         sys.modules["datasets"] = stub
-    path = suites_dir / suite / "utils.py"
-    spec = importlib.util.spec_from_file_location(f"evalgate_hybrid_{suite}_utils", path)
+    path = suites_dir / suite / f"{module}.py"
+    spec = importlib.util.spec_from_file_location(f"evalgate_hybrid_{suite}_{module}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -172,6 +182,56 @@ def code_sample(corpus: str, rng: random.Random, n_chars: int) -> Sample:
     return Sample("code", "", corpus[start:start + n_chars])
 
 
+# ---------------------------------------------------------------- coding_small and longgen
+CODING_EVAL = {"seed": 20261203, "n_test": 240}  # suites/coding/coding_small.yaml dataset_kwargs
+LONGGEN_EVAL = {"seed": 20261204, "n_test": 100, "n_rows": 12}  # suites/longgen/longgen_shipments.yaml
+
+
+@lru_cache(maxsize=None)
+def coding_eval_keys() -> frozenset[str]:
+    """Hashes of every coding_small evaluation prompt."""
+    mod = suite_module("coding", module="coding_small")
+    return frozenset(_sha(it["prompt"]) for it in mod.make_items(CODING_EVAL["seed"], CODING_EVAL["n_test"], "eval"))
+
+
+def trained_kinds(every: int) -> tuple[str, ...]:
+    """The coding_small function kinds the model is trained on: every ``every``-th of the sorted kinds."""
+    return tuple(sorted(suite_module("coding", module="coding_small").KINDS)[::every])
+
+
+def coding_items(block: int, every: int) -> list[dict]:
+    """coding_small items of one block (24 items, one per kind, from seed ``CODING_SEED_BASE + block``), kept
+    when their kind is trained and their prompt is no evaluation item's."""
+    mod = suite_module("coding", module="coding_small")
+    kinds, keys = set(trained_kinds(every)), coding_eval_keys()
+    items = mod.make_items(CODING_SEED_BASE + block, len(mod.KINDS), f"train-code-{block}")
+    return [it for it in items if it["kind"] in kinds and _sha(it["prompt"]) not in keys]
+
+
+def coding_sample(item: dict) -> Sample:
+    return Sample("coding", item["prompt"], item["canonical_solution"] + "\n\n")
+
+
+@lru_cache(maxsize=None)
+def longgen_eval_keys() -> frozenset[str]:
+    mod = suite_module("longgen", module="shipments")
+    items = mod.make_items(LONGGEN_EVAL["seed"], LONGGEN_EVAL["n_test"], LONGGEN_EVAL["n_rows"], "eval")
+    return frozenset(_sha(it["document"]) for it in items + [mod.SHOT])
+
+
+def longgen_item(index: int, rows: tuple[int, int]) -> dict | None:
+    """Training log ``index`` (seed ``LONGGEN_SEED_BASE + index``, ``rows[0]..rows[1]`` rows, drawn from the
+    same seed); None where it equals an evaluation log."""
+    mod = suite_module("longgen", module="shipments")
+    n_rows = random.Random(LONGGEN_SEED_BASE + index).randint(*rows)
+    item = mod.make_items(LONGGEN_SEED_BASE + index, 1, n_rows, f"train-long-{index}")[0]
+    return None if _sha(item["document"]) in longgen_eval_keys() else item
+
+
+def longgen_sample(item: dict) -> Sample:
+    return Sample("longgen", suite_module("longgen", module="shipments").doc_to_text(item), item["target"] + "\n\n")
+
+
 @dataclass(frozen=True)
 class Mix:
     """Samples per batch from each source."""
@@ -181,10 +241,15 @@ class Mix:
     finance_lookup: int = 12  # extra finance items of the easy tier (qtype "lookup"), from other blocks
     code: int = 8
     code_chars: int = 1000
+    coding: int = 12  # coding_small items (of the trained kinds)
+    coding_kinds_every: int = 2
+    longgen: int = 4  # shipment logs, in the long group
+    longgen_rows: tuple[int, int] = (2, 8)
+    long_len: int = 1408  # the long group's padded length (a multiple of the SSD chunk, 128)
 
     @property
     def size(self) -> int:
-        return self.docparse + self.finance + self.finance_lookup + self.code
+        return self.docparse + self.finance + self.finance_lookup + self.code + self.coding + self.longgen
 
 
 def batch_samples(k: int, mix: Mix, corpus: str) -> list[Sample]:
@@ -208,4 +273,13 @@ def batch_samples(k: int, mix: Mix, corpus: str) -> list[Sample]:
         out += [finance_sample(it) for it in items[: mix.finance_lookup]]
     rng = random.Random(CODE_SEED_BASE + k)
     out += [code_sample(corpus, rng, mix.code_chars) for _ in range(mix.code)] if corpus else []
+    if mix.coding:
+        per_block = len(trained_kinds(mix.coding_kinds_every))
+        blocks = -(-mix.coding // per_block)
+        items = [it for j in range(blocks) for it in coding_items(k * blocks + j, mix.coding_kinds_every)]
+        out += [coding_sample(it) for it in items[: mix.coding]]
+    for j in range(mix.longgen):
+        item = longgen_item(k * mix.longgen + j, mix.longgen_rows)
+        if item is not None:
+            out.append(longgen_sample(item))
     return out

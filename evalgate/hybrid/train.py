@@ -27,7 +27,7 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields as dataclass_fields, replace
 from pathlib import Path
 
 import torch
@@ -44,7 +44,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 @dataclass(frozen=True)
 class TrainArgs:
     seed: int = 0
-    steps: int = 6000
+    steps: int = 3000
     warmup: int = 200
     lr: float = 2e-3
     min_lr_ratio: float = 0.1
@@ -57,7 +57,8 @@ class TrainArgs:
     tf32: bool = True
 
 
-REPRO = TrainArgs(steps=3, warmup=2, mix=D.Mix(docparse=1, finance=1, finance_lookup=1, code=1, code_chars=400),
+REPRO = TrainArgs(steps=3, warmup=2, mix=D.Mix(docparse=1, finance=1, finance_lookup=1, code=1, code_chars=400,
+                                                coding=1, longgen=1, longgen_rows=(2, 3)),
                   log_every=1,
                   tf32=False)
 
@@ -98,6 +99,20 @@ def encode(samples: list[D.Sample], tok, max_len: int) -> tuple[torch.Tensor, to
     return ids_t, w_t
 
 
+Group = tuple[torch.Tensor, torch.Tensor]
+
+
+def encode_groups(samples: list[D.Sample], tok, args: "TrainArgs") -> list[Group]:
+    """The batch as padded groups: the short samples at ``args.max_len``, then (if any) the long ones
+    (``D.LONG_SOURCES``) at ``args.mix.long_len``; each group as ``encode`` returns it."""
+    short = [s for s in samples if s.source not in D.LONG_SOURCES]
+    long = [s for s in samples if s.source in D.LONG_SOURCES]
+    groups = [encode(short, tok, args.max_len)]
+    if long:
+        groups.append(encode(long, tok, args.mix.long_len))
+    return groups
+
+
 class BatchStream(torch.utils.data.IterableDataset):
     """Batch ``k`` for ``k`` in ``range(start, stop)``; worker ``i`` of ``n`` computes ``k = i (mod n)`` and
     the DataLoader returns them in order, so the stream does not depend on the number of workers."""
@@ -110,7 +125,7 @@ class BatchStream(torch.utils.data.IterableDataset):
         wid, n = (info.id, info.num_workers) if info else (0, 1)
         tok = load_tokenizer(self.tok_path)
         for k in range(self.start + wid, self.stop, n):
-            yield encode(D.batch_samples(k, self.args.mix, self.corpus), tok, self.args.max_len)
+            yield encode_groups(D.batch_samples(k, self.args.mix, self.corpus), tok, self.args)
 
 
 def batches(tok_path: Path, corpus: str, args: TrainArgs, workers: int):
@@ -120,18 +135,26 @@ def batches(tok_path: Path, corpus: str, args: TrainArgs, workers: int):
 
 
 # ---------------------------------------------------------------- loss
-def losses(model: NemotronHTiny, ids: torch.Tensor, w: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Weighted mean next-token (trunk) and next-next-token (MTP) cross-entropies and answer accuracies."""
+def losses(model: NemotronHTiny, groups: list[Group]) -> dict[str, torch.Tensor]:
+    """Weighted mean next-token (trunk) and next-next-token (MTP) cross-entropies and answer accuracies over all
+    groups' weighted positions (sums over groups, then one division, so a group weighs by its token count)."""
+    parts = [_loss_sums(model, ids, w) for ids, w in groups]
+    tot = {k: sum(p[k] for p in parts) for k in parts[0]}
+    return {"lm": tot["ce"] / tot["n"].clamp(min=1), "mtp": tot["ce2"] / tot["n2"].clamp(min=1),
+            "acc": tot["hit"] / tot["n"].clamp(min=1), "mtp_acc": tot["hit2"] / tot["n2"].clamp(min=1)}
+
+
+def _loss_sums(model: NemotronHTiny, ids: torch.Tensor, w: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Weighted sums for one (B, L) group: cross-entropies, hits and weights, trunk and MTP."""
     logits, mtp_logits = model(ids)
     tgt, wt = ids[:, 1:], w[:, 1:]
     ce = F.cross_entropy(logits[:, :-1].float().flatten(0, 1), tgt.flatten(), reduction="none").view_as(tgt)
     tgt2, wt2 = ids[:, 2:], w[:, 2:]
     ce2 = F.cross_entropy(mtp_logits[:, :-1].float().flatten(0, 1), tgt2.flatten(), reduction="none").view_as(tgt2)
     with torch.no_grad():
-        acc = ((logits[:, :-1].argmax(-1) == tgt).float() * wt).sum() / wt.sum().clamp(min=1)
-        acc2 = ((mtp_logits[:, :-1].argmax(-1) == tgt2).float() * wt2).sum() / wt2.sum().clamp(min=1)
-    return {"lm": (ce * wt).sum() / wt.sum().clamp(min=1), "mtp": (ce2 * wt2).sum() / wt2.sum().clamp(min=1),
-            "acc": acc, "mtp_acc": acc2}
+        hit = ((logits[:, :-1].argmax(-1) == tgt).float() * wt).sum()
+        hit2 = ((mtp_logits[:, :-1].argmax(-1) == tgt2).float() * wt2).sum()
+    return {"ce": (ce * wt).sum(), "ce2": (ce2 * wt2).sum(), "n": wt.sum(), "n2": wt2.sum(), "hit": hit, "hit2": hit2}
 
 
 def lr_at(step: int, args: TrainArgs) -> float:
@@ -164,8 +187,8 @@ def train(args: TrainArgs, tok_path: Path, corpus: str, device: str = "cpu", wor
                             fused=device.startswith("cuda"))
     rows: list[dict] = []
     t0, tokens = time.time(), 0
-    for step, (ids, w) in enumerate(batches(tok_path, corpus, args, workers)):
-        ids, w = ids.to(device, non_blocking=True), w.to(device, non_blocking=True)
+    for step, groups in enumerate(batches(tok_path, corpus, args, workers)):
+        groups = [(ids.to(device, non_blocking=True), w.to(device, non_blocking=True)) for ids, w in groups]
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args)
         if max_steps is not None and step >= max_steps:
@@ -174,13 +197,13 @@ def train(args: TrainArgs, tok_path: Path, corpus: str, device: str = "cpu", wor
             rows.append({"step": step, "stopped_early": "deadline"})
             log(json.dumps(rows[-1]))
             break
-        out = loss_fn(model, ids, w)
+        out = loss_fn(model, groups)
         loss = out["lm"] + args.mtp_weight * out["mtp"]
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         opt.step()
-        tokens += ids.numel()
+        tokens += sum(ids.numel() for ids, _ in groups)
         if step < 5 or (step + 1) % args.log_every == 0 or step == args.steps - 1:
             row = {"step": step, "loss": loss.item(), "lm": out["lm"].item(), "mtp": out["mtp"].item(),
                    "acc": out["acc"].item(), "mtp_acc": out["mtp_acc"].item(), "grad_norm": gnorm.item(),
@@ -230,9 +253,10 @@ def heldout_accuracy(model: NemotronHTiny, tok, device: str, n: int = 50) -> dic
 # ---------------------------------------------------------------- CLI
 def _sha_batches(tok_path: Path, corpus: str, args: TrainArgs, n: int = 2) -> str:
     h = hashlib.sha256()
-    for ids, w in BatchStream(tok_path, corpus, args, 0, n):
-        h.update(ids.numpy().tobytes())
-        h.update(w.numpy().tobytes())
+    for groups in BatchStream(tok_path, corpus, args, 0, n):
+        for ids, w in groups:
+            h.update(ids.numpy().tobytes())
+            h.update(w.numpy().tobytes())
     return h.hexdigest()
 
 
@@ -254,7 +278,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1))
     r.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     r.add_argument("--eval-n", type=int, default=50)
-    r.add_argument("--mix", default=None, help="docparse,finance,finance_lookup,code samples per batch")
+    r.add_argument("--mix", default=None,
+                   help="Mix fields as key=value[,key=value...] (e.g. coding=12,longgen=4,longgen_rows=2-8); "
+                        "or the old form docparse,finance,finance_lookup,code")
     r.add_argument("--compile", action="store_true", help="torch.compile the loss (numerics differ slightly)")
     r.add_argument("--time-budget", type=float, default=0.0,
                    help="seconds: measure the step time first and set --steps to fit (logged)")
@@ -277,10 +303,7 @@ def main(argv: list[str] | None = None) -> int:
 def _train_command(a: argparse.Namespace, corpus: str) -> None:
     """``train``: the reproducibility prefix, the optional step-time benchmark, the run, the checkpoint and its
     ``train_log.json`` (written before and again after the held-out evaluation)."""
-    mix = D.Mix()
-    if a.mix:
-        dp, fin, look, code = (int(x) for x in a.mix.split(","))
-        mix = replace(mix, docparse=dp, finance=fin, finance_lookup=look, code=code)
+    mix = parse_mix(a.mix) if a.mix else D.Mix()
     args = replace(TrainArgs(), steps=a.steps, seed=a.seed, lr=a.lr, mix=mix)
     log = lambda s: print(s, flush=True)  # noqa: E731
     log(f"corpus sha256 {D.corpus_sha(corpus)}; device {a.device}; torch {torch.__version__}")
@@ -306,6 +329,23 @@ def _train_command(a: argparse.Namespace, corpus: str) -> None:
     log(json.dumps({"heldout_torch_greedy": acc, "eval_s": round(time.time() - t1, 1)}))
     train_log["heldout_torch_greedy"] = acc
     (a.out / "train_log.json").write_text(json.dumps(train_log, indent=1) + "\n")
+
+
+def parse_mix(text: str) -> D.Mix:
+    """``--mix``: ``key=value`` pairs of ``data.Mix`` fields (a range field as ``lo-hi``), or the old form of four
+    integers ``docparse,finance,finance_lookup,code``. Raises ``SystemExit`` naming an unknown field."""
+    parts = text.split(",")
+    if all(p.strip().isdigit() for p in parts) and len(parts) == 4:
+        dp, fin, look, code = (int(x) for x in parts)
+        return replace(D.Mix(), docparse=dp, finance=fin, finance_lookup=look, code=code)
+    fields = {f.name: f for f in dataclass_fields(D.Mix)}
+    values: dict = {}
+    for p in parts:
+        key, _, val = p.partition("=")
+        if key not in fields:
+            raise SystemExit(f"--mix: unknown field {key!r} (fields: {', '.join(fields)})")
+        values[key] = tuple(int(v) for v in val.split("-")) if key == "longgen_rows" else int(val)
+    return replace(D.Mix(), **values)
 
 
 def _fit_steps(a: argparse.Namespace, args: TrainArgs, corpus: str, log) -> tuple[TrainArgs, dict]:

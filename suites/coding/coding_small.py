@@ -106,6 +106,9 @@ def make_items(seed: int, n: int, prefix: str, same_kind_shot: bool = True, hint
         target = _function(kind, rng)
         others = rng.sample([k for k in kinds if k != kind], 2)
         shots = [_function(k, rng) for k in (others[0], kind if same_kind_shot else others[1])]
+        while not set(KINDS[kind][0]) - {s["name"] for s in shots}:  # the shots took every name of this kind
+            others = rng.sample([k for k in kinds if k != kind], 2)
+            shots = [_function(k, rng) for k in (others[0], kind if same_kind_shot else others[1])]
         while target["name"] in {s["name"] for s in shots} or target["head"] in {s["head"] for s in shots}:
             target = _function(kind, rng)
         prompt = "".join(s["head"] + s["body"] + "\n\n" for s in shots) + target["head"]
