@@ -300,7 +300,8 @@ def _plan_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     source.add_argument("--from", dest="from_dir", default=None,
                         help="pilot run directory (default: the newest runs/<config>-*)")
     source.add_argument("--assume-discordance", type=float, default=None, metavar="P",
-                        help="no pilot: every task at full size, MDE assuming a share P of items changes score")
+                        help="no pilot: every task's items needed for --margin and its MDE at full size, assuming "
+                             "a share P of items changes score")
     pl.add_argument("--thresholds", default=None, help="thresholds file (alpha, power); default: the project's "
                                                        "thresholds.yaml, else the built-in one")
     pl.add_argument("--configs-dir", default=None, help=_CONFIGS_HELP)
