@@ -179,8 +179,14 @@ def cmd_model_prepare(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    """Print the configs (with their baseline and description) and the suites (with their tasks)."""
-    from evalgate.config import list_configs, load_config
+    """Print the configs (with their baseline and description) and the suites (with their tasks).
+
+    A config's baseline is named as ``run`` resolves it (``config.load_baseline``: next to the config's file first),
+    so ``dense/bf16``'s ``extends: baseline`` shows as ``dense/baseline``; one that cannot be resolved shows as
+    written, marked ``(unresolved)``. Raises ConfigError for a config that cannot be loaded.
+    """
+    from evalgate.config import list_configs, load_baseline, load_config
+    from evalgate.errors import ConfigError
     from evalgate.suites import default_suites_dir, list_suites
 
     from evalgate.project import describe
@@ -189,9 +195,19 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(line)
     configs_dir = Path(args.configs_dir)
     print("configs:")
+    rows = []
     for name in list_configs(configs_dir):
         c = load_config(name, configs_dir, check_engine_args=False)
-        print(f"  {name:24} vs {c.baseline or '-':12} {c.description}")
+        base = "-"
+        if c.baseline:
+            try:
+                base = load_baseline(c, configs_dir, check_engine_args=False).name
+            except ConfigError:
+                base = f"{c.baseline} (unresolved)"
+        rows.append((name, base, c.description))
+    width = max([12, *(len(base) for _, base, _ in rows)])
+    for name, base, description in rows:
+        print(f"  {name:24} vs {base:{width}} {description}")
     print("suites:")
     for s in list_suites(Path(args.suites_dir) if args.suites_dir else default_suites_dir()):
         tasks = [f"{t.name} ({t.metric}{', lm-eval built-in' if t.builtin else ''})" for t in s.specs]
@@ -300,7 +316,8 @@ def _plan_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     source.add_argument("--from", dest="from_dir", default=None,
                         help="pilot run directory (default: the newest runs/<config>-*)")
     source.add_argument("--assume-discordance", type=float, default=None, metavar="P",
-                        help="no pilot: every task at full size, MDE assuming a share P of items changes score")
+                        help="no pilot: every task's items needed for --margin and its MDE at full size, assuming "
+                             "a share P of items changes score")
     pl.add_argument("--thresholds", default=None, help="thresholds file (alpha, power); default: the project's "
                                                        "thresholds.yaml, else the built-in one")
     pl.add_argument("--configs-dir", default=None, help=_CONFIGS_HELP)

@@ -82,8 +82,36 @@ def resolve_model(model: str, home: Path | None = None) -> str:
     return model
 
 
+# What ``model_fingerprint`` hashes of a local checkpoint: weights, configs and tokenizer files.
+_FINGERPRINT_SUFFIXES = frozenset({".json", ".safetensors", ".model", ".tiktoken"})
+_FINGERPRINT_NAMES = frozenset({"merges.txt", "vocab.txt"})
+_FULL_HASH_MAX = 256 * 1024**2  # files up to this size are hashed whole; larger ones by size + head + tail
+_SAMPLE_BYTES = 1024**2  # the head and the tail hashed of a larger file
+
+
 def model_fingerprint(model_path: str) -> str:
-    """A short content identity of a local checkpoint (sha256 over its marker or config), or the name itself."""
+    """A short content identity of the model a config loads; it is part of every store key.
+
+    Args:
+        model_path: what ``resolve_model`` returned: a local checkpoint directory or a hub name.
+    Returns:
+        16 hex digits, or ``model_path`` itself when it is not a local checkpoint (a hub name, or a
+        directory without ``config.json``):
+
+        - a directory with evalgate's marker (``evalgate-model.json``, written by ``prepare_*``): the
+          ``fingerprint`` recorded in it (a sha256 over every file's path and bytes, taken at preparation);
+        - a directory with ``config.json``: the first 16 hex digits of a sha256 over, for each checkpoint file
+          in name order, its name, its size in bytes and the sha256 of its content. Checkpoint files are the
+          top-level ``*.json``, ``*.safetensors``, ``*.model``, ``*.tiktoken``, ``tokenizer*``, ``merges.txt``
+          and ``vocab.txt`` files (others, e.g. a README, are left out). A file over 256 MiB is hashed by its
+          size plus its first and last MiB only: cheap enough to run on every plan for multi-GB hub
+          checkpoints, and still changed by any change of tensor layout (the safetensors header, at the start,
+          names every tensor's dtype, shape and offsets), and retraining changes the weights at the end too; a
+          change confined to the middle of such a file is not seen.
+    Raises:
+        OSError: a checkpoint file cannot be read.
+        ValueError, TypeError, KeyError: the marker file is not a JSON object with a ``fingerprint``.
+    """
     path = Path(model_path)
     marker = path / _MARKER
     if marker.is_file():
@@ -91,11 +119,27 @@ def model_fingerprint(model_path: str) -> str:
     if (path / "config.json").is_file():
         h = hashlib.sha256()
         for f in sorted(path.iterdir()):
-            if f.is_file() and f.suffix in {".json", ".safetensors", ".model"}:
-                h.update(f.name.encode())
-                h.update(str(f.stat().st_size).encode())
+            if f.is_file() and (f.suffix in _FINGERPRINT_SUFFIXES or f.name in _FINGERPRINT_NAMES
+                                or f.name.startswith("tokenizer")):
+                size = f.stat().st_size
+                h.update(f"{f.name}\0{size}\0".encode())
+                h.update(_content_digest(f, size))
         return h.hexdigest()[:16]
     return model_path
+
+
+def _content_digest(f: Path, size: int) -> bytes:
+    """sha256 of ``f``'s bytes, or, when ``size`` exceeds ``_FULL_HASH_MAX``, of its first and last ``_SAMPLE_BYTES``."""
+    h = hashlib.sha256()
+    with f.open("rb") as fh:
+        if size <= _FULL_HASH_MAX:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        else:
+            h.update(fh.read(_SAMPLE_BYTES))
+            fh.seek(-_SAMPLE_BYTES, os.SEEK_END)
+            h.update(fh.read(_SAMPLE_BYTES))
+    return h.digest()
 
 
 def prepare_embedded_model(home: Path | None = None, *, force: bool = False) -> Path:

@@ -16,7 +16,8 @@ def plan(config: str, margin: float, thresholds_path: Path, configs_dir: Path, f
     """Print the items each task needs so that MDE <= ``margin`` (points), from a pilot run's discordance
     (``from_dir``; default the newest ``runs/<config>-*``), against the items its suite holds: a task that needs more
     cannot be powered at that margin, and the line says which margin it can. With ``assume_discordance`` (a share
-    in [0, 1]) there is no pilot: every task at full size, at that discordance.
+    in [0, 1]) there is no pilot: every task of every suite, the items it needs for ``margin`` at that discordance
+    (``power.items_needed_at_discordance``) against its suite's size, then its MDE at full size.
 
     Raises:
         ConfigError: margin not in (0, 100], unknown config, a pilot of another config, a share outside [0, 1].
@@ -31,7 +32,7 @@ def plan(config: str, margin: float, thresholds_path: Path, configs_dir: Path, f
     if not from_dir:
         _find_config(config, configs_dir)  # a config that does not exist has no pilot to find
     if assume_discordance is not None:
-        return _plan_assumed(assume_discordance, name, thresholds, _config_model(config, configs_dir))
+        return _plan_assumed(assume_discordance, name, margin, thresholds, _config_model(config, configs_dir))
     _plan_from_pilot(config, name, margin, thresholds, configs_dir, from_dir or _latest_run(name))
 
 
@@ -77,12 +78,20 @@ def _print_plans(plans: list[Any], margin: float) -> None:
               f"{have:>9}")
     for t in plans:
         if t.exceeds_suite:
-            least = "at least " if t.basis == "floor" else ""
-            basis = "if no item changes" if t.basis == "floor" else "at this discordance"
-            fix = (f"raise the margin to {math.ceil(t.min_margin * 10 - 1e-9) / 10:.1f} pts or more (the whole suite's "
-                   f"MDE {basis}) or add items") if t.min_margin is not None else "raise the margin or add items"
-            print(f"{t.suite}/{t.task}: needs {least}{t.items_needed} items; suite has {t.available}: cannot be powered "
-                  f"at a {margin:g}-point margin; {fix}")
+            _print_short(t.suite, t.task, t.items_needed, t.available, margin, t.min_margin,
+                         floor=t.basis == "floor")
+
+
+def _print_short(suite: str, task: str, needed: int, available: int, margin: float, min_margin: float | None, *,
+                 floor: bool = False) -> None:
+    """The line for a task whose suite holds fewer than the ``needed`` items for ``margin`` (points); ``min_margin``
+    is the whole suite's MDE (the margin it can be powered for), ``floor`` marks a pilot in which no item changed."""
+    least = "at least " if floor else ""
+    basis = "if no item changes" if floor else "at this discordance"
+    fix = (f"raise the margin to {math.ceil(min_margin * 10 - 1e-9) / 10:.1f} pts or more (the whole suite's "
+           f"MDE {basis}) or add items") if min_margin is not None else "raise the margin or add items"
+    print(f"{suite}/{task}: needs {least}{needed} items; suite has {available}: cannot be powered "
+          f"at a {margin:g}-point margin; {fix}")
 
 
 def _print_floors(plans: list[Any]) -> None:
@@ -105,23 +114,35 @@ def _config_model(config: str, configs_dir: Path) -> str | None:
         return None
 
 
-def _plan_assumed(p: float, name: str, thresholds: Any, model: str | None) -> None:
-    """``plan --assume-discordance P``: every task of every suite at full size, MDE at an assumed discordance."""
-    from evalgate.power import mde_at_discordance
+def _plan_assumed(p: float, name: str, margin: float, thresholds: Any, model: str | None) -> None:
+    """``plan --assume-discordance P --margin M``: every task of every suite, the items it needs for ``margin``
+    (points) at an assumed discordance ``p`` against its suite's size, then its MDE at full size."""
+    from evalgate.power import items_needed_at_discordance, mde_at_discordance
     from evalgate.suites import default_suites_dir, list_suites
 
     if not 0.0 <= p <= 1.0:
         raise ConfigError(f"must be a share in [0, 1], got {p}", field="--assume-discordance")
-    rows = []
+    rows, needs = [], []
     for suite in list_suites(default_suites_dir()):
         sizes, _ = _suite_sizes({t: _Named(suite.name) for t in suite.tasks})
         for task in suite.tasks:
             n = sizes.get(task)
             alpha = thresholds.for_task(suite.name, task, name).alpha
-            rows.append((suite.name, task, n, mde_at_discordance(p, n, alpha, thresholds.power) if n else None))
-    print(f"no pilot: MDE at full size assuming {100 * p:g} % of items change score between baseline and candidate "
-          f"(an assumption, not a measurement: a pilot run gives the real figure, 'evalgate plan --from RUN_DIR'); "
-          f"MDE = (z_(1-alpha) + z_power) * max(100 * sqrt({p:g} / n), 100 / n), power {thresholds.power:g}")
+            full = mde_at_discordance(p, n, alpha, thresholds.power) if n else None
+            rows.append((suite.name, task, n, full))
+            needs.append((suite.name, task, alpha, items_needed_at_discordance(p, margin, alpha, thresholds.power),
+                          n, full))
+    print(f"no pilot: items needed for a {margin:g}-point margin and MDE at full size, assuming {100 * p:g} % of "
+          f"items change score between baseline and candidate (an assumption, not a measurement: a pilot run gives "
+          f"the real figure, 'evalgate plan --from RUN_DIR'); MDE = (z_(1-alpha) + z_power) * max(100 * sqrt({p:g} / "
+          f"n), 100 / n), items needed = the least n with MDE <= {margin:g}, power {thresholds.power:g}")
+    print(f"{'suite/task':34} {'alpha':>6} {'items needed':>13} {'suite has':>9}")
+    for suite_name, task, alpha, need, n, _ in needs:
+        print(f"{suite_name + '/' + task:34} {alpha:>6.3g} {need:>13} {n if n else '?':>9}")
+    for suite_name, task, _, need, n, full in needs:
+        if need is not None and n and need > n:
+            _print_short(suite_name, task, need, n, margin, full)
+    print(f"\nat full size, MDE at the assumed discordance (power {thresholds.power:g}):")
     _print_full_size(rows, model, thresholds, name)
 
 

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from scipy.stats import norm
 
 __all__ = ["HolmResult", "describe_items_needed", "items_floor", "items_needed", "items_needed_basis", "mde",
-           "mde_at", "mde_at_discordance", "holm_levels", "se_floor", "z_sum"]
+           "items_needed_at_discordance", "mde_at", "mde_at_discordance", "holm_levels", "se_floor", "z_sum"]
 
 
 def _check_level(name: str, value: float, lo: float, hi: float) -> float:
@@ -167,6 +167,24 @@ def mde_at_discordance(discordance: float, n: int, alpha: float, power: float) -
     if not 0.0 <= discordance <= 1.0:
         raise ValueError(f"discordance must be in [0, 1], got {discordance!r}")
     return k * max(100.0 * math.sqrt(discordance / n), se_floor(n))
+
+
+def items_needed_at_discordance(discordance: float, margin: float, alpha: float, power: float) -> int | None:
+    """Items for which ``MDE <= margin`` (points) when a share ``discordance`` of unclustered 0/1 items changes
+    score: ``max(ceil(10^4 * discordance * (z_{1-alpha} + z_{power})^2 / margin^2), items_floor(margin, ...))``,
+    the smallest n with ``mde_at_discordance(discordance, n, ...) <= margin`` (its inverse, up to rounding).
+
+    For planning before any pilot, with an *assumed* discordance (an approximation for graded or clustered metrics,
+    like :func:`mde_at_discordance`). Returns None for a margin of 0 (no finite run). Raises ValueError for a
+    discordance outside [0, 1], a negative margin or levels out of range.
+    """
+    k = z_sum(alpha, power)
+    if not 0.0 <= discordance <= 1.0:
+        raise ValueError(f"discordance must be in [0, 1], got {discordance!r}")
+    floor = items_floor(margin, alpha, power)
+    if floor is None:
+        return None
+    return max(floor, math.ceil(1e4 * discordance * k * k / (margin * margin) - 1e-9))
 
 
 def items_needed_basis(needed: int | None, discordant: int | None) -> str | None:

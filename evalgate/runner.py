@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from evalgate import store as result_store
 from evalgate.config import EngineConfig
 from evalgate.engine.protocol import JOURNAL_FORMAT, LIMITS_TAG, LOGPROBS_K, versions
 from evalgate.engine.readback import READBACK_VERSION
@@ -136,10 +137,12 @@ def _plan(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: R
     vers = versions()
     fingerprint = model_fingerprint(model_path)
     # Generations are journaled per config (not per suite): a killed run resumes item by item.
+    # Read at call time from its one definition (store.RESULTS_VERSION), so a bump reaches every key.
+    results_version = result_store.RESULTS_VERSION
     journal_key = content_key({"config": cfg.identity(), "model_fingerprint": fingerprint, "versions": vers,
-                               "journal_format": JOURNAL_FORMAT})
+                               "journal_format": JOURNAL_FORMAT, "results_version": results_version})
     keys = {s.name: content_key({
-        "config": cfg.identity(), "model_fingerprint": fingerprint,
+        "config": cfg.identity(), "model_fingerprint": fingerprint, "results_version": results_version,
         "suite": s.name, "suite_hash": s.content_hash, "tasks": list(s.tasks), "limit": limit, "versions": vers,
         "readback_version": READBACK_VERSION, "journal_format": JOURNAL_FORMAT,
         # A candidate's items carry evidence measured against this baseline's generations.

@@ -2,7 +2,8 @@
 
 Cache entries live in ``$EVALGATE_HOME/store/<key>.json``. The key is the SHA-256 of the canonical JSON
 of everything that defines a result — model and its files' fingerprint, requested engine args, env,
-sampling, suite content hash, tasks, item limit, lm-eval/vLLM/evalgate versions — so a PR pays for its
+sampling, suite content hash, tasks, item limit, lm-eval/vLLM/evalgate versions and :data:`RESULTS_VERSION`
+(evalgate's own version of how results are computed, bumped by hand) — so a PR pays for its
 candidate only, and two configs never share outputs (lm-eval's own ``use_cache`` key ignores the
 model arguments). Writes go to a temp file and ``os.replace`` under a file lock; every entry carries a
 checksum of its payload, and a corrupt or partial entry is reported and ignored (recomputed), never used.
@@ -31,7 +32,16 @@ from filelock import FileLock
 from evalgate.errors import StoreError
 from evalgate.results import ItemResult, TaskResult
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 1  # the layout of a store entry file (schema, key, checksum, payload)
+# The version of how evalgate computes a result, part of every store key and generation-journal key
+# (evalgate.runner._plan). It MUST be bumped by any change to evalgate that can change a stored result or
+# generation for the same model, config and suite files: the engine adapter (prompts, requests, sampling it
+# sends, read-back), the worker, built-in scoring or task code. Changes inside a suite's own files are covered
+# by the suite content hash, and the model by its fingerprint; the package version (``__version__``) is not
+# bumped per change, and evalgate's source is deliberately not hashed (a docstring edit must not empty the store).
+# 1: the keys before this constant (versions only). 2: after model_fingerprint began hashing file contents,
+# with the retrained embedded model and the changed coding suite.
+RESULTS_VERSION = 2
 log = logging.getLogger(__name__)
 
 

@@ -98,3 +98,33 @@ def test_compare_hands_a_stored_job_to_the_pipeline(monkeypatch: pytest.MonkeyPa
     assert cli.main(["compare", "a", "b", "--out", str(tmp_path / "c")]) == ExitCode.NO_OP
     (job,) = gate.jobs
     assert isinstance(job, StoredJob) and (job.run_a, job.run_b, job.out) == (Path("a"), Path("b"), tmp_path / "c")
+
+
+def test_list_names_each_baseline_as_run_resolves_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    configs = tmp_path / "configs"
+    (configs / "fam").mkdir(parents=True)
+    files = {"baseline": "model: org/root", "cand": "extends: baseline", "other": "model: org/other",
+             "dangling": "model: org/x\nbaseline: nosuch",
+             "fam/baseline": "model: org/fam",
+             "fam/cand": "extends: baseline",  # next to the file first: fam/baseline, not the root baseline
+             "fam/vs-other": "model: org/fam\nbaseline: other"}  # none next to it: configs/other.yaml
+    for name, text in files.items():
+        (configs / f"{name}.yaml").write_text(f"{text}\ndescription: about {name}\n")
+    (tmp_path / "suites").mkdir()
+    assert cli.main(["list", "--configs-dir", str(configs), "--suites-dir", str(tmp_path / "suites")]) == 0
+    lines = capsys.readouterr().out.split("configs:\n", 1)[1].split("suites:", 1)[0].splitlines()
+    rows = {}
+    for ln in lines:
+        name, rest = ln.split(" vs ", 1)
+        assert rest.endswith(f" about {name.strip()}"), ln
+        rows[name.strip()] = rest[:-len(f" about {name.strip()}")].strip()
+    assert rows == {"baseline": "-", "cand": "baseline", "other": "-", "dangling": "nosuch (unresolved)",
+                    "fam/baseline": "-", "fam/cand": "fam/baseline", "fam/vs-other": "other"}
+    # Every description starts in one column, after the longest baseline name.
+    assert len({ln.index(" about ") for ln in lines}) == 1
+    # The shipped families: their candidates are gated against the family's own baseline.
+    assert cli.main(["list", "--configs-dir", str(Path(__file__).resolve().parent.parent / "configs"),
+                     "--suites-dir", str(tmp_path / "suites")]) == 0
+    shipped = {ln.split()[0]: ln.split()[2] for ln in capsys.readouterr().out.splitlines() if " vs " in ln}
+    assert shipped["dense/bf16"] == "dense/baseline" and shipped["gdn/mtp1"] == "gdn/baseline"
+    assert shipped["mtp1"] == "baseline" and shipped["sr-only"] == "fp16-state-flashinfer"

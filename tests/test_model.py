@@ -62,21 +62,78 @@ def test_resolve_model_prepares_the_embedded_aliases(monkeypatch: pytest.MonkeyP
     assert model.resolve_model(model.QWEN3_NEXT_MODEL, tmp_path) == str(tmp_path / "qwen")
 
 
+def _entry(name: str, data: bytes) -> bytes:
+    """What model_fingerprint feeds the hash for one checkpoint file hashed whole: name, size, sha256(bytes)."""
+    return f"{name}\0{len(data)}\0".encode() + hashlib.sha256(data).digest()
+
+
 def test_fingerprint_from_marker_config_or_name(tmp_path: Path) -> None:
     marked = tmp_path / "marked"
     marked.mkdir()
     (marked / "evalgate-model.json").write_text(json.dumps({"fingerprint": "abc123"}))
-    assert model.model_fingerprint(str(marked)) == "abc123"
+    (marked / "config.json").write_text("{}")
+    assert model.model_fingerprint(str(marked)) == "abc123"  # the marker wins over hashing
 
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
-    files = {"config.json": b"{}", "model.safetensors": b"x" * 10, "tokenizer.model": b"yy", "notes.txt": b"zzz"}
+    files = {"config.json": b"{}", "model.safetensors": b"x" * 10, "tokenizer.model": b"yy", "notes.txt": b"zzz",
+             "merges.txt": b"a b", "tokenizer.model.v3": b"t3"}
     for name, data in files.items():
         (ckpt / name).write_bytes(data)
-    # name then size as decimal text, for .json/.safetensors/.model files in name order (notes.txt left out)
-    want = hashlib.sha256(b"config.json2model.safetensors10tokenizer.model2").hexdigest()[:16]
+    (ckpt / "sub").mkdir()
+    (ckpt / "sub" / "extra.json").write_text("{}")  # only top-level files count
+    # name, size, sha256 of the bytes, for the checkpoint files in name order (notes.txt left out)
+    kept = ["config.json", "merges.txt", "model.safetensors", "tokenizer.model", "tokenizer.model.v3"]
+    want = hashlib.sha256(b"".join(_entry(n, files[n]) for n in kept)).hexdigest()[:16]
     assert model.model_fingerprint(str(ckpt)) == want
     assert model.model_fingerprint("org/name") == "org/name"
+    assert model.model_fingerprint(str(tmp_path)) == str(tmp_path)  # no config.json: not a checkpoint
+
+
+def _checkpoint(root: Path, weights: bytes) -> Path:
+    root.mkdir()
+    (root / "config.json").write_text('{"hidden_size": 8}')
+    (root / "tokenizer.json").write_text('{"model": {}}')
+    (root / "model.safetensors").write_bytes(weights)
+    return root
+
+
+def test_fingerprint_tells_apart_checkpoints_of_equal_names_and_sizes(tmp_path: Path) -> None:
+    # A retrained checkpoint of the same shapes: same file names and sizes, one weight byte different.
+    weights = bytes(range(256)) * 40
+    retrained = bytearray(weights)
+    retrained[5000] ^= 0x01
+    old = _checkpoint(tmp_path / "old", weights)
+    new = _checkpoint(tmp_path / "new", bytes(retrained))
+    same = _checkpoint(tmp_path / "same", weights)
+    assert [(f.name, f.stat().st_size) for f in sorted(old.iterdir())] == \
+        [(f.name, f.stat().st_size) for f in sorted(new.iterdir())]
+    assert model.model_fingerprint(str(old)) != model.model_fingerprint(str(new))
+    assert model.model_fingerprint(str(old)) == model.model_fingerprint(str(same))
+
+
+def test_fingerprint_of_a_large_file_hashes_its_size_head_and_tail(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    monkeypatch.setattr(model, "_FULL_HASH_MAX", 100)  # stand-ins for 256 MiB and 1 MiB
+    monkeypatch.setattr(model, "_SAMPLE_BYTES", 10)
+    weights = bytes(range(200))
+    ckpt = _checkpoint(tmp_path / "ckpt", weights)
+    sampled = f"model.safetensors\0{len(weights)}\0".encode() + hashlib.sha256(weights[:10] + weights[-10:]).digest()
+    want = hashlib.sha256(_entry("config.json", b'{"hidden_size": 8}') + sampled
+                          + _entry("tokenizer.json", b'{"model": {}}')).hexdigest()[:16]
+    assert model.model_fingerprint(str(ckpt)) == want
+
+    def fingerprint_with(pos: int) -> str:
+        changed = bytearray(weights)
+        changed[pos] ^= 0xFF
+        (ckpt / "model.safetensors").write_bytes(bytes(changed))
+        return model.model_fingerprint(str(ckpt))
+
+    assert fingerprint_with(3) != want  # the header
+    assert fingerprint_with(195) != want  # the tail
+    assert fingerprint_with(100) == want  # the middle of a large file is not read
+    (ckpt / "model.safetensors").write_bytes(weights[:100] + weights[101:])
+    assert model.model_fingerprint(str(ckpt)) != want  # the size (head and tail unchanged)
 
 
 def test_fingerprint_dir_hashes_paths_and_bytes(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from evalgate.cli import main
-from evalgate.power import mde_at_discordance, z_sum
+from evalgate.power import items_needed_at_discordance, mde_at_discordance, z_sum
 from evalgate.results import ItemResult, TaskResult
 from evalgate.store import tasks_to_json, write_json_atomic
 
@@ -58,6 +58,7 @@ def test_plan_without_a_pilot_at_an_assumed_discordance(tmp_path: Path, capsys: 
     assert main(["plan", "--config", "cand", "--margin", "3", "--assume-discordance", "0.03", *cfgs]) == 0
     out = capsys.readouterr().out
     assert "assuming 3 % of items change score" in out and "an assumption, not a measurement" in out
+    out = out.split("at full size, MDE at the assumed discordance", 1)[1]
     a, b = _row(out, "s/a"), _row(out, "s/b")
     # 42 % recorded for the config's model; 400 items; MDE K * 100 * sqrt(0.03 / 400) = 2.15; default margin 2
     assert a[:5] == ["s/a", "42.0%", "400", f"{K * 100 * math.sqrt(0.03 / 400):.2f}", "2"]
@@ -68,6 +69,47 @@ def test_plan_without_a_pilot_at_an_assumed_discordance(tmp_path: Path, capsys: 
     assert main(["plan", "--config", "cand", "--margin", "3", "--assume-discordance", "0.1", "--from", "x", *cfgs]) == 2
     assert main(["plan", "--config", "cand", "--margin", "3", *cfgs]) == 2  # no pilot and no assumption
     assert "--assume-discordance" in capsys.readouterr().err
+
+
+def _least_items(p: float, margin: float) -> int:
+    """The least n whose MDE at discordance p, K * max(100 * sqrt(p / n), 100 / n), is within ``margin``: by search."""
+    n = 1
+    while K * max(100 * math.sqrt(p / n), 100 / n) > margin:
+        n += 1
+    return n
+
+
+def test_items_needed_at_discordance_is_the_least_powered_size() -> None:
+    for p in (0.0, 0.001, 0.03, 0.05, 0.2, 1.0):
+        for margin in (1.0, 2.0, 3.0, 4.5, 5.0, 10.0):
+            assert items_needed_at_discordance(p, margin, 0.05, 0.8) == _least_items(p, margin), (p, margin)
+    assert items_needed_at_discordance(0.03, 1.0, 0.05, 0.8) == 1855  # the README's worked figure
+    assert items_needed_at_discordance(0.05, 0.0, 0.05, 0.8) is None
+    for bad in ((-0.1, 2.0), (1.5, 2.0), (0.1, -1.0)):
+        with pytest.raises(ValueError):
+            items_needed_at_discordance(bad[0], bad[1], 0.05, 0.8)
+
+
+@pytest.mark.parametrize("margin", [1.5, 3.0, 5.0])
+def test_plan_at_an_assumed_discordance_follows_the_margin(margin: float, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVALGATE_SUITES", str(_suites(tmp_path / "suites")))
+    monkeypatch.chdir(tmp_path)
+    cfgs = _configs(tmp_path / "configs")
+    assert main(["plan", "--config", "cand", "--margin", f"{margin:g}", "--assume-discordance", "0.03", *cfgs]) == 0
+    out = capsys.readouterr().out
+    need = _least_items(0.03, margin)  # 825 at 1.5 points, 207 at 3, 75 at 5
+    assert f"items needed for a {margin:g}-point margin" in out
+    plan_table = out.split("\nat full size", 1)[0]
+    assert _row(plan_table, "s/a") == ["s/a", "0.05", str(need), "400"]
+    assert _row(plan_table, "s/b") == ["s/b", "0.05", str(need), "100"]
+    for task, size in (("a", 400), ("b", 100)):
+        short = f"s/{task}: needs {need} items; suite has {size}: cannot be powered at a {margin:g}-point margin"
+        assert (short in out) == (need > size), (task, need)
+        if need > size:  # the margin the whole suite can be powered for: its MDE at full size, rounded up
+            least = math.ceil(K * 100 * math.sqrt(0.03 / size) * 10) / 10
+            assert f"{short}; raise the margin to {least:.1f} pts or more" in out
 
 
 def test_plan_from_a_pilot_adds_the_full_size_table(tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -44,6 +44,19 @@ def test_store_keys_change_with_what_defines_a_result(tmp_path: Path) -> None:
         assert _plan(tmp_path, **change).keys["a"] != keys["a"], change
 
 
+def test_store_and_journal_keys_follow_results_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from evalgate import store
+
+    version = store.RESULTS_VERSION
+    before = _plan(tmp_path)
+    monkeypatch.setattr(store, "RESULTS_VERSION", version + 1)
+    after = _plan(tmp_path)
+    assert all(after.keys[s] != before.keys[s] for s in ("a", "b"))
+    assert after.journal != before.journal and after.scores != before.scores  # generations are not reused either
+    monkeypatch.setattr(store, "RESULTS_VERSION", version)
+    assert _plan(tmp_path).keys == before.keys
+
+
 def test_the_spec_carries_the_missing_suites_and_the_logprob_settings(tmp_path: Path) -> None:
     plan = _plan(tmp_path)
     assert [s["name"] for s in plan.spec["suites"]] == ["a", "b"] and plan.missing == plan.suites
