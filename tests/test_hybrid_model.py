@@ -53,28 +53,29 @@ def test_training_items_are_disjoint_from_evaluation_items_by_content() -> None:
 
 
 def test_coding_and_longgen_training_items_are_the_suites_own_and_never_evaluation_items() -> None:
-    """The coding tier trains on every second function kind only (the rest are left to the same-kind example in
-    the prompt) and never on an evaluation prompt; the logs are 2-8 rows (the task evaluates 12) and never an
+    """The coding tier trains on every third function kind only (the rest are left to the same-kind example in
+    the prompt) and never on an evaluation prompt; the logs are 2-12 rows (the task evaluates 12) and never an
     evaluation log; the suites' own scorers give the training answers full marks."""
     coding = D.suite_module("coding", module="coding_small")
     ship = D.suite_module("longgen", module="shipments")
     kinds = sorted(coding.KINDS)
-    assert D.trained_kinds(2) == tuple(kinds[0::2]) and len(D.trained_kinds(2)) == 12
+    assert D.trained_kinds(3) == tuple(kinds[0::3]) and len(D.trained_kinds(3)) == 8
     eval_prompts = {it["prompt"] for it in coding.make_items(20261203, 240, "e")}
     eval_logs = {it["document"] for it in ship.make_items(20261204, 100, 12, "e")} | {ship.SHOT["document"]}
     samples = [s for k in range(40) for s in D.batch_samples(k, D.Mix(), "")]
     code = [s for s in samples if s.source == "coding"]
     logs = [s for s in samples if s.source == "longgen"]
-    # batch k takes coding block k (its trained kinds, evaluation prompts dropped) and logs 4k..4k+3
-    assert len(code) == sum(min(12, len(D.coding_items(k, 2))) for k in range(40)) >= 40 * 11
+    # batch k takes coding blocks 2k, 2k+1 (8 trained kinds each, evaluation prompts dropped) and logs 4k..4k+3
+    assert len(code) == sum(min(12, len(D.coding_items(2 * k, 3) + D.coding_items(2 * k + 1, 3)))
+                            for k in range(40)) >= 40 * 11
     assert len(logs) == 40 * 4
     for k in range(40):
-        for it in D.coding_items(k, 2):
-            assert it["kind"] in D.trained_kinds(2) and it["prompt"] not in eval_prompts
+        for it in D.coding_items(k, 3):
+            assert it["kind"] in D.trained_kinds(3) and it["prompt"] not in eval_prompts
             assert D.coding_sample(it).answer == it["canonical_solution"] + "\n\n"
         for j in range(4):
-            it = D.longgen_item(k * 4 + j, (2, 8))
-            assert it is not None and it["document"] not in eval_logs and 2 <= len(it["rows"]) <= 8
+            it = D.longgen_item(k * 4 + j, (2, 12))
+            assert it is not None and it["document"] not in eval_logs and 2 <= len(it["rows"]) <= 12
             assert all(ship.row_correct(it, D.longgen_sample(it).answer))
     assert all(s.prompt == ship.doc_to_text({"document": s.prompt.rsplit("Log:\n", 1)[1].split("\nRows:")[0]})
                for s in logs[:5])

@@ -242,10 +242,10 @@ class Mix:
     code: int = 8
     code_chars: int = 1000
     coding: int = 12  # coding_small items (of the trained kinds)
-    coding_kinds_every: int = 2
+    coding_kinds_every: int = 3
     longgen: int = 4  # shipment logs, in the long group
-    longgen_rows: tuple[int, int] = (2, 8)
-    long_len: int = 1408  # the long group's padded length (a multiple of the SSD chunk, 128)
+    longgen_rows: tuple[int, int] = (2, 12)
+    long_len: int = 1920  # the long group's padded length (a multiple of the SSD chunk, 128)
 
     @property
     def size(self) -> int:

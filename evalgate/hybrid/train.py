@@ -44,7 +44,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 @dataclass(frozen=True)
 class TrainArgs:
     seed: int = 0
-    steps: int = 3000
+    steps: int = 2000
     warmup: int = 200
     lr: float = 2e-3
     min_lr_ratio: float = 0.1
@@ -58,7 +58,8 @@ class TrainArgs:
 
 
 REPRO = TrainArgs(steps=3, warmup=2, mix=D.Mix(docparse=1, finance=1, finance_lookup=1, code=1, code_chars=400,
-                                                coding=1, longgen=1, longgen_rows=(2, 3)),
+                                                coding=1, coding_kinds_every=2, longgen=1, longgen_rows=(2, 3),
+                                                long_len=1408),
                   log_every=1,
                   tf32=False)
 
