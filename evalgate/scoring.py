@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -71,6 +72,7 @@ class SandboxPool:
         self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="evalgate-sandbox")
         self._futures: dict[tuple[str, tuple[tuple[str, Any], ...]], Future[SandboxResult]] = {}
         self._lock = threading.Lock()
+        self.wait_s = 0.0  # seconds callers of run() spent waiting for, or running, programs (where a suite's tail goes)
 
     def submit(self, program: str, **limits: Any) -> Future[SandboxResult]:
         """Start ``run_python(program, **limits)`` on the pool (once per distinct program and limits)."""
@@ -90,9 +92,13 @@ class SandboxPool:
         ``run_python`` raises (``OSError`` when no subprocess can be started)."""
         with self._lock:
             fut = self._futures.pop((program, tuple(sorted(limits.items()))), None)
-        if fut is None or fut.cancel():  # cancel() succeeds only for a submission that has not started
-            return run_python(program, **limits)
-        return fut.result()
+        t0 = time.monotonic()
+        try:
+            if fut is None or fut.cancel():  # cancel() succeeds only for a submission that has not started
+                return run_python(program, **limits)
+            return fut.result()
+        finally:
+            self.wait_s += time.monotonic() - t0
 
     def pending(self) -> int:
         """Submitted programs not yet handed over by :meth:`run`."""
@@ -118,6 +124,12 @@ def pool() -> SandboxPool:
         if _pool is None:
             _pool = SandboxPool()
         return _pool
+
+
+def wait_seconds() -> float:
+    """Seconds this process's scorers have spent in :meth:`SandboxPool.run` (0.0 before any pool exists)."""
+    with _pool_lock:
+        return 0.0 if _pool is None else _pool.wait_s
 
 
 def shutdown() -> None:

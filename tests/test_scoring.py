@@ -153,3 +153,30 @@ def test_a_queued_program_runs_in_the_asking_thread(monkeypatch: pytest.MonkeyPa
     finally:
         release.set()
         pool.close()
+
+
+def test_wait_seconds_count_the_time_scorers_spend_on_programs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the worker logs as ``sandbox_wait:<suite>``: time inside ``run`` (running a program or waiting for a
+    pool thread's), not time the pool spends while nobody asks. Injected clock: each program takes 2.0 s."""
+    clock = {"t": 100.0}
+    monkeypatch.setattr(scoring.time, "monotonic", lambda: clock["t"])
+
+    def two_seconds(program: str, **limits: object) -> object:
+        clock["t"] += 2.0
+        return SimpleNamespace(passed=True)
+
+    monkeypatch.setattr(scoring, "run_python", two_seconds)
+    pool = scoring.SandboxPool(workers=1)
+    try:
+        assert pool.wait_s == 0.0
+        pool.run("a")  # not submitted: runs here, 2 s
+        pool.run("b")
+        assert pool.wait_s == pytest.approx(4.0)
+        fut = pool.submit("c")
+        wait([fut])  # finished in the pool before anyone asked: handing it over costs no clock time
+        pool.run("c")
+        assert pool.wait_s == pytest.approx(4.0)
+    finally:
+        pool.close()
+    monkeypatch.setattr(scoring, "_pool", None)
+    assert scoring.wait_seconds() == 0.0

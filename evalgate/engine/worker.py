@@ -69,13 +69,16 @@ def main(spec_path: str) -> int:
 def _run_suite(engine: Any, lm: Any, suite: dict[str, Any], spec: dict[str, Any], sampling: Any, store: ResultStore,
                effective: dict[str, Any], start_s: float, reference: dict[str, Any] | None) -> None:
     """Evaluate one suite in the worker, attach its evidence, store it, and log where its time went."""
+    from evalgate import scoring
+
     before = engine.spec_decode_counters()
-    reused, generated, engine_s = lm.reused, lm.generated, lm.engine_s
+    reused, generated, engine_s, wait_s = lm.reused, lm.generated, lm.engine_s, scoring.wait_seconds()
     t1 = time.monotonic()
     tasks, keys = evaluate_suite(lm, suite, spec["limit"], sampling)
     after = engine.spec_decode_counters()
     suite_s = time.monotonic() - t1
     gen_s = lm.engine_s - engine_s
+    sandbox_s = scoring.wait_seconds() - wait_s  # the scorer waiting on (or running) sandboxed programs
     t2 = time.monotonic()
     if reference is not None:
         tasks = decode_evidence(reference, lm.records, tasks, keys)
@@ -86,12 +89,13 @@ def _run_suite(engine: Any, lm: Any, suite: dict[str, Any], spec: dict[str, Any]
         "suite": suite["name"], "effective": effective, "tasks": tasks_to_json(tasks),
         **suite_spec_decode(lm.records, keys.values(), before, after),
         "timings": {"engine_start": start_s, f"suite:{suite['name']}": suite_s,
-                    f"generate:{suite['name']}": gen_s, f"logprobs:{suite['name']}": score_s},
+                    f"generate:{suite['name']}": gen_s, f"sandbox_wait:{suite['name']}": sandbox_s,
+                    f"logprobs:{suite['name']}": score_s},
         "generations": {"reused": lm.reused - reused, "generated": lm.generated - generated},
     })
     print(f"evalgate: suite {suite['name']} done in {suite_s:.1f} s ({lm.generated - generated} generated, "
-          f"{lm.reused - reused} reused from the journal): engine submissions {gen_s:.1f} s, the rest of lm-eval "
-          f"(scoring included) {suite_s - gen_s:.1f} s; evidence {score_s:.1f} s (decode-time {decode_s:.1f} s, "
+          f"{lm.reused - reused} reused from the journal): engine submissions {gen_s:.1f} s, waiting on sandboxed "
+          f"programs {sandbox_s:.1f} s, the rest of lm-eval {suite_s - gen_s - sandbox_s:.1f} s; evidence {score_s:.1f} s (decode-time {decode_s:.1f} s, "
           f"teacher-forced {score_s - decode_s:.1f} s)", flush=True)
 
 
