@@ -89,8 +89,9 @@ def test_serve_mode_measures_latency_with_vllm_serve_on_cuda(tmp_path: Path) -> 
     """``traffic.mode: serve`` on CUDA: both servers (one at a time on one GPU) measured by ``vllm bench serve``,
     TTFT / TPOT read back per repeat, both servers stopped."""
     thresholds = tmp_path / "thresholds.yaml"
-    thresholds.write_text("default:\n  margin: 5.0\ntraffic: {mode: serve, input_len: 64, output_len: 32, "
-                          "num_prompts: 8, concurrency: 4, repeats: 2}\n")
+    shipped = (Path(__file__).resolve().parents[1] / "thresholds.yaml").read_text()
+    thresholds.write_text(shipped + "\ntraffic: {mode: serve, input_len: 64, output_len: 32, num_prompts: 8, "
+                          "concurrency: 4, repeats: 2}\n")
     code = main(["run", "--config", "fp16-state", "--out", str(tmp_path / "run"), *ARGS,
                  "--thresholds", str(thresholds)])
     doc = json.loads((tmp_path / "run" / "verdict.json").read_text())
