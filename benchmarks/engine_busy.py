@@ -18,8 +18,10 @@ For each config (one engine process each, started with the config's engine args)
   generation), in the same engine process.
 
 They alternate raw, gate[, old], raw (``--reps`` times) in one process, so load on the machine hits all alike.
-Printed per suite: seconds of each (mean), the gate's engine-submission seconds, and **busy = raw / gate** (1.0:
-the gate costs exactly the engine's time; the goal is >= 0.9), and the same for old.
+Printed per suite: seconds of each (mean), the gate's engine-submission seconds, the seconds its scorer waited on
+sandboxed programs (the coding suite's tail after the last generation), **busy = raw / gate** (1.0: the gate costs
+exactly the engine's time; the goal is >= 0.9) and ``busy_generation`` = raw / engine submissions (the gate's
+generation window alone), and the same for old.
 """
 
 from __future__ import annotations
@@ -97,8 +99,10 @@ def _old_make_lm(tree: Path) -> Any:
 
 
 def _gate(engine: Any, make_lm: Any, suite: dict[str, Any], limit: int | None,
-          logprobs: int) -> tuple[float, float | None, dict[str, str]]:
-    """The suite through an adapter and lm-eval; (seconds, engine-submission seconds or None, key -> text)."""
+          logprobs: int) -> tuple[float, float | None, float, dict[str, str]]:
+    """The suite through an adapter and lm-eval; (seconds, engine-submission seconds or None, seconds the scorer
+    waited on sandboxed programs, key -> text)."""
+    from evalgate import scoring
     from evalgate.engine.suite_eval import evaluate_suite as _evaluate_suite
     from evalgate.store import GenerationJournal
 
@@ -109,10 +113,10 @@ def _gate(engine: Any, make_lm: Any, suite: dict[str, Any], limit: int | None,
         extra["on_answer"] = scoring.on_answer
     with tempfile.TemporaryDirectory(prefix="engine-busy-") as tmp:
         lm = make_lm(engine, GenerationJournal(Path(tmp) / "journal.jsonl"), logprobs=logprobs, **extra)
-        t0 = time.perf_counter()
+        t0, w0 = time.perf_counter(), scoring.wait_seconds()
         _evaluate_suite(lm, suite, limit, engine.sampling)
         secs = time.perf_counter() - t0
-    return secs, getattr(lm, "engine_s", None), {k: r["text"] for k, r in lm.records.items()}
+    return secs, getattr(lm, "engine_s", None), scoring.wait_seconds() - w0, {k: r["text"] for k, r in lm.records.items()}
 
 
 def _side(config: str, suites: list[str], limit: int | None, reps: int, old_tree: Path | None) -> dict[str, Any]:
@@ -137,23 +141,29 @@ def _side(config: str, suites: list[str], limit: int | None, reps: int, old_tree
         requests = _capture_requests(specs["gate"], limit, cfg.sampling)
         secs: dict[str, list[float]] = {"raw": [], **{label: [] for label in variants}}
         engine_s: dict[str, list[float]] = {label: [] for label in variants}
+        sandbox_s: dict[str, list[float]] = {label: [] for label in variants}
         texts: dict[str, dict[str, str]] = {}
         for _ in range(reps):
             for step in ("raw", *variants, "raw"):
                 if step == "raw":
                     t, texts["raw"] = _raw(engine, requests, LOGPROBS_K)
                 else:
-                    t, gen, texts[step] = _gate(engine, variants[step][0], specs[step], limit, LOGPROBS_K)
+                    t, gen, waited, texts[step] = _gate(engine, variants[step][0], specs[step], limit, LOGPROBS_K)
+                    sandbox_s[step].append(waited)
                     if gen is not None:
                         engine_s[step].append(gen)
                 secs[step].append(t)
         mean = {k: sum(v) / len(v) for k, v in secs.items()}
-        row: dict[str, Any] = {"requests": len(requests), "seconds": secs, "engine_submission_s": engine_s}
+        row: dict[str, Any] = {"requests": len(requests), "seconds": secs, "engine_submission_s": engine_s,
+                               "sandbox_wait_s": sandbox_s}
         line = f"engine-busy: {config:10s} {name:8s} {len(requests):3d} requests: raw {mean['raw']:6.1f} s"
         for label in variants:
             same = sum(texts["raw"].get(k) == t for k, t in texts[label].items())
             row[label] = {"busy": mean["raw"] / mean[label], "same_text_as_raw": same, "unique": len(texts[label])}
             sub = f", engine submissions {sum(engine_s[label]) / len(engine_s[label]):5.1f} s" if engine_s[label] else ""
+            sub += f", sandbox wait {sum(sandbox_s[label]) / len(sandbox_s[label]):5.1f} s"
+            if engine_s[label]:
+                row[label]["busy_generation"] = mean["raw"] / (sum(engine_s[label]) / len(engine_s[label]))
             line += (f" | {label} {mean[label]:6.1f} s{sub}, busy {mean['raw'] / mean[label]:.3f}, "
                      f"same text {same}/{len(texts[label])}")
         out["suites"][name] = row

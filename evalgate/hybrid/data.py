@@ -15,9 +15,9 @@ Three sources, mixed batch by batch:
   transcription task (``suites/longgen/shipments.py``), built by their own ``make_items`` / ``doc_to_text`` from
   training seeds, loss on the answer only. So that both stay informative (neither at the ceiling), the coding
   items are of ``Mix.coding_kinds_every``-th function kind only (the others are left for the model to copy from
-  the same-kind solved example in the prompt), and the logs have ``Mix.longgen_rows`` rows, fewer than the 12 the
-  task evaluates on (the rows past them test length generalisation). Long samples go in their own padded group
-  of ``Mix.long_len`` tokens, so the short ones keep their 512-token shape.
+  the same-kind solved example in the prompt), and the logs have ``Mix.longgen_rows`` rows (2-12; the task
+  evaluates 12: a recipe trained on 2-8 rows wrote outputs that stop after ~8 rows). Long samples go in their own
+  padded group of ``Mix.long_len`` tokens, so the short ones keep their 512-token shape.
 
 Everything is a pure function of the batch index and the seeds: ``batch(k)`` is the same on every machine
 given the same code corpus (its SHA-256 is logged with the checkpoint).
