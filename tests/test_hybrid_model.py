@@ -241,3 +241,30 @@ def test_vllm_loads_the_mtp_layer_and_drafts_with_it(mtp1: dict) -> None:
                    "greedy outputs (likely: cpu causal_conv1d_update ignores num_accepted_tokens)")
 def test_mtp_speculative_decoding_is_lossless_on_vllm_cpu(plain: dict, mtp1: dict) -> None:
     assert mtp1["outputs"] == plain["outputs"]
+
+
+def test_parse_mix_reads_fields_and_refuses_bad_parts_by_name() -> None:
+    import argparse
+
+    from evalgate.hybrid.train import parse_mix
+
+    assert parse_mix("coding=6, longgen=2,longgen_rows=3-5") == replace(D.Mix(), coding=6, longgen=2,
+                                                                       longgen_rows=(3, 5))
+    assert parse_mix("16,32,12,8") == replace(D.Mix(), coding=0, longgen=0)  # the old form: the old recipe
+    for bad, says in (("cooding=1", "unknown field 'cooding'"), ("coding", "expected key=value"),
+                      ("coding=1,coding=2", "each key once"), ("coding=x", "bad value 'x' for coding"),
+                      ("longgen_rows=5", "bad value '5'"), ("longgen_rows=12-2", "bad value '12-2'"),
+                      ("coding_kinds_every=0", "bad value '0'"), ("longgen=-1", "bad value '-1'")):
+        with pytest.raises(argparse.ArgumentTypeError, match=says):
+            parse_mix(bad)
+
+
+def test_coding_small_terminates_where_the_shots_take_every_name_of_a_kind() -> None:
+    """Training block 79 draws, for a ``total`` item, an ``add`` shot named ``total`` and a ``total`` shot named
+    ``sum_all``: the old loop looked for a third name forever. Now the shots are drawn again."""
+    coding = D.suite_module("coding", module="coding_small")
+    items = coding.make_items(D.CODING_SEED_BASE + 79, 24, "x")
+    assert len(items) == 24 and len({it["kind"] for it in items}) == 24
+    for it in items:
+        shot_names = {line.split("(")[0][4:] for line in it["prompt"].splitlines() if line.startswith("def ")}
+        assert len(shot_names) == 3  # two solved functions and the item, all named differently

@@ -180,3 +180,34 @@ def test_wait_seconds_count_the_time_scorers_spend_on_programs(monkeypatch: pyte
         pool.close()
     monkeypatch.setattr(scoring, "_pool", None)
     assert scoring.wait_seconds() == 0.0
+
+
+@pytest.mark.parametrize("module, task", [("mbpp.py", "coding_mbpp"), ("coding_small.py", "coding_small")])
+def test_every_coding_task_prescores_through_the_pool(monkeypatch: pytest.MonkeyPatch, module: str,
+                                                      task: str) -> None:
+    """MBPP and coding_small register their programs like HumanEval: an answered completion runs once, in the
+    pool, and the task's own process_results takes that result (the reference body passes, a wrong one fails)."""
+    calls: list[str] = []
+
+    def counting(program: str, **limits: object) -> object:
+        calls.append(program)
+        return run_python(program, **limits)
+
+    monkeypatch.setattr(scoring, "run_python", counting)
+    mod = load_module(ROOT / "suites" / "coding" / module)
+    assert scoring._programs[task][0] is mod.build_program
+    if task == "coding_small":
+        docs = mod.make_items(5, 2, "t")
+        right = [d["canonical_solution"] for d in docs]
+    else:
+        docs = [{"test_imports": [], "test_list": ["assert f(2) == 4"]}, {"test_imports": [], "test_list": ["assert f(1) == 1"]}]
+        right = ["def f(x):\n    return x * 2\n", "def f(x):\n    return x\n"]
+    try:
+        answers = [right[0], "    return None\n" if task == "coding_small" else "def f(x):\n    return 0\n"]
+        for doc, completion in zip(docs, answers):
+            scoring.on_answer(SimpleNamespace(task_name=task, doc=doc), completion)
+        assert scoring.pool().pending() == 2
+        assert [mod.process_results(d, [a]) for d, a in zip(docs, answers)] == [{"pass_at_1": 1.0}, {"pass_at_1": 0.0}]
+        assert len(calls) == 2 and scoring.pool().pending() == 0
+    finally:
+        scoring.shutdown()

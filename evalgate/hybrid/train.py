@@ -7,7 +7,7 @@ next-token cross-entropy of the trunk + ``--mtp-weight`` x the MTP layer's next-
 (DeepSeek-V3 style: position ``t`` sees ``emb(x[t+1])`` and ``h[t]`` and predicts ``x[t+2]``).
 
 Deterministic given its seed: model init, data order and content are functions of the seed and the batch
-index (data workers only change who computes a batch). ``--profile repro`` runs the first steps with a tiny
+index (data workers only change who computes a batch). Every run starts with ``REPRO``: the first steps with a tiny
 batch in float32; its losses are stored in ``train_log.json`` so a CPU re-run can check them
 (``tests/test_hybrid_model.py``).
 
@@ -51,7 +51,7 @@ class TrainArgs:
     weight_decay: float = 0.1
     clip: float = 1.0
     mtp_weight: float = 0.5
-    max_len: int = 512  # every batch is padded to this length (static shapes)
+    max_len: int = 512  # the short group is padded to this length, the long one to mix.long_len (static shapes)
     mix: D.Mix = D.Mix()
     log_every: int = 50
     tf32: bool = True
@@ -65,7 +65,7 @@ REPRO = TrainArgs(steps=3, warmup=2, mix=D.Mix(docparse=1, finance=1, finance_lo
 
 
 # ---------------------------------------------------------------- tokenizer
-TOKENIZER_MIX = D.Mix(docparse=26, finance=28, finance_lookup=0, code=0)  # what the shipped tokenizer saw
+TOKENIZER_MIX = D.Mix(docparse=26, finance=28, finance_lookup=0, code=0, coding=0, longgen=0)  # what the shipped tokenizer saw
 def build_tokenizer(out: Path, corpus: str, vocab_size: int = 2048, n_batches: int = 150) -> None:
     """Train the BPE on the prompts+answers of the first ``n_batches`` training batches and on the code
     corpus, and save it as a HF fast tokenizer in ``out``."""
@@ -279,7 +279,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1))
     r.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     r.add_argument("--eval-n", type=int, default=50)
-    r.add_argument("--mix", default=None,
+    r.add_argument("--mix", default=None, type=parse_mix,
                    help="Mix fields as key=value[,key=value...] (e.g. coding=12,longgen=4,longgen_rows=2-8); "
                         "or the old form docparse,finance,finance_lookup,code")
     r.add_argument("--compile", action="store_true", help="torch.compile the loss (numerics differ slightly)")
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
 def _train_command(a: argparse.Namespace, corpus: str) -> None:
     """``train``: the reproducibility prefix, the optional step-time benchmark, the run, the checkpoint and its
     ``train_log.json`` (written before and again after the held-out evaluation)."""
-    mix = parse_mix(a.mix) if a.mix else D.Mix()
+    mix = a.mix or D.Mix()
     args = replace(TrainArgs(), steps=a.steps, seed=a.seed, lr=a.lr, mix=mix)
     log = lambda s: print(s, flush=True)  # noqa: E731
     log(f"corpus sha256 {D.corpus_sha(corpus)}; device {a.device}; torch {torch.__version__}")
@@ -333,19 +333,35 @@ def _train_command(a: argparse.Namespace, corpus: str) -> None:
 
 
 def parse_mix(text: str) -> D.Mix:
-    """``--mix``: ``key=value`` pairs of ``data.Mix`` fields (a range field as ``lo-hi``), or the old form of four
-    integers ``docparse,finance,finance_lookup,code``. Raises ``SystemExit`` naming an unknown field."""
-    parts = text.split(",")
-    if all(p.strip().isdigit() for p in parts) and len(parts) == 4:
+    """``--mix``: ``key=value`` pairs of ``data.Mix`` fields, each key once (``longgen_rows`` as ``lo-hi``,
+    ``1 <= lo <= hi``), or the old form of four integers ``docparse,finance,finance_lookup,code`` (the recipe before
+    the coding and long samples: ``coding`` and ``longgen`` 0). Counts are integers >= 0; ``coding_kinds_every``,
+    ``code_chars`` and ``long_len`` >= 1. Raises ``argparse.ArgumentTypeError`` naming the part that is wrong (so
+    ``--mix`` fails with exit 2 before anything trains)."""
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) == 4 and all(p.isdigit() for p in parts):
         dp, fin, look, code = (int(x) for x in parts)
-        return replace(D.Mix(), docparse=dp, finance=fin, finance_lookup=look, code=code)
-    fields = {f.name: f for f in dataclass_fields(D.Mix)}
+        return replace(D.Mix(), docparse=dp, finance=fin, finance_lookup=look, code=code, coding=0, longgen=0)
+    names = [f.name for f in dataclass_fields(D.Mix)]
     values: dict = {}
-    for p in parts:
-        key, _, val = p.partition("=")
-        if key not in fields:
-            raise SystemExit(f"--mix: unknown field {key!r} (fields: {', '.join(fields)})")
-        values[key] = tuple(int(v) for v in val.split("-")) if key == "longgen_rows" else int(val)
+    for part in parts:
+        key, eq, val = (x.strip() for x in part.partition("="))
+        if key not in names:
+            raise argparse.ArgumentTypeError(f"unknown field {key!r} (fields: {', '.join(names)})")
+        if not eq or key in values:
+            raise argparse.ArgumentTypeError(f"{part!r}: expected key=value, each key once")
+        try:
+            if key == "longgen_rows":
+                lo, hi = (int(v) for v in val.split("-"))
+                if not 1 <= lo <= hi:
+                    raise ValueError
+                values[key] = (lo, hi)
+            else:
+                values[key] = int(val)
+                if values[key] < (1 if key in ("coding_kinds_every", "code_chars", "long_len") else 0):
+                    raise ValueError
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"bad value {val!r} for {key}") from None
     return replace(D.Mix(), **values)
 
 
@@ -377,7 +393,7 @@ def _train_log(a: argparse.Namespace, args: TrainArgs, model, corpus: str, repro
         "repro_data_sha256": _sha_batches(a.tokenizer, corpus, replace(REPRO, seed=a.seed)),
         "device": torch.cuda.get_device_name() if a.device.startswith("cuda") else a.device,
         "torch": torch.__version__, "python": sys.version.split()[0],
-        "suites_content_hash": {s: content_hash(SUITES_DIR / s) for s in ("docparse", "finance")},
+        "suites_content_hash": {s: content_hash(SUITES_DIR / s) for s in ("docparse", "finance", "coding", "longgen")},
         "train_seconds": round(train_s, 1), "compile": a.compile, "benchmark": bench, "log": rows,
     }
 

@@ -14,7 +14,7 @@ from typing import Callable
 
 import datasets
 
-from evalgate.sandbox import run_python
+from evalgate import scoring
 
 TIMEOUT_S = 10.0
 
@@ -134,5 +134,9 @@ def build_program(doc: dict, completion: str) -> str:
 
 def process_results(doc: dict, results: list[str]) -> dict[str, float]:
     """pass_at_1: 1.0 iff ``build_program`` exits 0 in the sandbox within ``TIMEOUT_S``."""
-    outcome = run_python(build_program(doc, results[0] if results else ""), timeout_s=TIMEOUT_S)
+    outcome = scoring.pool().run(build_program(doc, results[0] if results else ""), timeout_s=TIMEOUT_S)
     return {"pass_at_1": float(outcome.passed)}
+
+
+# Completions start in the sandbox pool as they are generated (evalgate.scoring); process_results picks them up.
+scoring.register_program("coding_small", build_program, timeout_s=TIMEOUT_S)

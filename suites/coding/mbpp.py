@@ -17,7 +17,7 @@ from pathlib import Path
 
 import datasets
 
-from evalgate.sandbox import run_python
+from evalgate import scoring
 
 DATA = Path(__file__).resolve().parent / "data" / "mbpp"
 TIMEOUT_S = 10.0  # wall-clock seconds per program, as coding_humaneval; MBPP's asserts take well under 1 s
@@ -63,5 +63,9 @@ def process_results(doc: dict, results: list[str]) -> dict[str, float]:
     """Per-item metric from the completion ``results[0]`` (text up to the stop string ``[DONE]``): pass_at_1
     (1.0 iff every assert passes in the sandbox within ``TIMEOUT_S``)."""
     completion = results[0] if results else ""
-    outcome = run_python(build_program(doc, completion), timeout_s=TIMEOUT_S)
+    outcome = scoring.pool().run(build_program(doc, completion), timeout_s=TIMEOUT_S)
     return {"pass_at_1": float(outcome.passed)}
+
+
+# Completions start in the sandbox pool as they are generated (evalgate.scoring); process_results picks them up.
+scoring.register_program("coding_mbpp", build_program, timeout_s=TIMEOUT_S)
