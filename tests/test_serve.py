@@ -127,7 +127,11 @@ def test_an_error_inside_the_block_stops_the_server(tmp_path: Path) -> None:
 
 def test_ctrl_c_in_the_parent_stops_the_server(tmp_path: Path) -> None:
     """A real SIGINT to a process that holds a server: KeyboardInterrupt unwinds the block, the server is gone."""
-    script = (f"import sys, time; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+    # The child raises KeyboardInterrupt on SIGINT whatever disposition it inherits: in a full-suite run something in
+    # the pytest process leaves SIGINT ignored, and an ignored signal stays ignored across exec (Python then installs
+    # no handler), so the child slept through it (session 5, twice; never alone).
+    script = (f"import signal, sys, time; signal.signal(signal.SIGINT, signal.default_int_handler); "
+              f"sys.path.insert(0, {str(Path(__file__).parent)!r}); "
               "from pathlib import Path; from evalgate.engine import serve; "
               f"serve.LAUNCHER = [{str(FAKE)!r}]; serve.STOP_GRACE_S = 2.0; "
               "port = serve.free_port(); "
