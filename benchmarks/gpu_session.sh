@@ -3,12 +3,8 @@
 # benchmarks/gpu_poll.sh waits and tars /tmp/r into $OUT.
 # Session 4 device jobs, run in the background from a private copy of the checkout (/tmp/repo).
 set -uo pipefail
-export PYTHONPATH=/tmp/repo:/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages EVALGATE_HOME=/tmp/eghome PYTHONUNBUFFERED=1
-export PATH=/tmp/site/bin:$PATH
-cd /tmp/repo
-R=/tmp/r; mkdir -p $R
-python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__, torch.cuda.get_device_name())" > $R/device.txt 2>&1
-nvidia-smi > $R/nvidia-smi.txt 2>&1
+export EVALGATE_HOME=/tmp/eghome
+source /tmp/repo/benchmarks/gpu_env.sh
 t0=$(date +%s)
 i=0
 for k in "baseline_pins" "async_scheduling" "mtp1_at_fp32" "cuda_only_config and fp16-state-flashinfer" "cuda_only_config and sr-only" "cuda_only_config and flashinfer-mamba" "cuda_only_config and cline-recipe"; do

@@ -4,12 +4,7 @@
 #  B. each variant's FP32 baselines (fp16-state candidate) and the long task with stochastic rounding;
 #  C. the chosen checkpoint installed, then `evalgate ablate --config cline-recipe --kind cumulative` (issue 14).
 set -uo pipefail
-export PYTHONPATH=/tmp/repo:/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages PYTHONUNBUFFERED=1
-export PATH=/tmp/site/bin:$PATH
-cd /tmp/repo
-R=/tmp/r; mkdir -p $R
-python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__, torch.cuda.get_device_name())" > $R/device.txt 2>&1
-nvidia-smi > $R/nvidia-smi.txt 2>&1
+source /tmp/repo/benchmarks/gpu_env.sh
 t0=$(date +%s)
 stamp() { echo "$1 $(( $(date +%s)-t0 )) s" >> $R/phases.txt; }
 CORPUS=/tmp/repo/.whl-gpu/s5/corpus.txt
