@@ -13,6 +13,8 @@ import json
 import sys
 from pathlib import Path
 
+from evalgate.fmt import num
+
 
 def _e(x: float | None) -> str:
     return "–" if x is None else f"{x:.1e}"
@@ -23,8 +25,8 @@ def table(run: Path) -> str:
     v = json.loads((run / "verdict.json").read_text())
     t = next(t for t in v["tasks"] if t["task"] == "longgen_shipments")
     ev = t["evidence"]
-    lines = [f"**{run.name}**: row_acc {t['baseline']:.1f} % → {t['candidate']:.1f} % (Δ {t['delta']:+.2f} pts, "
-             f"90 % CI [{t['ci_low']:+.2f}, {t['ci_high']:+.2f}]), identical outputs "
+    lines = [f"**{run.name}**: row_acc {t['baseline']:.1f} % → {t['candidate']:.1f} % (Δ {num(t['delta'], 2)} pts, "
+             f"90 % CI [{num(t['ci_low'], 2)}, {num(t['ci_high'], 2)}]), identical outputs "
              f"{ev['divergence']['identical_share']:.0%}, decode KL mean {_e(ev['decode']['kl_mean'])} / max "
              f"{_e(ev['decode']['kl_max'])} nats/token; verdict {t['verdict']}", "",
              "| output tokens | baseline | candidate | Δ pts | identical | KL mean |", "|---|--:|--:|--:|--:|--:|"]
@@ -33,7 +35,7 @@ def table(run: Path) -> str:
             lines.append(f"| {b['lo']}– | no output reaches it ({b['baseline']:.1f} % of its rows right) | | | | |")
             continue
         hi = "" if b["hi"] is None else b["hi"]
-        lines.append(f"| {b['lo']}–{hi} | {b['baseline']:.1f} % | {b['candidate']:.1f} % | {b['delta']:+.2f} | "
+        lines.append(f"| {b['lo']}–{hi} | {b['baseline']:.1f} % | {b['candidate']:.1f} % | {num(b['delta'], 2)} | "
                      f"{b['identical_share']:.0%} | {_e(b['kl_mean'])} |")
     return "\n".join(lines)
 

@@ -85,14 +85,20 @@ def test_run_uses_the_submitted_result_once_and_keys_on_the_limits(monkeypatch: 
         pool.close()
 
 
-def test_coding_answers_start_in_the_pool_and_the_scorer_picks_them_up(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[str] = []
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every program the pool (or a scorer) runs, in order; they still run for real."""
+    seen: list[str] = []
 
     def counting(program: str, **limits: object) -> object:
-        calls.append(program)
+        seen.append(program)
         return run_python(program, **limits)
 
     monkeypatch.setattr(scoring, "run_python", counting)
+    return seen
+
+
+def test_coding_answers_start_in_the_pool_and_the_scorer_picks_them_up(calls: list[str]) -> None:
     utils = _coding_utils()  # registers coding_humaneval's program
     docs = utils.read_problems()[:2]
     try:
@@ -183,17 +189,9 @@ def test_wait_seconds_count_the_time_scorers_spend_on_programs(monkeypatch: pyte
 
 
 @pytest.mark.parametrize("module, task", [("mbpp.py", "coding_mbpp"), ("coding_small.py", "coding_small")])
-def test_every_coding_task_prescores_through_the_pool(monkeypatch: pytest.MonkeyPatch, module: str,
-                                                      task: str) -> None:
+def test_every_coding_task_prescores_through_the_pool(calls: list[str], module: str, task: str) -> None:
     """MBPP and coding_small register their programs like HumanEval: an answered completion runs once, in the
     pool, and the task's own process_results takes that result (the reference body passes, a wrong one fails)."""
-    calls: list[str] = []
-
-    def counting(program: str, **limits: object) -> object:
-        calls.append(program)
-        return run_python(program, **limits)
-
-    monkeypatch.setattr(scoring, "run_python", counting)
     mod = load_module(ROOT / "suites" / "coding" / module)
     assert scoring._programs[task][0] is mod.build_program
     if task == "coding_small":

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from evalgate import scoring
 from evalgate.engine.item_evidence import decode_evidence, logit_evidence, suite_spec_decode
 from evalgate.engine.protocol import CONFIG_ERROR_EXIT, CONFIG_ERROR_TAG, LIMITS_TAG, LOGPROBS_K, versions
 from evalgate.engine.suite_eval import evaluate_suite
@@ -46,7 +47,6 @@ def main(spec_path: str) -> int:
     effective = engine.effective_config()
     print(f"evalgate: engine started in {start_s:.1f} s; effective config: {json.dumps(effective)}", flush=True)
     store = ResultStore(Path(spec["store"]))
-    from evalgate import scoring
 
     # Coding completions start in the sandbox pool as they finish; the suite's scorer picks the results up.
     lm = make_lm(engine, GenerationJournal(Path(spec["journal"])), logprobs=LOGPROBS_K, on_answer=scoring.on_answer)
@@ -69,8 +69,6 @@ def main(spec_path: str) -> int:
 def _run_suite(engine: Any, lm: Any, suite: dict[str, Any], spec: dict[str, Any], sampling: Any, store: ResultStore,
                effective: dict[str, Any], start_s: float, reference: dict[str, Any] | None) -> None:
     """Evaluate one suite in the worker, attach its evidence, store it, and log where its time went."""
-    from evalgate import scoring
-
     before = engine.spec_decode_counters()
     reused, generated, engine_s, wait_s = lm.reused, lm.generated, lm.engine_s, scoring.wait_seconds()
     t1 = time.monotonic()
