@@ -3,9 +3,10 @@
 The recipe's switches are its differences from its baseline: each top-level ``engine_args`` key and each ``env``
 variable whose value differs, in the recipe file's order. Variants: every switch alone on the baseline, then the
 cumulative recipe in that order (+first, +second, ...; the last is the whole recipe). A variant this platform refuses
-(``engine.check_platform``: FlashInfer or stochastic rounding on CPU; or a value vLLM rejects) is skipped and the
-table says why; the cumulative chain then goes on over the switches that run (documented: on CPU the chain is "the
-recipe minus what this platform cannot run"). Variants with the same requested config are evaluated once, and every
+(``engine.check_platform``: FlashInfer or stochastic rounding on CPU, stochastic rounding on the Triton kernel of a
+Hopper GPU; or a value vLLM rejects) is skipped and the table says why; its switch is tried again with each later
+cumulative step (so SR joins the chain once FlashInfer does), and a switch refused to the end is left out (on CPU the
+last row is "the recipe minus what this platform cannot run"). Variants with the same requested config are evaluated once, and every
 suite result comes from the store when an earlier run (``evalgate run`` of the same config, or a previous ablation)
 computed it. Speed: the baseline's engine stays up for the whole ablation; each variant's engine is measured
 against it in interleaved repeats, then stopped.
@@ -114,6 +115,11 @@ def _apply(base: Any, chosen: tuple[Switch, ...], name: str, known: dict[str, An
 def plan_variants(base: Any, recipe: Any, known: dict[str, Any], refuse: Any) -> list[Variant]:
     """Every switch alone, then the cumulative chain (see the module docstring).
 
+    A cumulative step the platform refuses is skipped and its switch is carried: each later step is tried with it
+    (stochastic rounding on an H200 needs the FlashInfer kernel, the next switch of cline-recipe) and, if still
+    refused, without it. A switch refused to the end is left out of the chain (the last row is then "the recipe
+    minus what this platform cannot run").
+
     Args:
         known: configs by name (to name a variant after an existing config).
         refuse: ``refuse(cfg) -> str``: why this platform cannot run ``cfg`` ("" when it can).
@@ -123,15 +129,24 @@ def plan_variants(base: Any, recipe: Any, known: dict[str, Any], refuse: Any) ->
     for s in found:
         cfg = _apply(base, (s,), f"{recipe.name}~{s.key}", known, recipe.path)
         out.append(Variant("alone", (s,), cfg, refuse(cfg)))
-    chain: list[Switch] = []
+    chain: list[Switch] = []    # the switches of the last step that runs
+    carried: list[Switch] = []  # refused so far: tried again with each later switch
     for i, s in enumerate(found):
-        trial = (*chain, s)
-        cfg = _apply(base, trial, f"{recipe.name}~cum{i + 1}", known, recipe.path)
+        name = f"{recipe.name}~cum{i + 1}"
+        trial = (*chain, *carried, s)
+        cfg = _apply(base, trial, name, known, recipe.path)
         why = refuse(cfg)
-        if why:  # the chain goes on without it
-            why += f" (the cumulative chain continues without {s.key})"
+        if why and carried:  # refused because of a carried switch, or of this one?
+            without = (*chain, s)
+            cfg_without = _apply(base, without, name, known, recipe.path)
+            if not refuse(cfg_without):
+                trial, cfg, why = without, cfg_without, ""
+        if why:
+            carried.append(s)
+            why += f" (the cumulative chain goes on without {s.key} and retries it with each later switch)"
         else:
-            chain.append(s)
+            chain = [x for x in trial]
+            carried = [x for x in carried if x not in trial]
         out.append(Variant("cumulative", trial, cfg, why))
     # The same requested config (e.g. the first switch alone and the first cumulative step) is evaluated once.
     first: dict[str, Any] = {}

