@@ -174,13 +174,17 @@ def ablation_rows(variants: list[Variant], docs: dict[str, dict[str, Any]]) -> l
 
 
 def render_table(rows: list[dict[str, Any]]) -> str:
-    """The ablation as a plain-text table: switch, speed-up [interval] per concurrency, Δ [interval] per task, verdict."""
+    """The ablation as a plain-text table: switch, speed-up [interval] per concurrency, Δ [interval] per task, verdict
+    (a skipped or not-run row: why, on one line)."""
     from evalgate.outputs import pts
 
     lines = []
     for r in rows:
         if r["skipped"]:
             lines.append(f"{r['kind']:10} {r['label'][:60]:60} skipped: {r['skipped']}")
+            continue
+        if r.get("pending"):
+            lines.append(f"{r['kind']:10} {r['label'][:60]:60} not run: {r['not_run']}")
             continue
         speed = "; ".join(_speed_cell(s) for s in r.get("speed") or []) or (
             f"speed {r.get('speed_status') or 'not measured'}")
@@ -198,7 +202,8 @@ def _speed_cell(s: dict[str, Any]) -> str:
 
 def render_html(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     """``ablation.html``: the table, the trade-off plot (each variant's headline speed-up against each task's Δ) and,
-    for a sweep, speed-up by concurrency per variant. Self-contained, no scripts, autoescaped."""
+    for a sweep, speed-up by concurrency per variant; unless ``meta["complete"]``, a line at the top saying how many
+    rows are missing. Self-contained, no scripts, autoescaped."""
     from jinja2 import Environment, PackageLoader, select_autoescape
 
     from evalgate.outputs import pts

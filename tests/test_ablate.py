@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from evalgate import ablate
@@ -104,15 +105,33 @@ def test_rows_and_table() -> None:
     assert "c=16 \u00d71.50 [1.30, 1.70]" in table and "t \u22120.4 [\u22121.2, +0.3]" in table
     assert "skipped: FlashInfer needs CUDA" in table
     html = ablate.render_html(rows, {"recipe": "cline-recipe", "baseline": "baseline", "model": "m", "limit": 5,
-                                     "profile": None, "device": "cpu", "isa": [], "method": "t"})
+                                     "profile": None, "device": "cpu", "isa": [], "method": "t", "complete": True,
+                                     "stopped": ""})
     assert "<svg" in html and "\u00d71.50 [1.30, 1.70]" in html and "<script" not in html
+    assert "did not finish" not in html
+
+
+def test_pending_rows_in_table_and_html() -> None:
+    """A row not run yet: one line in the table; in the HTML its cell and the "did not finish" line, its label (from
+    config values) escaped."""
+    row = {"label": "env X=<b>&", "kind": "alone", "config": "r~X", "skipped": "", "switches": [], "pending": True,
+           "not_run": "the ablation stopped before this row finished"}
+    done = {"label": "a=1", "kind": "alone", "config": "r~a", "skipped": "", "switches": [], "pending": False,
+            "verdict": "PASS", "speed": [], "speed_status": None, "speed_error": None,
+            "tasks": [{"suite": "s", "task": "t", "delta": 0.5, "ci_low": -1.0, "ci_high": 2.0, "verdict": "PASS"}]}
+    assert ablate.render_table([row]) == (f"alone      {'env X=<b>&':60} not run: the ablation stopped before this "
+                                          "row finished")
+    meta = {"recipe": "r", "baseline": "b", "model": "m", "limit": None, "profile": None, "device": "cpu", "isa": [],
+            "method": "t", "complete": False, "stopped": "KeyboardInterrupt"}
+    html = ablate.render_html([done, row], meta)
+    assert "This ablation did not finish: 1 of 2 rows not run" in html and "stopped by KeyboardInterrupt" in html
+    assert "not run: the ablation stopped before this row finished" in html
+    assert "env X=&lt;b&gt;&amp;" in html and "X=<b>" not in html
 
 
 def test_ablate_command_with_fake_workers(monkeypatch, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     """The command's plumbing: one baseline engine for the whole ablation, one engine per distinct runnable variant,
     CPU-refused switches skipped in the table, a row per variant, ablation.html/json and per-variant run dirs."""
-    import json
-
     from runfixtures import task
 
     from evalgate import cli, engine, runner
@@ -169,3 +188,4 @@ def test_ablate_command_with_fake_workers(monkeypatch, tmp_path, capsys) -> None
     assert cli.main(["ablate", "--config", "cline-recipe", "--thresholds", str(tmp_path / "t.yaml"),
                      "--out", str(tmp_path / "ab3"), "--switches", "mamba_backnd"]) == 2
     assert "is not a switch of cline-recipe" in capsys.readouterr().err
+
