@@ -10,6 +10,11 @@ last row is "the recipe minus what this platform cannot run"). Variants with the
 suite result comes from the store when an earlier run (``evalgate run`` of the same config, or a previous ablation)
 computed it. Speed: the baseline's engine stays up for the whole ablation; each variant's engine is measured
 against it in interleaved repeats, then stopped.
+
+Nothing finished is lost: ``ablation.json`` and ``ablation.html`` are rewritten (atomically) after every variant and
+when the ablation is left by an exception (Ctrl-C, a CI cancel, any error), the rows not yet run marked
+``pending`` and ``meta.complete`` false; a rerun of the same command takes every finished suite result from the store.
+The table goes to stdout once, at the end.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -235,6 +241,10 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
     (``pipeline.gate`` of a ``VariantJob``: one run directory per variant under ``variants/``), then
     ``ablation.json``, ``ablation.html`` and the table on stdout.
 
+    ``ablation.json`` and ``ablation.html`` are also written after each variant (passed, failed or refused) and, with
+    what is done, when the loop is left by any exception (the baseline's worker is killed, the exception re-raised):
+    the rows not yet run are ``pending`` and ``meta.complete`` is false. The table is printed at the end only.
+
     Args:
         options: ``options.RunOptions``; speed is measured unless ``no_speed``. kind: ``all``, ``alone`` or
             ``cumulative`` rows. only: these switches' alone rows only. out: the output directory (default
@@ -244,6 +254,8 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
     Raises:
         ConfigError (exit 2): bad input, an unknown switch, nothing to ablate, a profile the baseline cannot run.
         EngineError (exit 3): the baseline failed, or some variant failed (the others are kept and tabled).
+        Anything else a variant's gate raises (KeyboardInterrupt, ...): re-raised once the partial ``ablation.json``
+            and ``ablation.html`` are written.
     """
     from evalgate import jobs, pipeline, runner
     from evalgate.speedrun import check_profile, speed_profile
@@ -265,44 +277,67 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
                                                 log_path=out / "logs" / "baseline.log", timeout_s=options.timeout,
                                                 logprob_items=options.logprob_items)
     info = dict(base_worker.info)
+    meta = {"recipe": recipe.name, "baseline": base.name, "model": recipe.model, "limit": options.limit,
+            "profile": None if profile is None else profile.as_dict(), "device": info.get("device", "?"),
+            "isa": info.get("isa", []), "method": METHOD, "versions": info.get("versions", {}), "created": stamp,
+            "complete": False, "stopped": ""}
+    docs: dict[str, Any] = {}
+    failed: dict[str, str] = {}
+    refused: dict[str, str] = {}
+    pending = {v.config.name for v in variants if not v.skipped}  # configs not gated yet (each config once)
     try:
-        docs, failed, refused = {}, {}, {}
         for v in variants:
-            if not (v.skipped or v.config.name in docs or v.config.name in failed or v.config.name in refused):
+            if v.config.name in pending:
                 _gate_variant(v, jobs.VariantJob(
                     variant=v.config, baseline=(base_worker, base_run), thresholds=thresholds, suites=suites,
                     options=options, profile=profile, stamp=stamp,
                     gate_name=v.config.name if v.config.name in known else recipe.name,
                     out=out / "variants" / _slug(v.config.name), log_path=out / "logs" / f"{_slug(v.config.name)}.log"),
                     docs, failed, refused)
-    except BaseException:
+                pending.discard(v.config.name)
+                _write_files(out, variants, docs, failed, refused, meta, pending)
+    except BaseException as exc:
         base_worker.kill()
+        meta["stopped"] = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        try:
+            _write_files(out, variants, docs, failed, refused, meta, pending)
+        except Exception as write_exc:  # keep the original exception
+            log.error("ablate: could not write the partial ablation to %s: %s", out, write_exc)
         raise
     base_worker.close()
-    variants = [dataclasses.replace(v, skipped=v.skipped or refused.get(v.config.name, "")) for v in variants]
-    meta = {"recipe": recipe.name, "baseline": base.name, "model": recipe.model, "limit": options.limit,
-            "profile": None if profile is None else profile.as_dict(), "device": info.get("device", "?"),
-            "isa": info.get("isa", []), "method": METHOD, "versions": info.get("versions", {}), "created": stamp}
-    _write_report(out, variants, docs, failed, meta)
+    meta["complete"] = True
+    rows = _write_files(out, variants, docs, failed, refused, meta, pending)
+    print(render_table(rows))
+    print(f"report: {out / 'ablation.html'}")
     if failed:
         raise EngineError(f"{len(failed)} variant(s) failed (the others are in {out / 'ablation.html'}): "
                           + "; ".join(f"{k}: {v}" for k, v in failed.items()))
     return out
 
 
-def _write_report(out: Path, variants: list[Variant], docs: dict[str, Any], failed: dict[str, str],
-                  meta: dict[str, Any]) -> None:
-    """``ablation.json``, ``ablation.html`` and the table on stdout; a failed variant's row says why."""
+def _write_files(out: Path, variants: list[Variant], docs: dict[str, Any], failed: dict[str, str],
+                 refused: dict[str, str], meta: dict[str, Any], pending: set[str]) -> list[dict[str, Any]]:
+    """Write ``ablation.json`` and ``ablation.html`` (each atomically: a temp file in ``out``, then ``os.replace``)
+    from what is done so far; return the rows.
+
+    A variant vLLM refused is skipped, a failed one's row says why; every row has ``pending`` (its config, in
+    ``pending``, is not gated yet) and a pending row ``not_run``: "pending" while the ablation runs, else (once
+    ``meta["stopped"]`` says why it stopped) that it stopped first."""
     from evalgate.store import write_json_atomic
 
+    variants = [dataclasses.replace(v, skipped=v.skipped or refused.get(v.config.name, "")) for v in variants]
     rows = ablation_rows(variants, docs)
     for r in rows:
         if r["config"] in failed and not r.get("verdict"):
             r["skipped"] = f"failed: {failed[r['config']]}"
+        r["pending"] = not r["skipped"] and r["config"] in pending
+        if r["pending"]:
+            r["not_run"] = "the ablation stopped before this row finished" if meta["stopped"] else "pending"
     write_json_atomic(out / "ablation.json", {"meta": meta, "rows": rows})
-    (out / "ablation.html").write_text(render_html(rows, meta), encoding="utf-8")
-    print(render_table(rows))
-    print(f"report: {out / 'ablation.html'}")
+    html, tmp = out / "ablation.html", out / ".ablation.html.tmp"
+    tmp.write_text(render_html(rows, meta), encoding="utf-8")
+    os.replace(tmp, html)
+    return rows
 
 
 def _slug(name: str) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from evalgate import ablate
 from evalgate.config import CONFIGS_DIR, list_configs, load_baseline, load_config
 
@@ -173,8 +175,12 @@ def test_ablate_command_with_fake_workers(monkeypatch, tmp_path, capsys) -> None
     # baseline once; fp16-state (alone = first cumulative step) once; flashinfer / SR never (CPU refuses them)
     assert started[0] == "baseline" and started.count("fp16-state") == 1
     assert not any("mamba_backend" in n or "stochastic" in n for n in started)
-    rows = json.loads((out / "ablation.json").read_text())["rows"]
+    saved = json.loads((out / "ablation.json").read_text())
+    rows = saved["rows"]
+    assert saved["meta"]["complete"] is True and saved["meta"]["stopped"] == ""
     assert len(rows) == 12 and sum(bool(r["skipped"]) for r in rows) == 4
+    assert not any(r["pending"] for r in rows) and not any("not_run" in r for r in rows)
+    assert "did not finish" not in (out / "ablation.html").read_text()
     ran = [r for r in rows if not r["skipped"]]
     assert all(r["speed"][0]["ratio"] == 1.5 for r in ran)
     assert (out / "ablation.html").is_file() and (out / "variants" / "fp16-state" / "verdict.json").is_file()
@@ -189,3 +195,69 @@ def test_ablate_command_with_fake_workers(monkeypatch, tmp_path, capsys) -> None
                      "--out", str(tmp_path / "ab3"), "--switches", "mamba_backnd"]) == 2
     assert "is not a switch of cline-recipe" in capsys.readouterr().err
 
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt(), RuntimeError("boom")], ids=["interrupt", "crash"])
+def test_interrupted_ablation_keeps_its_table(monkeypatch, tmp_path, capsys,  # type: ignore[no-untyped-def]
+                                              exc) -> None:
+    """The 1st variant's gate finishes, the 2nd raises: ablation.json/html were written after the 1st (its row done,
+    the rest pending) and again on the way out (the rest "not run"); the exception propagates, the baseline worker is
+    killed, no table on stdout."""
+    from evalgate import engine, pipeline, runner
+    from evalgate.options import RunOptions
+    from evalgate.suites import default_suites_dir
+
+    class Baseline:
+        info = {"event": "ready", "device": "fake CPU", "isa": [], "versions": {}}
+        killed = closed = False
+
+        def kill(self) -> None:
+            self.killed = True
+
+        def close(self) -> None:
+            self.closed = True
+
+    worker = Baseline()
+    doc = {"verdict": "PASS", "tasks": [{"suite": "docparse", "task": "t", "delta": 0.0, "ci_low": -1.0,
+                                         "ci_high": 1.0, "verdict": "PASS"}]}
+    gated: list[str] = []
+    seen_after_first: dict = {}
+
+    def gate(job):  # type: ignore[no-untyped-def]
+        gated.append(job.variant.name)
+        if len(gated) == 1:
+            return pipeline.Outcome(doc=doc, out=job.out, speed=None)
+        seen_after_first.update(json.loads((out / "ablation.json").read_text()))
+        raise exc
+
+    monkeypatch.setattr(runner, "start_config", lambda cfg, suites, **kw: (worker, object()))
+    monkeypatch.setattr(pipeline, "gate", gate)
+    monkeypatch.setattr(engine, "_has_cuda", lambda: False)
+    (tmp_path / "t.yaml").write_text("alpha: 0.05\ndefault: {margin: 10.0}\nbootstrap_resamples: 1000\n")
+    out = tmp_path / "ab"
+    with pytest.raises(type(exc)):
+        ablate.run_ablation("cline-recipe", CONFIGS_DIR, default_suites_dir(), tmp_path / "t.yaml", ["docparse"],
+                            RunOptions(no_speed=True), out=out)
+    assert worker.killed and not worker.closed
+    assert gated == ["fp16-state", "async-sched"]
+    assert capsys.readouterr().out == ""  # the table is printed at the end only
+    # Independently: the planned rows; fp16-state (alone and the 1st cumulative step) is done, the CPU-refused rows
+    # are skipped, every other row is not run.
+    known = _known()
+    plan = ablate.plan_variants(known["baseline"], known["cline-recipe"], known, _cpu_refuse)
+    want_pending = [not v.skipped and v.config.name != "fp16-state" for v in plan]
+    assert sum(want_pending) == 6
+    for saved, note, stopped in ((seen_after_first, "pending", ""),
+                                 (json.loads((out / "ablation.json").read_text()),
+                                  "the ablation stopped before this row finished",
+                                  "KeyboardInterrupt" if isinstance(exc, KeyboardInterrupt) else "RuntimeError: boom")):
+        assert saved["meta"]["complete"] is False and saved["meta"]["stopped"] == stopped
+        rows = saved["rows"]
+        assert [r["config"] for r in rows] == [v.config.name for v in plan]
+        assert [r["pending"] for r in rows] == want_pending
+        assert [r.get("not_run") for r in rows] == [note if p else None for p in want_pending]
+        assert rows[0]["verdict"] == rows[6]["verdict"] == "PASS" and rows[0]["tasks"][0]["ci_low"] == -1.0
+        assert [bool(r["skipped"]) for r in rows] == [bool(v.skipped) for v in plan]
+    html = (out / "ablation.html").read_text()
+    assert "This ablation did not finish: 6 of 12 rows not run" in html
+    assert html.count("not run: the ablation stopped before this row finished") == 6
+    assert not list(out.glob(".*.tmp"))
