@@ -4,9 +4,10 @@ The recipe's switches are its differences from its baseline: each top-level ``en
 variable whose value differs, in the recipe file's order. Variants: every switch alone on the baseline, then the
 cumulative recipe in that order (+first, +second, ...; the last is the whole recipe). A variant this platform refuses
 (``engine.check_platform``: FlashInfer or stochastic rounding on CPU, stochastic rounding on the Triton kernel of a
-Hopper GPU; or a value vLLM rejects) is skipped and the table says why; its switch is tried again with each later
-cumulative step (so SR joins the chain once FlashInfer does), and a switch refused to the end is left out (on CPU the
-last row is "the recipe minus what this platform cannot run"). Variants with the same requested config are evaluated once, and every
+Hopper GPU) is skipped and the table says why; its switch joins a later cumulative step as soon as it can run (so SR
+joins the chain with FlashInfer), and a switch refused to the end is left out (on CPU the last row is "the recipe
+minus what this platform cannot run"). A value vLLM rejects at engine start skips that row and the later cumulative
+rows that keep it. Variants with the same requested config are evaluated once, and every
 suite result comes from the store when an earlier run (``evalgate run`` of the same config, or a previous ablation)
 computed it. Speed: the baseline's engine stays up for the whole ablation; each variant's engine is measured
 against it in interleaved repeats, then stopped.
@@ -121,10 +122,11 @@ def _apply(base: Any, chosen: tuple[Switch, ...], name: str, known: dict[str, An
 def plan_variants(base: Any, recipe: Any, known: dict[str, Any], refuse: Any) -> list[Variant]:
     """Every switch alone, then the cumulative chain (see the module docstring).
 
-    A cumulative step the platform refuses is skipped and its switch is carried: each later step is tried with it
-    (stochastic rounding on an H200 needs the FlashInfer kernel, the next switch of cline-recipe) and, if still
-    refused, without it. A switch refused to the end is left out of the chain (the last row is then "the recipe
-    minus what this platform cannot run").
+    A cumulative step the platform refuses (its own switch on top of the last step that ran) is skipped, with that
+    switch's reason, and the switch is carried. A later step that runs takes in each carried switch that can then
+    join, one at a time in the recipe's order (stochastic rounding on an H200 joins with the FlashInfer kernel, the
+    next switch of cline-recipe); a later switch refused alone is tried with all the carried ones. A switch refused
+    to the end is left out (the last row is then "the recipe minus what this platform cannot run").
 
     Args:
         known: configs by name (to name a variant after an existing config).
@@ -135,24 +137,34 @@ def plan_variants(base: Any, recipe: Any, known: dict[str, Any], refuse: Any) ->
     for s in found:
         cfg = _apply(base, (s,), f"{recipe.name}~{s.key}", known, recipe.path)
         out.append(Variant("alone", (s,), cfg, refuse(cfg)))
-    chain: list[Switch] = []    # the switches of the last step that runs
+    chain: list[Switch] = []    # the switches of the last step that ran
     carried: list[Switch] = []  # refused so far: tried again with each later switch
     for i, s in enumerate(found):
         name = f"{recipe.name}~cum{i + 1}"
-        trial = (*chain, *carried, s)
-        cfg = _apply(base, trial, name, known, recipe.path)
-        why = refuse(cfg)
-        if why and carried:  # refused because of a carried switch, or of this one?
-            without = (*chain, s)
-            cfg_without = _apply(base, without, name, known, recipe.path)
-            if not refuse(cfg_without):
-                trial, cfg, why = without, cfg_without, ""
+
+        def runs(trial: list[Switch]) -> tuple[tuple[Switch, ...], Any, str]:
+            ordered = tuple(sorted(trial, key=found.index))  # the recipe's order, whatever joined when
+            cfg = _apply(base, ordered, name, known, recipe.path)
+            return ordered, cfg, refuse(cfg)
+
+        trial, cfg, why = runs([*chain, s])
+        if why and carried:  # this switch may need a carried one (SR on Hopper needs FlashInfer): try them all
+            trial_all, cfg_all, why_all = runs([*chain, *carried, s])
+            if not why_all:
+                trial, cfg, why = trial_all, cfg_all, ""
+        elif not why:  # it runs: each carried switch that can now join, joins (one at a time, in order)
+            for c in list(carried):
+                more = runs([*trial, c])
+                if not more[2]:
+                    trial, cfg, _ = more
         if why:
             carried.append(s)
+            trial = tuple(sorted([*chain, *carried], key=found.index))  # the step as asked: the row's label
+            cfg = _apply(base, trial, name, known, recipe.path)
             why += f" (the cumulative chain goes on without {s.key} and retries it with each later switch)"
         else:
-            chain = [x for x in trial]
-            carried = [x for x in carried if x not in trial]
+            chain = list(trial)
+            carried = [c for c in carried if c not in trial]
         out.append(Variant("cumulative", trial, cfg, why))
     # The same requested config (e.g. the first switch alone and the first cumulative step) is evaluated once.
     first: dict[str, Any] = {}
@@ -295,7 +307,10 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
                     out=out / "variants" / _slug(v.config.name), log_path=out / "logs" / f"{_slug(v.config.name)}.log"),
                     docs, failed, refused)
                 pending.discard(v.config.name)
-                _write_files(out, variants, docs, failed, refused, meta, pending)
+                try:
+                    _write_files(out, variants, docs, failed, refused, meta, pending)
+                except OSError as write_exc:  # e.g. a full disk: the rows are still in memory, the end retries
+                    log.error("ablate: could not write the ablation so far to %s: %s", out, write_exc)
     except BaseException as exc:
         base_worker.kill()
         meta["stopped"] = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -304,9 +319,11 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
         except Exception as write_exc:  # keep the original exception
             log.error("ablate: could not write the partial ablation to %s: %s", out, write_exc)
         raise
-    base_worker.close()
     meta["complete"] = True
-    rows = _write_files(out, variants, docs, failed, refused, meta, pending)
+    try:
+        rows = _write_files(out, variants, docs, failed, refused, meta, pending)
+    finally:
+        base_worker.close()
     print(render_table(rows))
     print(f"report: {out / 'ablation.html'}")
     if failed:
@@ -374,7 +391,7 @@ def _load(config: str, configs_dir: Path, suites_dir: Path, thresholds_path: Pat
 
     recipe = config_mod.load_config(config, configs_dir)
     base = config_mod.load_baseline(recipe, configs_dir)
-    check_platform(base.engine_args, base.path)
+    check_platform(base.engine_args, base.path, base.env)
     thresholds = load_thresholds(thresholds_path)
     suites = load_suites(suites_dir, suite_names)
     known = {n: config_mod.load_config(n, configs_dir, check_engine_args=False)
@@ -387,9 +404,9 @@ def _refusal(cfg: Any) -> str:
     from evalgate.engine import check_platform
 
     try:
-        check_platform(cfg.engine_args, cfg.path)
+        check_platform(cfg.engine_args, cfg.path, cfg.env)
     except ConfigError as exc:
-        return str(exc).split(": ", 2)[-1]
+        return exc.message
     return ""
 
 

@@ -43,6 +43,7 @@ class ConfigError(EvalgateError):
         elif field:
             where = f"{field}: "
         super().__init__(f"{where}{message}")
+        self.message = message  # without the file and field
         self.path = path
         self.field = field
 

@@ -62,7 +62,7 @@ class EngineJob:
         self.cand = config_mod.load_config(self.config, self.configs_dir)
         self.base = config_mod.load_baseline(self.cand, self.configs_dir)
         for cfg in (self.base, self.cand):
-            check_platform(cfg.engine_args, cfg.path)
+            check_platform(cfg.engine_args, cfg.path, cfg.env)
         thresholds = load_thresholds(self.thresholds_path)
         self.suites = load_suites(self.suites_dir, self.suite_names)
         every = list_suites(self.suites_dir)

@@ -93,6 +93,54 @@ def test_a_refused_switch_joins_the_chain_with_the_switch_it_needs() -> None:
     assert never_sr[-1].config.env == {"OMP_NUM_THREADS": "1"}
 
 
+def test_each_carried_switch_joins_on_its_own_when_another_is_refused_for_good() -> None:
+    """Two carried switches: SR (refused until MTP is on, a made-up rule) and FlashInfer (always refused). SR must
+    join as soon as it can run, not wait for FlashInfer (an all-or-nothing carry would drop it for good)."""
+    known = _known()
+    recipe, base = known["cline-recipe"], known["baseline"]
+
+    def refuse(cfg: Any) -> str:
+        args = cfg.engine_args
+        if args.get("mamba_backend") == "flashinfer":
+            return "no FlashInfer here"
+        if args.get("enable_mamba_cache_stochastic_rounding") and not args.get("speculative_config"):
+            return "SR needs MTP here"
+        return ""
+
+    cum = [v for v in ablate.plan_variants(base, recipe, known, refuse) if v.kind == "cumulative"]
+    assert [bool(v.skipped) for v in cum] == [False, True, True, False, False, False]
+    assert cum[1].skipped.startswith("SR needs MTP here") and cum[2].skipped.startswith("no FlashInfer here")
+    assert [s.key for s in cum[3].switches] == ["mamba_ssm_cache_dtype", "async_scheduling"]
+    assert [s.key for s in cum[4].switches] == ["mamba_ssm_cache_dtype", "enable_mamba_cache_stochastic_rounding",
+                                                "async_scheduling", "speculative_config"]
+    last = cum[5].config.engine_args
+    assert last["enable_mamba_cache_stochastic_rounding"] is True and last.get("mamba_backend") == "triton"
+    assert cum[5].config.env == {"OMP_NUM_THREADS": "1"}
+
+
+def test_the_real_platform_check_on_a_simulated_h200_plans_the_measured_chain(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """check_platform + _refusal (not a stand-in): sm_90 with FlashInfer installed gives the rows the H200 ran."""
+    import importlib.util
+
+    from evalgate import engine
+
+    monkeypatch.setattr(engine, "_has_cuda", lambda: True)
+    monkeypatch.setattr(engine, "_gpu_capabilities", lambda visible: ((9, 0),))
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "flashinfer" else real_find_spec(name, *a))
+    known = _known()
+    variants = ablate.plan_variants(known["baseline"], known["cline-recipe"], known, ablate._refusal)
+    cum = [v for v in variants if v.kind == "cumulative"]
+    assert [v.config.name for v in cum if not v.skipped] == [
+        "fp16-state", "fp16-state-sr", "cline-recipe~cum4", "cline-recipe~cum5", "cline-recipe"]
+    assert cum[1].skipped.startswith("stochastic rounding on the Triton Mamba kernel needs the cvt.rs instruction")
+    assert "this GPU is sm_90," in cum[1].skipped and "set 'mamba_backend: flashinfer' (it rounds in software)" in (
+        cum[1].skipped)
+    alone_sr = next(v for v in variants if v.kind == "alone" and v.switches[0].key.startswith("enable_mamba"))
+    assert alone_sr.skipped == "stochastic rounding needs an explicit 'mamba_ssm_cache_dtype: float16'"
+
+
 def test_rows_and_table() -> None:
     known = _known()
     variants = ablate.plan_variants(known["baseline"], known["cline-recipe"], known, _cpu_refuse)

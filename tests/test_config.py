@@ -189,46 +189,57 @@ def test_stochastic_rounding_on_the_triton_kernel_is_refused_on_gpus_without_cvt
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: object() if name == "flashinfer" else real_find_spec(name, *a))
-    for capability, refused in (((9, 0), True), ((8, 0), True), ((12, 0), True), ((10, 0), False), ((10, 3), False)):
-        monkeypatch.setattr(engine, "_compute_capability", lambda c=capability: c)
+    cases = ((((9, 0),), "sm_90"), (((8, 0),), "sm_80"), (((12, 0),), "sm_120"), (((9, 0), (8, 6)), "sm_86/sm_90"),
+             (((10, 0),), None), (((10, 3),), None), (((9, 0), (10, 0)), None))  # mixed: CUDA may pick the SM100
+    for caps, arch in cases:
+        monkeypatch.setattr(engine, "_gpu_capabilities", lambda visible, c=caps: c)
         for backend in (None, "triton", "TRITON"):
             args = sr if backend is None else {**sr, "mamba_backend": backend}
-            if refused:
+            if arch:
                 with pytest.raises(ConfigError) as ei:
                     engine.check_platform(args, "cum2.yaml")
                 assert ei.value.field == "engine_args.enable_mamba_cache_stochastic_rounding"
-                assert f"sm_{capability[0]}{capability[1]}" in str(ei.value) and "cum2.yaml" in str(ei.value)
-                assert "mamba_backend: flashinfer" in str(ei.value)
+                assert f"this GPU is {arch}," in str(ei.value) and str(ei.value).startswith("cum2.yaml: ")
+                assert ei.value.message.endswith("set 'mamba_backend: flashinfer' (it rounds in software)")
             else:
                 engine.check_platform(args, "cum2.yaml")
         engine.check_platform({**sr, "mamba_backend": "flashinfer"}, "x")  # software rounding: every capability
-    monkeypatch.setattr(engine, "_compute_capability", lambda: None)  # unreadable: left to the engine
+    monkeypatch.setattr(engine, "_gpu_capabilities", lambda visible: None)  # unreadable: left to the engine
     engine.check_platform(sr, "x")
     assert [engine.triton_rounds_stochastically((m, 0)) for m in (7, 8, 9, 10, 11, 12)] == [
         False, False, False, True, True, False]
+    # The GPUs asked about are the config's own CUDA_VISIBLE_DEVICES when it sets one, else the process's.
+    asked: list[str] = []
+    monkeypatch.setattr(engine, "_gpu_capabilities", lambda visible: asked.append(visible))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
+    engine.check_platform(sr, "x", {"CUDA_VISIBLE_DEVICES": "5"})
+    engine.check_platform(sr, "x", {})
+    assert asked == ["5", "2"]
 
 
-def test_compute_capability_is_read_with_nvidia_smi_for_the_first_visible_gpu(
+def test_gpu_capabilities_are_read_with_nvidia_smi_for_the_visible_gpus(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A stand-in ``nvidia-smi`` on PATH: its arguments are recorded, its answer parsed; a failing one reads None."""
+    """A stand-in ``nvidia-smi`` on PATH (two GPUs, one line unreadable): visible indices, UUID prefixes, MIG UUIDs
+    and ``-1`` pick the right rows; a failing ``nvidia-smi`` reads None."""
     from evalgate import engine
 
-    log = tmp_path / "args.txt"
     smi = tmp_path / "nvidia-smi"
-    smi.write_text(f'#!/bin/sh\necho "$@" > {log}\necho "9.0"\n')
+    smi.write_text("#!/bin/sh\n"
+                   '[ "$*" = "--query-gpu=index,uuid,compute_cap --format=csv,noheader" ] || exit 7\n'
+                   "printf '0, GPU-aaa111, 9.0\\n1, GPU-bbb222, 10.0\\n2, GPU-ccc333, [N/A]\\n'\n")
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
     monkeypatch.setattr(engine, "_has_cuda", lambda: True)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
-    assert engine._compute_capability() == (9, 0)
-    assert log.read_text().split() == ["--query-gpu=compute_cap", "--format=csv,noheader", "-i", "3"]
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-    assert engine._compute_capability() == (9, 0)
-    assert "-i" not in log.read_text().split()
+    read = engine._gpu_capabilities.__wrapped__  # uncached: the stand-in changes below
+    assert read("") == ((9, 0), (10, 0))
+    assert read("1") == ((10, 0),) and read("0,1") == ((9, 0), (10, 0)) and read(" 0 ") == ((9, 0),)
+    assert read("GPU-bbb") == ((10, 0),) and read("GPU-aaa111,1") == ((9, 0), (10, 0))
+    assert read("MIG-1234-5678") == ((9, 0), (10, 0))  # cannot be mapped: every GPU
+    assert read("-1") is None and read("7") is None and read("2") is None
     smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
-    assert engine._compute_capability() is None
+    assert read("") is None
     monkeypatch.setattr(engine, "_has_cuda", lambda: False)
-    assert engine._compute_capability() is None
+    assert read("") is None
 
 
 vllm = pytest.importorskip("vllm.engine.arg_utils", reason="needs vLLM for EngineArgs names")

