@@ -7,3 +7,6 @@ cd /tmp/repo
 R=/tmp/r; mkdir -p $R
 python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__, torch.cuda.get_device_name())" > $R/device.txt 2>&1
 nvidia-smi > $R/nvidia-smi.txt 2>&1
+# Phase marks: `stamp NAME` appends "NAME <seconds since sourcing>" to $R/phases.txt.
+t0=$(date +%s)
+stamp() { echo "$1 $(( $(date +%s)-t0 )) s" >> $R/phases.txt; }

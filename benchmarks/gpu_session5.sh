@@ -5,8 +5,6 @@
 #  C. the chosen checkpoint installed, then `evalgate ablate --config cline-recipe --kind cumulative` (issue 14).
 set -uo pipefail
 source /tmp/repo/benchmarks/gpu_env.sh
-t0=$(date +%s)
-stamp() { echo "$1 $(( $(date +%s)-t0 )) s" >> $R/phases.txt; }
 CORPUS=/tmp/repo/.whl-gpu/s5/corpus.txt
 declare -A MIX=([A]="coding=12,longgen=4,longgen_rows=2-8,long_len=1408"
                 [B]="coding=12,coding_kinds_every=3,longgen=4,longgen_rows=2-12,long_len=1920")

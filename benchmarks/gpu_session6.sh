@@ -8,19 +8,11 @@
 set -uo pipefail
 export EVALGATE_HOME=/tmp/eghome
 source /tmp/repo/benchmarks/gpu_env.sh
-t0=$(date +%s)
-stamp() { echo "$1 $(( $(date +%s)-t0 )) s" >> $R/phases.txt; }
 s=$(date +%s)
 python3 -m evalgate ablate --config cline-recipe --suites docparse coding finance --limit 20 --concurrency 1,16,256 \
   --kind cumulative --out $R/ablate-cum > $R/ablate-cum.log 2>&1
 echo "rc=$? $(( $(date +%s)-s )) s" >> $R/ablate-cum.log
 stamp "ablate-cum"
-for k in "serve_mode" "not serve_mode"; do
-  n=$([ "$k" = serve_mode ] && echo serve || echo rest)
-  s=$(date +%s)
-  timeout 900 python3 -m pytest -q -ra -p no:cacheprovider tests/test_gpu.py -k "$k" --junitxml=$R/gpu-$n.xml \
-    > $R/gpu-$n.log 2>&1
-  echo "rc=$? $(( $(date +%s)-s )) s" >> $R/gpu-$n.log
-  stamp "gpu-$n"
-done
+bash /tmp/repo/benchmarks/gpu_tests_alone.sh
+stamp "tests"
 echo done > $R/all-done.txt
