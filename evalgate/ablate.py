@@ -275,6 +275,8 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
     from evalgate.speed import METHOD
     from evalgate.store import ResultStore
 
+    if out is not None and out.exists() and not out.is_dir():
+        raise ConfigError("exists and is not a directory (the ablation's output directory)", path=out, field="--out")
     recipe, base, thresholds, suites, known = _load(config, configs_dir, suites_dir, thresholds_path, suite_names)
     variants = _select(plan_variants(base, recipe, known, _refusal), kind, only, recipe, base)
     stamp = pipeline.stamp_now()
@@ -394,8 +396,12 @@ def _load(config: str, configs_dir: Path, suites_dir: Path, thresholds_path: Pat
     check_platform(base.engine_args, base.path, base.env)
     thresholds = load_thresholds(thresholds_path)
     suites = load_suites(suites_dir, suite_names)
-    known = {n: config_mod.load_config(n, configs_dir, check_engine_args=False)
-             for n in config_mod.list_configs(configs_dir)}
+    known = {}
+    for name in config_mod.list_configs(configs_dir):  # only to name variants: a broken unrelated config is skipped
+        try:
+            known[name] = config_mod.load_config(name, configs_dir, check_engine_args=False)
+        except ConfigError as exc:
+            log.warning("ablate: %s (not used to name variants)", exc)
     return recipe, base, thresholds, suites, known
 
 
@@ -412,7 +418,11 @@ def _refusal(cfg: Any) -> str:
 
 def _select(variants: list[Variant], kind: str, only: list[str] | None, recipe: Any, base: Any) -> list[Variant]:
     """The rows asked for: ``kind`` (all / alone / cumulative), and with ``only`` just those switches' alone rows
-    (the cumulative rows need the whole chain). ConfigError for an unknown switch or nothing to ablate."""
+    (a cumulative row is a prefix of the whole chain, so it cannot be picked by switch). ConfigError for an unknown
+    switch, ``only`` with ``kind`` cumulative, or nothing to ablate."""
+    if only and kind == "cumulative":
+        raise ConfigError("--switches picks alone rows; the cumulative rows are the whole chain (leave --switches out "
+                          "or use --kind alone)", field="--switches")
     if kind != "all":  # e.g. the alone rows in one command, the cumulative ones in another (the store is shared)
         variants = [v for v in variants if v.kind == kind]
     if only:
@@ -421,7 +431,7 @@ def _select(variants: list[Variant], kind: str, only: list[str] | None, recipe: 
         if unknown:
             raise ConfigError(f"{unknown[0]!r} is not a switch of {recipe.name}; its switches: {', '.join(sorted(names))}",
                               field="--switches")
-        variants = [v for v in variants if v.kind != "alone" or v.switches[0].key in only]
+        variants = [v for v in variants if v.kind == "alone" and v.switches[0].key in only]
     if not variants:
         raise ConfigError(f"{recipe.name} does not differ from its baseline {base.name}: nothing to ablate",
                           path=recipe.path)

@@ -168,6 +168,15 @@ def _concurrency_list(text: str) -> list[int]:
     return values
 
 
+def _switch_list(text: str) -> list[str]:
+    """``--switches mamba_backend,speculative_config`` as a list of engine-arg / env names (argparse type); an empty
+    name (",", "a,,b") is an error, not "every switch"."""
+    names = [k.strip() for k in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"must be switch names separated by commas, e.g. mamba_backend; got {text!r}")
+    return names
+
+
 def cmd_model_prepare(args: argparse.Namespace) -> int:
     """Convert the embedded default model once (idempotent) and print where it lives."""
     from evalgate.model import prepare_embedded_model
@@ -246,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
                                "else the built-in one")
     ab.add_argument("--kind", choices=("all", "alone", "cumulative"), default="all",
                     help="which rows: each switch alone, the cumulative recipe, or both (default)")
-    ab.add_argument("--switches", type=lambda t: [k for k in t.split(",") if k], default=None, metavar="KEY[,KEY]",
+    ab.add_argument("--switches", type=_switch_list, default=None, metavar="KEY[,KEY]",
                     help="only these switches' alone rows, e.g. mamba_backend,speculative_config")
     ab.set_defaults(func=cmd_ablate)
     _model_parser(sub)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -242,6 +243,42 @@ def test_ablate_command_with_fake_workers(monkeypatch, tmp_path, capsys) -> None
     assert cli.main(["ablate", "--config", "cline-recipe", "--thresholds", str(tmp_path / "t.yaml"),
                      "--out", str(tmp_path / "ab3"), "--switches", "mamba_backnd"]) == 2
     assert "is not a switch of cline-recipe" in capsys.readouterr().err
+    # --switches without --kind: still only those switches' alone rows (no cumulative chain)
+    started.clear()
+    assert cli.main(["ablate", "--config", "cline-recipe", "--suites", "docparse", "--thresholds", str(tmp_path / "t.yaml"),
+                     "--out", str(tmp_path / "ab4"), "--switches", "OMP_NUM_THREADS,async_scheduling"]) == 0
+    assert started == ["baseline", "async-sched", "omp1"]
+    rows = json.loads((tmp_path / "ab4" / "ablation.json").read_text())["rows"]
+    assert [(r["kind"], r["config"]) for r in rows] == [("alone", "async-sched"), ("alone", "omp1")]
+    # usage errors, exit 2 before any engine starts: --switches with --kind cumulative, an empty name, --out a file
+    started.clear()
+    (tmp_path / "a-file").write_text("x")
+    for argv, said in ((["--kind", "cumulative", "--switches", "OMP_NUM_THREADS"], "--switches picks alone rows"),
+                       (["--switches", ","], "must be switch names separated by commas"),
+                       (["--out", str(tmp_path / "a-file")], "exists and is not a directory")):
+        out_args = [] if "--out" in argv else ["--out", str(tmp_path / "ab5")]
+        assert cli.main(["ablate", "--config", "cline-recipe", "--thresholds", str(tmp_path / "t.yaml"),
+                         *out_args, *argv]) == 2
+        assert said in capsys.readouterr().err
+    assert started == []
+
+
+def test_a_broken_unrelated_config_does_not_stop_an_ablation(tmp_path, caplog) -> None:  # type: ignore[no-untyped-def]
+    """The other configs only name variants (fp16-state, ...): one that does not parse is skipped with a warning."""
+    import logging
+    import shutil
+
+    from evalgate.suites import default_suites_dir
+
+    configs = tmp_path / "configs"
+    shutil.copytree(CONFIGS_DIR, configs)
+    (configs / "zz-broken.yaml").write_text("extends: baseline\nengine_args: [not, a, mapping\n")
+    with caplog.at_level(logging.WARNING, logger="evalgate"):
+        recipe, base, _, _, known = ablate._load("cline-recipe", configs, default_suites_dir(),
+                                                 Path(__file__).resolve().parents[1] / "thresholds.yaml", ["docparse"])
+    assert recipe.name == "cline-recipe" and base.name == "baseline"
+    assert "zz-broken" not in known and "fp16-state" in known
+    assert "zz-broken.yaml" in caplog.text and "not used to name variants" in caplog.text
 
 
 @pytest.mark.parametrize("exc", [KeyboardInterrupt(), RuntimeError("boom")], ids=["interrupt", "crash"])

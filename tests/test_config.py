@@ -217,6 +217,26 @@ def test_stochastic_rounding_on_the_triton_kernel_is_refused_on_gpus_without_cvt
     assert asked == ["5", "2"]
 
 
+def test_cuda_is_a_gpu_device_node_not_the_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUDA_VISIBLE_DEVICES alone never makes a CPU host count as CUDA; "" and "-1" hide every GPU, as for CUDA."""
+    import glob
+
+    from evalgate import engine
+
+    nodes: list[str] = []
+    monkeypatch.setattr(glob, "glob", lambda pattern: list(nodes) if pattern == "/dev/nvidia[0-9]*" else [])
+    for visible, with_node, without_node in ((None, True, False), ("0", True, False), ("", False, False),
+                                            ("-1", False, False), (" -1 ", False, False), ("GPU-aaa", True, False)):
+        if visible is None:
+            monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        else:
+            monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+        nodes[:] = ["/dev/nvidia0"]
+        assert engine._has_cuda() is with_node, visible
+        nodes[:] = []
+        assert engine._has_cuda() is without_node, visible
+
+
 def test_gpu_capabilities_are_read_with_nvidia_smi_for_the_visible_gpus(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A stand-in ``nvidia-smi`` on PATH (two GPUs, one line unreadable): visible indices, UUID prefixes, MIG UUIDs

@@ -149,7 +149,14 @@ def declare_dtype(dtype: str, hf_config: Any) -> Any:
 
 
 def _has_cuda() -> bool:
-    return os.path.exists("/dev/nvidia0") or bool(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    """A GPU device node exists and ``CUDA_VISIBLE_DEVICES`` (when set) does not hide every GPU ("" or "-1" do, as
+    for CUDA itself); no CUDA import. The variable alone never makes a host without a GPU count as CUDA."""
+    import glob
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and (not visible.strip() or visible.strip().startswith("-")):
+        return False
+    return bool(glob.glob("/dev/nvidia[0-9]*"))
 
 
 def triton_rounds_stochastically(capability: tuple[int, int]) -> bool:
@@ -184,8 +191,12 @@ def _gpu_capabilities(visible: str) -> tuple[tuple[int, int], ...] | None:
         return None
     cmd = ["nvidia-smi", "--query-gpu=index,uuid,compute_cap", "--format=csv,noheader"]
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        import logging
+
+        logging.getLogger("evalgate").warning("nvidia-smi gave no compute capability (%s); the platform check "
+                                              "cannot tell whether this GPU has cvt.rs", type(exc).__name__)
         return None
     gpus: list[tuple[str, str, tuple[int, int]]] = []
     for line in out.splitlines():
