@@ -10,6 +10,7 @@ is the handle of a worker kept alive after its suites to answer speed-measuremen
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -150,6 +151,9 @@ def _plan(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: R
     }) for s in suites}
     cached = {name: e for name, key in keys.items() if (e := store.get(key)) is not None}
     missing = [s for s in suites if s.name not in cached]
+    if cached:  # say so: a rerun that reuses results should not look like one that recomputed them
+        logging.getLogger("evalgate").info("%s: %s from the store (%d of %d suites)", cfg.name, ", ".join(sorted(cached)),
+                                           len(cached), len(suites))
     journal = str(store.root / "journal" / f"{journal_key}.jsonl")
     scores = str(store.root / "scores" / f"{journal_key}.jsonl")
     spec = {"model": model_path, "engine_args": cfg.engine_args, "env": cfg.env,

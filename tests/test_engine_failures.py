@@ -200,8 +200,8 @@ WRITE_FIRST_SUITE_THEN = """
 """
 
 
-def test_partial_results_stay_in_the_store_and_are_not_recomputed(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_partial_results_stay_in_the_store_and_are_not_recomputed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
     calls = tmp_path / "calls.txt"
     store = ResultStore(tmp_path / "store")
     suites = [suite(tmp_path, n) for n in ("a", "b", "c")]
@@ -214,9 +214,11 @@ def test_partial_results_stay_in_the_store_and_are_not_recomputed(tmp_path: Path
     assert len(kept) == 2, "the two finished suites are kept"
     # Second run: only c is asked for; a and b come from the store.
     fake_worker(tmp_path, monkeypatch, WRITE_FIRST_SUITE_THEN.format(calls=str(calls), crash_at=99), python=True)
-    run = evaluate(tmp_path, suites, store)
+    with caplog.at_level("INFO", logger="evalgate"):
+        run = evaluate(tmp_path, suites, store)
     assert calls.read_text().splitlines() == ["a b c", "c"]
     assert sorted(run.cached) == ["a", "b"]
+    assert ": a, b from the store (2 of 3 suites)" in caplog.text  # the reuse is said, not silent
     assert sorted(run.tasks) == ["a_task", "b_task", "c_task"]
     assert run.timings["suite:c"] == 1.0 and run.timings["suite:a"] == 0.0
 
