@@ -279,6 +279,9 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
         raise ConfigError("exists and is not a directory (the ablation's output directory)", path=out, field="--out")
     recipe, base, thresholds, suites, known = _load(config, configs_dir, suites_dir, thresholds_path, suite_names)
     variants = _select(plan_variants(base, recipe, known, _refusal), kind, only, recipe, base)
+    if all(v.skipped for v in variants):  # nothing would be measured: say so before the baseline's engine starts
+        raise ConfigError(f"no row of this ablation can run on this platform ({variants[0].skipped.split(' (')[0]}; "
+                          f"{len(variants)} row(s) skipped)", path=recipe.path, field="--kind/--switches")
     stamp = pipeline.stamp_now()
     out = out or Path("runs") / f"ablate-{recipe.name.replace('/', '_')}-{stamp}"
     announce(out)

@@ -221,7 +221,7 @@ def _run_worker(spec: dict[str, Any], cfg: EngineConfig, log_path: Path, timeout
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             kill_group(proc)
-            raise EngineError(f"engine for {cfg.name} timed out after {timeout_s:.0f} s; "
+            raise EngineError(f"engine for {cfg.name} timed out after {timeout_s:g} s; "
                               f"last log lines: {tail(log_path)} (log: {log_path})") from None
         except KeyboardInterrupt:
             kill_group(proc)
@@ -319,7 +319,7 @@ class Worker:
             left = self.deadline - time.monotonic()
             if left <= 0:
                 self.kill()
-                raise EngineError(f"engine for {self.cfg.name} timed out after {self.timeout_s:.0f} s while {doing}; "
+                raise EngineError(f"engine for {self.cfg.name} timed out after {self.timeout_s:g} s while {doing}; "
                                   f"last log lines: {tail(self.log_path)} (log: {self.log_path})")
             ready, _, _ = select.select([self._replies], [], [], min(left, 5.0))
             if ready:

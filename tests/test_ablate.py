@@ -255,7 +255,9 @@ def test_ablate_command_with_fake_workers(monkeypatch, tmp_path, capsys) -> None
     (tmp_path / "a-file").write_text("x")
     for argv, said in ((["--kind", "cumulative", "--switches", "OMP_NUM_THREADS"], "--switches picks alone rows"),
                        (["--switches", ","], "must be switch names separated by commas"),
-                       (["--out", str(tmp_path / "a-file")], "exists and is not a directory")):
+                       (["--out", str(tmp_path / "a-file")], "exists and is not a directory"),
+                       (["--switches", "mamba_backend"], "no row of this ablation can run on this platform (the "
+                                                         "FlashInfer Mamba kernel needs a CUDA GPU")):
         out_args = [] if "--out" in argv else ["--out", str(tmp_path / "ab5")]
         assert cli.main(["ablate", "--config", "cline-recipe", "--thresholds", str(tmp_path / "t.yaml"),
                          *out_args, *argv]) == 2
