@@ -197,18 +197,19 @@ def render_table(rows: list[dict[str, Any]]) -> str:
     from evalgate.outputs import pts
 
     lines = []
+    width = max((len(r["label"]) for r in rows), default=0)  # whole labels: cumulative ones differ at their ends
     for r in rows:
         if r["skipped"]:
-            lines.append(f"{r['kind']:10} {r['label'][:60]:60} skipped: {r['skipped']}")
+            lines.append(f"{r['kind']:10} {r['label']:{width}} skipped: {r['skipped']}")
             continue
         if r.get("pending"):
-            lines.append(f"{r['kind']:10} {r['label'][:60]:60} not run: {r['not_run']}")
+            lines.append(f"{r['kind']:10} {r['label']:{width}} not run: {r['not_run']}")
             continue
         speed = "; ".join(_speed_cell(s) for s in r.get("speed") or []) or (
             f"speed {r.get('speed_status') or 'not measured'}")
         deltas = ", ".join(f"{t['task']} {pts(t['delta'])} [{pts(t['ci_low'])}, {pts(t['ci_high'])}]"
                            for t in r.get("tasks", []))
-        lines.append(f"{r['kind']:10} {r['label'][:60]:60} {r.get('verdict', '?'):12} {speed} | {deltas}")
+        lines.append(f"{r['kind']:10} {r['label']:{width}} {r.get('verdict', '?'):12} {speed} | {deltas}")
     return "\n".join(lines)
 
 
@@ -424,8 +425,8 @@ def _select(variants: list[Variant], kind: str, only: list[str] | None, recipe: 
     (a cumulative row is a prefix of the whole chain, so it cannot be picked by switch). ConfigError for an unknown
     switch, ``only`` with ``kind`` cumulative, or nothing to ablate."""
     if only and kind == "cumulative":
-        raise ConfigError("--switches picks alone rows; the cumulative rows are the whole chain (leave --switches out "
-                          "or use --kind alone)", field="--switches")
+        raise ConfigError("picks alone rows; the cumulative rows are the whole chain (leave --switches out or use "
+                          "--kind alone)", field="--switches")
     if kind != "all":  # e.g. the alone rows in one command, the cumulative ones in another (the store is shared)
         variants = [v for v in variants if v.kind == kind]
     if only:

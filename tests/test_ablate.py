@@ -170,7 +170,7 @@ def test_pending_rows_in_table_and_html() -> None:
     done = {"label": "a=1", "kind": "alone", "config": "r~a", "skipped": "", "switches": [], "pending": False,
             "verdict": "PASS", "speed": [], "speed_status": None, "speed_error": None,
             "tasks": [{"suite": "s", "task": "t", "delta": 0.5, "ci_low": -1.0, "ci_high": 2.0, "verdict": "PASS"}]}
-    assert ablate.render_table([row]) == (f"alone      {'env X=<b>&':60} not run: the ablation stopped before this "
+    assert ablate.render_table([row]) == ("alone      env X=<b>& not run: the ablation stopped before this "
                                           "row finished")
     meta = {"recipe": "r", "baseline": "b", "model": "m", "limit": None, "profile": None, "device": "cpu", "isa": [],
             "method": "t", "complete": False, "stopped": "KeyboardInterrupt"}
@@ -178,6 +178,7 @@ def test_pending_rows_in_table_and_html() -> None:
     assert "This ablation did not finish: 1 of 2 rows not run" in html and "stopped by KeyboardInterrupt" in html
     assert "not run: the ablation stopped before this row finished" in html
     assert "env X=&lt;b&gt;&amp;" in html and "X=<b>" not in html
+    assert "<h2>Trade-off</h2>" not in html  # nothing was measured (--no-speed): no empty plot section
 
 
 def test_ablate_command_with_fake_workers(monkeypatch, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
@@ -235,6 +236,8 @@ def test_ablate_command_with_fake_workers(monkeypatch, tmp_path, capsys) -> None
     assert (out / "ablation.html").is_file() and (out / "variants" / "fp16-state" / "verdict.json").is_file()
     table = capsys.readouterr().out
     assert "skipped: the FlashInfer Mamba kernel needs a CUDA GPU" in table and "c=4 \u00d71.50" in table
+    # whole labels in the terminal table: the cumulative rows differ at their ends
+    assert "+ mamba_ssm_cache_dtype + async_scheduling + speculative_config + OMP_NUM_THREADS " in table
     # --switches keeps only those alone rows; a name that is no switch is a usage error (exit 2)
     started.clear()
     assert cli.main(["ablate", "--config", "cline-recipe", "--suites", "docparse", "--thresholds", str(tmp_path / "t.yaml"),
@@ -253,7 +256,7 @@ def test_ablate_command_with_fake_workers(monkeypatch, tmp_path, capsys) -> None
     # usage errors, exit 2 before any engine starts: --switches with --kind cumulative, an empty name, --out a file
     started.clear()
     (tmp_path / "a-file").write_text("x")
-    for argv, said in ((["--kind", "cumulative", "--switches", "OMP_NUM_THREADS"], "--switches picks alone rows"),
+    for argv, said in ((["--kind", "cumulative", "--switches", "OMP_NUM_THREADS"], "error: --switches: picks alone rows"),
                        (["--switches", ","], "must be switch names separated by commas"),
                        (["--out", str(tmp_path / "a-file")], "exists and is not a directory"),
                        (["--switches", "mamba_backend"], "no row of this ablation can run on this platform (the "
