@@ -140,27 +140,24 @@ def plan_variants(base: Any, recipe: Any, known: dict[str, Any], refuse: Any) ->
     chain: list[Switch] = []    # the switches of the last step that ran
     carried: list[Switch] = []  # refused so far: tried again with each later switch
     for i, s in enumerate(found):
-        name = f"{recipe.name}~cum{i + 1}"
-
-        def runs(trial: list[Switch]) -> tuple[tuple[Switch, ...], Any, str]:
+        def step(trial: list[Switch], i: int = i) -> tuple[tuple[Switch, ...], Any]:
             ordered = tuple(sorted(trial, key=found.index))  # the recipe's order, whatever joined when
-            cfg = _apply(base, ordered, name, known, recipe.path)
-            return ordered, cfg, refuse(cfg)
+            return ordered, _apply(base, ordered, f"{recipe.name}~cum{i + 1}", known, recipe.path)
 
-        trial, cfg, why = runs([*chain, s])
+        trial, cfg = step([*chain, s])
+        why = refuse(cfg)
         if why and carried:  # this switch may need a carried one (SR on Hopper needs FlashInfer): try them all
-            trial_all, cfg_all, why_all = runs([*chain, *carried, s])
-            if not why_all:
-                trial, cfg, why = trial_all, cfg_all, ""
+            with_all = step([*chain, *carried, s])
+            if not refuse(with_all[1]):
+                (trial, cfg), why = with_all, ""
         elif not why:  # it runs: each carried switch that can now join, joins (one at a time, in order)
             for c in list(carried):
-                more = runs([*trial, c])
-                if not more[2]:
-                    trial, cfg, _ = more
+                more = step([*trial, c])
+                if not refuse(more[1]):
+                    trial, cfg = more
         if why:
             carried.append(s)
-            trial = tuple(sorted([*chain, *carried], key=found.index))  # the step as asked: the row's label
-            cfg = _apply(base, trial, name, known, recipe.path)
+            trial, cfg = step([*chain, *carried])  # the step as asked: the row's label
             why += f" (the cumulative chain goes on without {s.key} and retries it with each later switch)"
         else:
             chain = list(trial)
@@ -313,17 +310,11 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
                     out=out / "variants" / _slug(v.config.name), log_path=out / "logs" / f"{_slug(v.config.name)}.log"),
                     docs, failed, refused)
                 pending.discard(v.config.name)
-                try:
-                    _write_files(out, variants, docs, failed, refused, meta, pending)
-                except OSError as write_exc:  # e.g. a full disk: the rows are still in memory, the end retries
-                    log.error("ablate: could not write the ablation so far to %s: %s", out, write_exc)
+                _save_progress(out, variants, docs, failed, refused, meta, pending)
     except BaseException as exc:
         base_worker.kill()
         meta["stopped"] = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        try:
-            _write_files(out, variants, docs, failed, refused, meta, pending)
-        except Exception as write_exc:  # keep the original exception
-            log.error("ablate: could not write the partial ablation to %s: %s", out, write_exc)
+        _save_progress(out, variants, docs, failed, refused, meta, pending)
         raise
     meta["complete"] = True
     try:
@@ -336,6 +327,15 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
         raise EngineError(f"{len(failed)} variant(s) failed (the others are in {out / 'ablation.html'}): "
                           + "; ".join(f"{k}: {v}" for k, v in failed.items()))
     return out
+
+
+def _save_progress(out: Path, *state: Any) -> None:
+    """``_write_files`` for a table that is not final: a failure (e.g. a full disk) is logged, not raised, so the
+    ablation goes on (the rows stay in memory; the final write retries) and an exception on its way out is kept."""
+    try:
+        _write_files(out, *state)
+    except Exception as exc:
+        log.error("ablate: could not write the ablation so far to %s: %s", out, exc)
 
 
 def _write_files(out: Path, variants: list[Variant], docs: dict[str, Any], failed: dict[str, str],

@@ -37,6 +37,8 @@ __all__ = ["ConfigRun", "SpeedError", "Worker", "check_engine_values", "evaluate
            "with_requested_runtime"]
 MIXED_SOURCES = "mixed"  # suites of one run whose evidence came from different sources
 
+log = logging.getLogger("evalgate")
+
 
 @dataclass
 class ConfigRun:
@@ -152,8 +154,8 @@ def _plan(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: R
     cached = {name: e for name, key in keys.items() if (e := store.get(key)) is not None}
     missing = [s for s in suites if s.name not in cached]
     if cached:  # say so: a rerun that reuses results should not look like one that recomputed them
-        logging.getLogger("evalgate").info("%s: %s from the store (%d of %d suites)", cfg.name, ", ".join(sorted(cached)),
-                                           len(cached), len(suites))
+        log.info("%s: %s from the store (%d of %d suites)", cfg.name, ", ".join(sorted(cached)), len(cached),
+                 len(suites))
     journal = str(store.root / "journal" / f"{journal_key}.jsonl")
     scores = str(store.root / "scores" / f"{journal_key}.jsonl")
     spec = {"model": model_path, "engine_args": cfg.engine_args, "env": cfg.env,

@@ -23,6 +23,7 @@ layers; ``readback.effective_config`` reports what the engine resolved, and the 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from typing import Any
 
@@ -193,8 +194,6 @@ def _gpu_capabilities(visible: str) -> tuple[tuple[int, int], ...] | None:
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=True).stdout
     except (OSError, subprocess.SubprocessError) as exc:
-        import logging
-
         logging.getLogger("evalgate").warning("nvidia-smi gave no compute capability (%s); the platform check "
                                               "cannot tell whether this GPU has cvt.rs", type(exc).__name__)
         return None
