@@ -224,6 +224,7 @@ def render_html(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 
     from evalgate.outputs import pts
     from evalgate.plot import sweep_plot, tradeoff_plot
+    from evalgate.speed import repeats_note
 
     points, sweep = [], []
     for r in rows:
@@ -238,6 +239,7 @@ def render_html(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     env = Environment(loader=PackageLoader("evalgate", "templates"), autoescape=select_autoescape(default=True),
                       trim_blocks=True, lstrip_blocks=True)
     env.filters["pts"] = pts
+    env.globals["repeats_note"] = repeats_note
     levels = sorted({s["concurrency"] for r in rows for s in r.get("speed") or []})
     return env.get_template("ablation.html.j2").render(
         rows=rows, meta=meta, tradeoff=tradeoff_plot(points, title="each switch: speed-up against each task's \u0394"),

@@ -22,9 +22,10 @@ from typing import Any
 
 from evalgate.fmt import MINUS, pts
 from evalgate.report import render_html
+from evalgate.speed import repeats_note
 from evalgate.verdict import SpeedBlock, TaskVerdict, Verdict, as_task, as_verdict
-from evalgate.wording import (FLOOR_NOTE, NO_OP_NOTE, SPEC_SOURCE_NOTE, floor_note, items_needed_short, latency_headline,
-                              latency_properties, shown_verdict, spec_decode_line)
+from evalgate.wording import (FLOOR_NOTE, NO_OP_NOTE, SPEC_SOURCE_NOTE, SPEED_MDE_NOTE, floor_note, items_needed_short,
+                              latency_headline, latency_properties, shown_verdict, spec_decode_line)
 
 __all__ = ["FLOOR_NOTE", "HTML_NAME", "JUNIT_NAME", "MARKDOWN_NAME", "NO_OP_NOTE", "SPEC_SOURCE_NOTE", "floor_note",
            "items_needed_short", "pts", "render_error_junit", "render_error_markdown", "render_junit",
@@ -244,15 +245,19 @@ def speed_markdown(speed: SpeedBlock) -> list[str]:
     device = speed.sides.get("candidate", {}).get("device", "?")
     out = [f"**Speed** ({p.get('input_len')} in / {p.get('output_len')} out tokens, {p.get('repeats')} interleaved "
            f"repeats per side, {_md(p.get('mode'))}, {_md(device)}):",
-           "", "| concurrency | baseline output tok/s | candidate output tok/s | speed-up | interval | CV base / cand | |",
-           "|--:|--:|--:|--:|--:|--:|---|"]
+           "", "| concurrency | baseline output tok/s | candidate output tok/s | speed-up | interval | MDE | "
+               "CV base / cand | |",
+           "|--:|--:|--:|--:|--:|--:|--:|---|"]
     for r in speed.levels:
         lo, hi = r.ci_low, r.ci_high
         level = 0.95 if r.level is None else r.level
         ci = f"{100 * level:.0f}% [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "n/a"
         cv = "/".join("n/a" if side.cv is None else f"{100 * side.cv:.1f}%" for side in (r.baseline, r.candidate))
+        mde = "n/a" if r.mde_ratio is None else f"\u00d7{r.mde_ratio:.2f}"
+        need = repeats_note(r.repeats_needed)
         out.append(f"| {r.concurrency} | {r.baseline.median:,.0f} | {r.candidate.median:,.0f} | "
-                   f"\u00d7{r.ratio:.2f} | {ci} | {cv} | {_md(r.verdict)} |")
+                   f"\u00d7{r.ratio:.2f} | {ci} | {mde} | {cv} | {_md(r.verdict)}{'; ' + need if need else ''} |")
+    out += ["", f"_{_md(SPEED_MDE_NOTE)}._"]
     latency = latency_headline(speed.model_dump(exclude_unset=True))
     return [*out, "", _md(latency)] if latency else out
 

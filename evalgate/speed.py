@@ -15,6 +15,14 @@ alternating), so slow drift of the host's load hits both sides of a pair alike. 
   resamples, so the t interval is the honest choice at few repeats.
 
 An interval containing 1 reads "no measurable speed-up", never a win; fewer than 2 repeats give no interval.
+
+Planning, the speed side's minimum detectable effect (``detectable_ratio``, ``repeats_needed``): with the observed
+standard deviation ``s`` of the log ratios, a paired t test at ``n`` repeats detects a true speed-up of
+``exp(+-(t_{1-a/2, n-1} + t_{power, n-1}) * s / sqrt(n))`` with the given power (the sample-size formula for a
+paired mean difference, S.-C. Chow, J. Shao, H. Wang and Y. Lokhnygina, "Sample Size Calculations in Clinical
+Research", 3rd ed., 2017, section 3.1, with t quantiles in place of z, iterated over n). ``repeats_needed`` is the
+fewest repeats at which the observed ratio would be resolved with that power if the spread holds: an estimate from
+3 or so repeats, not a promise, like the items a quality task needs.
 """
 
 from __future__ import annotations
@@ -26,10 +34,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 __all__ = ["CPU_PROFILE", "CUDA_PROFILE", "SpeedComparison", "TrafficProfile", "compare_speed", "coefficient_of_variation",
-           "describe", "speed_block"]
+           "describe", "detectable_ratio", "repeats_needed", "speed_block"]
 
 METHOD = "paired t interval on log throughput ratios (interleaved repeats); point estimate: ratio of medians"
 FASTER, SLOWER, UNMEASURABLE = "faster", "slower", "no measurable speed-up"
+# Planning power of the speed-up's MDE and repeats needed: the thresholds' default power (``thresholds.power``).
+PLANNING_POWER = 0.8
+MAX_REPEATS = 100  # beyond this, repeats_needed reads "more than 100": the effect is small against the spread
 
 
 @dataclass(frozen=True)
@@ -90,6 +101,10 @@ class SpeedComparison:
         ci_low, ci_high: the ``level`` interval of the ratio (NaN with fewer than 2 paired repeats).
         cv_baseline, cv_candidate: each side's coefficient of variation.
         verdict: ``faster`` (interval above 1), ``slower`` (below 1) or ``no measurable speed-up``.
+        mde_ratio: the minimum detectable speed-up (>= 1; a slowdown of 1 / mde_ratio likewise) at these repeats and
+            spread, ``PLANNING_POWER`` (``detectable_ratio``); NaN with fewer than 2 pairs.
+        repeats_needed: for ``no measurable speed-up`` only, the repeats that would resolve the observed ratio
+            (``repeats_needed``); None when measurable or not estimable, ``MAX_REPEATS + 1`` for more than the cap.
     """
 
     concurrency: int
@@ -104,6 +119,66 @@ class SpeedComparison:
     verdict: str
     total_baseline: tuple[float, ...] = field(default=())
     total_candidate: tuple[float, ...] = field(default=())
+    mde_ratio: float = math.nan
+    repeats_needed: int | None = None
+
+
+def _log_ratios(baseline: Sequence[float], candidate: Sequence[float]) -> list[float] | None:
+    """``ln(candidate_i / baseline_i)`` per pair; None for fewer than 2 pairs or a non-positive throughput."""
+    if len(baseline) != len(candidate):
+        raise ValueError(f"unpaired repeats: {len(baseline)} baseline vs {len(candidate)} candidate")
+    if len(baseline) < 2 or min(*baseline, *candidate) <= 0:
+        return None
+    return [math.log(c / b) for b, c in zip(baseline, candidate)]
+
+
+def _detectable_log(sd: float, n: int, level: float, power: float) -> float:
+    """``(t_{(1+level)/2, n-1} + t_{power, n-1}) * sd / sqrt(n)``: the detectable |mean log ratio| at n pairs."""
+    from scipy.stats import t as student_t
+
+    return float(student_t.ppf(0.5 + level / 2, n - 1) + student_t.ppf(power, n - 1)) * sd / math.sqrt(n)
+
+
+def detectable_ratio(baseline: Sequence[float], candidate: Sequence[float], level: float = 0.95,
+                     power: float = PLANNING_POWER) -> float:
+    """Minimum detectable speed-up at these paired repeats (module docstring): ``exp`` of the detectable mean log
+    ratio with the observed spread, so >= 1; a slowdown to ``1 / result`` is detectable alike.
+
+    Args:
+        baseline, candidate: output tok/s per interleaved repeat, paired by index.
+        level: the interval's two-sided confidence level; power: the wanted power, in (0, 1).
+    Returns:
+        The ratio, or NaN for fewer than 2 pairs or a non-positive throughput.
+    Raises:
+        ValueError: unpaired repeats.
+    """
+    d = _log_ratios(baseline, candidate)
+    if d is None:
+        return math.nan
+    return math.exp(_detectable_log(statistics.stdev(d), len(d), level, power))
+
+
+def repeats_needed(baseline: Sequence[float], candidate: Sequence[float], level: float = 0.95,
+                   power: float = PLANNING_POWER, cap: int = MAX_REPEATS) -> int | None:
+    """Fewest paired repeats (>= 2) at which the observed mean log ratio is detectable with ``power``, assuming the
+    observed spread holds (module docstring; an estimate, not a promise).
+
+    Returns:
+        That count; ``cap + 1`` when even ``cap`` repeats would not do (the effect is small against the spread, an
+        A/A run's usual reading); None for fewer than 2 pairs, a non-positive throughput or no spread and no effect.
+    Raises:
+        ValueError: unpaired repeats.
+    """
+    d = _log_ratios(baseline, candidate)
+    if d is None:
+        return None
+    effect, sd = abs(statistics.fmean(d)), statistics.stdev(d)
+    if sd == 0:
+        return None if effect == 0 else 2
+    for n in range(2, cap + 1):
+        if _detectable_log(sd, n, level, power) <= effect:
+            return n
+    return cap + 1
 
 
 def paired_log_interval(baseline: Sequence[float], candidate: Sequence[float], level: float) -> tuple[float, float]:
@@ -114,11 +189,9 @@ def paired_log_interval(baseline: Sequence[float], candidate: Sequence[float], l
     """
     from scipy.stats import t as student_t
 
-    if len(baseline) != len(candidate):
-        raise ValueError(f"unpaired repeats: {len(baseline)} baseline vs {len(candidate)} candidate")
-    if len(baseline) < 2 or min(*baseline, *candidate) <= 0:
+    d = _log_ratios(baseline, candidate)
+    if d is None:
         return math.nan, math.nan
-    d = [math.log(c / b) for b, c in zip(baseline, candidate)]
     n = len(d)
     half = float(student_t.ppf(0.5 + level / 2, n - 1)) * statistics.stdev(d) / math.sqrt(n)
     mean = statistics.fmean(d)
@@ -138,9 +211,12 @@ def compare_speed(concurrency: int, baseline: Sequence[float], candidate: Sequen
         raise ValueError(f"confidence level must be in (0, 1), got {level}")
     lo, hi = paired_log_interval(baseline, candidate, level)
     ratio = statistics.median(candidate) / statistics.median(baseline)
+    verdict = describe(lo, hi)
+    need = repeats_needed(baseline, candidate, level) if verdict == UNMEASURABLE else None
     return SpeedComparison(concurrency, tuple(baseline), tuple(candidate), ratio, lo, hi, level,
                            coefficient_of_variation(baseline), coefficient_of_variation(candidate),
-                           describe(lo, hi), tuple(total_baseline), tuple(total_candidate))
+                           verdict, tuple(total_baseline), tuple(total_candidate),
+                           detectable_ratio(baseline, candidate, level), need)
 
 
 def describe(ci_low: float, ci_high: float) -> str:
@@ -166,7 +242,7 @@ def speed_block(levels: Sequence[SpeedComparison], profile: TrafficProfile, meas
     for s in levels:
         rows.append({
             "concurrency": s.concurrency, "ratio": _num(s.ratio), "ci_low": _num(s.ci_low), "ci_high": _num(s.ci_high),
-            "level": s.level, "verdict": s.verdict,
+            "level": s.level, "verdict": s.verdict, "mde_ratio": _num(s.mde_ratio), "repeats_needed": s.repeats_needed,
             "baseline": {"output_tok_s": list(s.baseline), "median": statistics.median(s.baseline),
                          "total_tok_s": list(s.total_baseline), "cv": _num(s.cv_baseline)},
             "candidate": {"output_tok_s": list(s.candidate), "median": statistics.median(s.candidate),
@@ -190,10 +266,19 @@ def headline(speed: dict[str, Any]) -> str:
         lo, hi = row.get("ci_low"), row.get("ci_high")
         ci = f" [{lo:.2f}, {hi:.2f}] ({100 * row.get('level', 0.95):.0f}%)" if lo is not None and hi is not None \
             else " [no interval: < 2 repeats]"
-        parts.append(f"c={row['concurrency']}: \u00d7{row['ratio']:.2f}{ci}, {row['verdict']} "
+        need = repeats_note(row.get("repeats_needed"))
+        parts.append(f"c={row['concurrency']}: \u00d7{row['ratio']:.2f}{ci}, {row['verdict']}{', ' + need if need else ''} "
                      f"({row['baseline']['median']:,.0f} \u2192 {row['candidate']['median']:,.0f} output tok/s)")
     return (f"speed ({p.get('input_len')} in / {p.get('output_len')} out, {p.get('repeats')} repeats, "
             f"{p.get('mode', 'offline')}): " + "; ".join(parts))
+
+
+def repeats_note(need: int | None) -> str:
+    """``needs ≈6 repeats`` (``repeats_needed`` of an unresolved level, at this spread), ``needs > 100 repeats``
+    past the cap, or "" when there is nothing to say (resolved, or not estimable)."""
+    if need is None:
+        return ""
+    return f"needs > {MAX_REPEATS} repeats" if need > MAX_REPEATS else f"needs \u2248{need} repeats"
 
 
 def resolve_profile(fields: dict[str, Any] | None, *, cuda: bool, concurrency: Sequence[int] | None = None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from evalgate.speed import PLANNING_POWER
 from evalgate.verdict import TaskVerdict, Verdict, as_task, as_verdict
 
 Doc = Verdict | Mapping[str, Any]
@@ -20,6 +21,10 @@ NO_OP_NOTE = ("NO-OP: no task is gated, because the engine applied the same conf
 FLOOR_NOTE = ("\u2265N (floor): no item changed in this run, so there is no discordance to extrapolate from; N is not "
               "an estimate but the fewest items with which any run can be powered for the margin (the SE is never "
               "below 100/N), enough only if (almost) no item changes")
+
+SPEED_MDE_NOTE = (f"MDE \u00d7M: the smallest speed-up (or slowdown to \u00d71/M) that these repeats detect with "
+                  f"{100 * PLANNING_POWER:.0f} % power at the spread they showed; \u201cneeds \u2248N repeats\u201d: "
+                  "the repeats at which that spread would resolve the measured ratio (an estimate, not a promise)")
 
 # How the candidate's spec-decode counts were obtained (the verdict's ``spec_decode_source``).
 SPEC_SOURCE_NOTE = {

@@ -13,12 +13,19 @@ import pytest
 from evalgate.errors import ConfigError, ExitCode
 from evalgate.gate import speed_floor_failures
 from evalgate.speed import (CPU_PROFILE, CUDA_PROFILE, FASTER, SLOWER, UNMEASURABLE, TrafficProfile, coefficient_of_variation,
-                            compare_speed, describe, headline, paired_log_interval, profile_problems, resolve_profile)
+                            MAX_REPEATS, compare_speed, describe, detectable_ratio, headline, paired_log_interval,
+                            profile_problems, repeats_needed, resolve_profile)
 from evalgate.speedrun import measure_speed
 from evalgate.thresholds import load_thresholds
 
 T_975_DF2 = 4.302652729911275  # Student t quantile 0.975 at 2 degrees of freedom (tables)
 T_975_DF4 = 2.7764451051977987
+# Student t quantiles (tables) for the speed MDE: 0.975 and 0.80 at 2, 4 and 5 degrees of freedom.
+T_80_DF2, T_80_DF4, T_80_DF5, T_975_DF5 = 1.0606601717798212, 0.9409646665572540, 0.9195437678235253, 2.570581835636314
+# H200 session 7, the whole recipe at c=16 (benchmarks/results/h200-vllm-0.26.0/session7/): slower in each of the
+# three repeats, yet the 95 % interval [0.34, 1.25] contains 1.
+C16_BASE = [1984.6548757475775, 2280.469574106774, 2252.771380003915]
+C16_CAND = [1720.8148594097447, 1186.2148553759284, 1372.1329992423068]
 
 BASE = "alpha: 0.05\ndefault: {margin: 2.0}\n"
 
@@ -56,6 +63,45 @@ def test_one_repeat_has_no_interval_and_is_never_a_win() -> None:
     s = compare_speed(1, [100.0], [300.0])
     assert s.ratio == 3.0 and math.isnan(s.ci_low) and math.isnan(s.ci_high)
     assert s.verdict == UNMEASURABLE
+
+
+def _log_spread(base: list[float], cand: list[float]) -> tuple[float, float]:
+    d = [math.log(c / b) for b, c in zip(base, cand)]
+    mean = sum(d) / len(d)
+    return mean, math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1))
+
+
+def test_detectable_ratio_is_the_paired_t_sample_size_formula_at_the_observed_spread() -> None:
+    mean, sd = _log_spread(C16_BASE, C16_CAND)
+    want = math.exp((T_975_DF2 + T_80_DF2) * sd / math.sqrt(3))
+    assert detectable_ratio(C16_BASE, C16_CAND) == pytest.approx(want, rel=1e-9)
+    assert want == pytest.approx(2.248, abs=1e-3)  # at 3 repeats this spread hides anything inside x0.44..x2.25
+    assert math.isnan(detectable_ratio([100.0], [90.0]))
+    assert detectable_ratio([100.0, 200.0], [110.0, 220.0]) == 1.0  # no spread: any ratio is detectable
+    with pytest.raises(ValueError, match="unpaired"):
+        detectable_ratio([1.0, 2.0], [1.0])
+
+
+def test_repeats_needed_is_the_first_count_at_which_the_spread_resolves_the_ratio() -> None:
+    mean, sd = _log_spread(C16_BASE, C16_CAND)
+    at5 = (T_975_DF4 + T_80_DF4) * sd / math.sqrt(5)
+    at6 = (T_975_DF5 + T_80_DF5) * sd / math.sqrt(6)
+    assert at6 <= abs(mean) < at5  # so 6, computed here from tabulated quantiles
+    assert repeats_needed(C16_BASE, C16_CAND) == 6
+    s = compare_speed(16, C16_BASE, C16_CAND)
+    assert (s.verdict, s.repeats_needed) == (UNMEASURABLE, 6)
+    assert s.mde_ratio == pytest.approx(detectable_ratio(C16_BASE, C16_CAND))
+
+
+def test_repeats_needed_edges() -> None:
+    # A/A: the mean log ratio is 0 against a 10 % spread: past the cap.
+    assert repeats_needed([100.0, 100.0, 100.0], [110.0, 100.0, 100.0 ** 2 / 110.0]) == MAX_REPEATS + 1
+    assert repeats_needed([100.0], [50.0]) is None
+    assert repeats_needed([100.0, 100.0], [100.0, 100.0]) is None  # no spread, no effect: nothing to resolve
+    assert repeats_needed([100.0, 200.0], [90.0, 180.0]) == 2
+    assert repeats_needed([100.0, 0.0], [90.0, 80.0]) is None
+    # A resolved level carries no count: nothing is missing.
+    assert compare_speed(1, [100.0, 101.0, 99.0], [150.0, 152.0, 149.0]).repeats_needed is None
 
 
 def test_describe() -> None:
@@ -278,6 +324,32 @@ def test_speed_reaches_every_output() -> None:
     html = render_html(doc)
     assert 'id="speed"' in html and "<svg" in html and "speed-up at concurrency 16" in html
     assert "<script>" not in html and "&lt;script&gt;" in html
+
+
+def test_speed_mde_and_repeats_needed_reach_markdown_html_and_the_headline() -> None:
+    from evalgate.outputs import speed_markdown
+    from evalgate.report import render_html
+    from evalgate.verdict import SpeedBlock
+
+    workers = {"baseline": FakeWorker("baseline", {16: list(C16_BASE)}, []),
+               "candidate": FakeWorker("candidate", {16: list(C16_CAND)}, [])}
+    block = measure_speed(workers, TrafficProfile(512, 512, (16,), repeats=3), progress=lambda _: None)
+    (lvl,) = block["levels"]
+    assert lvl["repeats_needed"] == 6 and lvl["mde_ratio"] == pytest.approx(2.248, abs=1e-3)
+    assert "c=16: ×0.61 [0.34, 1.25] (95%), no measurable speed-up, needs ≈6 repeats (2,253" in headline(block)
+    md = "\n".join(speed_markdown(SpeedBlock.model_validate(block)))
+    assert "| 16 | 2,253 | 1,372 | ×0.61 | 95% [0.34, 1.25] | ×2.25 | 7.5%/19.0% | no measurable speed-up; needs " \
+           "≈6 repeats |" in md
+    assert "80 % power" in md
+    doc = _doc_with_speed()
+    doc["speed"] = {**block, "thresholds": None}
+    html = render_html(doc)
+    assert "<td>×2.25</td>" in html and "no measurable speed-up; needs ≈6 repeats" in html
+    # A document written before these fields renders them as n/a and says nothing about repeats.
+    for key in ("mde_ratio", "repeats_needed"):
+        del doc["speed"]["levels"][0][key]
+    old = render_html(doc)
+    assert "needs ≈6 repeats" not in old and "<td>n/a</td>" in old
 
 
 def test_min_speedup_blocks_through_the_document() -> None:
