@@ -124,6 +124,10 @@ def speed_properties(speed: SpeedBlock | None) -> list[tuple[str, Any]]:
         out += [(f"speedup_c{c}", f"{row.ratio:.4f}"), (f"speedup_c{c}_ci", f"[{row.ci_low}, {row.ci_high}]"),
                 (f"speed_c{c}", row.verdict), (f"output_tok_s_c{c}_baseline", f"{row.baseline.median:.1f}"),
                 (f"output_tok_s_c{c}_candidate", f"{row.candidate.median:.1f}")]
+        if row.mde_ratio is not None:
+            out.append((f"speedup_c{c}_mde", f"{row.mde_ratio:.4f}"))
+        if row.repeats_needed is not None:
+            out.append((f"speed_c{c}_repeats_needed", row.repeats_needed))
     out += latency_properties(speed.model_dump(exclude_unset=True))
     return out
 

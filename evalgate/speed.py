@@ -255,7 +255,8 @@ def speed_block(levels: Sequence[SpeedComparison], profile: TrafficProfile, meas
 
 
 def headline(speed: dict[str, Any]) -> str:
-    """One line for terminal, Markdown and JUnit: ``speed-up ×1.42 [1.31, 1.55] (95%), faster; c=256 ...``."""
+    """Terminal and JUnit text of the speed block: ``speed (512 in / 512 out, 3 repeats, offline): c=256: ×1.42
+    [1.31, 1.55] (95%), faster (6,058 → 8,602 output tok/s)``; a sweep puts each level on its own indented line."""
     if not speed:
         return ""
     if speed.get("status") != "measured":
@@ -269,8 +270,10 @@ def headline(speed: dict[str, Any]) -> str:
         need = repeats_note(row.get("repeats_needed"))
         parts.append(f"c={row['concurrency']}: \u00d7{row['ratio']:.2f}{ci}, {row['verdict']}{', ' + need if need else ''} "
                      f"({row['baseline']['median']:,.0f} \u2192 {row['candidate']['median']:,.0f} output tok/s)")
-    return (f"speed ({p.get('input_len')} in / {p.get('output_len')} out, {p.get('repeats')} repeats, "
-            f"{p.get('mode', 'offline')}): " + "; ".join(parts))
+    head = f"speed ({p.get('input_len')} in / {p.get('output_len')} out, {p.get('repeats')} repeats, " \
+           f"{p.get('mode', 'offline')}):"
+    # A sweep gets one line per level: three levels on one line outgrow any terminal.
+    return f"{head} {parts[0]}" if len(parts) == 1 else head + "".join(f"\n  {x}" for x in parts)
 
 
 def repeats_note(need: int | None) -> str:

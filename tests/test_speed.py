@@ -273,6 +273,10 @@ def test_measure_speed_interleaves_and_builds_the_block() -> None:
     assert block["levels"][1]["verdict"] == UNMEASURABLE
     assert block["sides"]["candidate"]["device"] == "test CPU" and len(block["sides"]["baseline"]["runs"]) == 6
     assert "c=2: \u00d71.50" in headline(block) and "no measurable speed-up" in headline(block)
+    # A sweep: the profile, then one indented line per level.
+    first, *rest = headline(block).split("\n")
+    assert first == "speed (8 in / 8 out, 3 repeats, offline):"
+    assert [x.split(":")[0] for x in rest] == ["  c=2", "  c=4"]
 
 
 # --------------------------------------------------------------------------------------------- outputs
@@ -341,6 +345,9 @@ def test_speed_mde_and_repeats_needed_reach_markdown_html_and_the_headline() -> 
     assert "| 16 | 2,253 | 1,372 | ×0.61 | 95% [0.34, 1.25] | ×2.25 | 7.5%/19.0% | no measurable speed-up; needs " \
            "≈6 repeats |" in md
     assert "80 % power" in md
+    from evalgate.outputs import speed_properties
+    props = dict(speed_properties(SpeedBlock.model_validate(block)))
+    assert props["speed_c16_repeats_needed"] == 6 and float(props["speedup_c16_mde"]) == pytest.approx(2.248, abs=1e-3)
     doc = _doc_with_speed()
     doc["speed"] = {**block, "thresholds": None}
     html = render_html(doc)
