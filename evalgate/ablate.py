@@ -225,6 +225,7 @@ def render_html(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     from evalgate.outputs import pts
     from evalgate.plot import sweep_plot, tradeoff_plot
     from evalgate.speed import repeats_note
+    from evalgate.wording import speed_mde_note
 
     points, sweep = [], []
     for r in rows:
@@ -243,7 +244,9 @@ def render_html(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     levels = sorted({s["concurrency"] for r in rows for s in r.get("speed") or []})
     return env.get_template("ablation.html.j2").render(
         rows=rows, meta=meta, tradeoff=tradeoff_plot(points, title="each switch: speed-up against each task's \u0394"),
-        sweep=sweep_plot(sweep) if len(levels) > 1 else "", levels=levels)
+        sweep=sweep_plot(sweep) if len(levels) > 1 else "", levels=levels,
+        mde_note=speed_mde_note({"levels": [s for r in rows for s in r.get("speed") or []],
+                                 "profile": meta.get("profile") or {}}))
 
 
 def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_path: Path, suite_names: list[str] | None,

@@ -24,8 +24,8 @@ from evalgate.fmt import MINUS, pts
 from evalgate.report import render_html
 from evalgate.speed import repeats_note
 from evalgate.verdict import SpeedBlock, TaskVerdict, Verdict, as_task, as_verdict
-from evalgate.wording import (FLOOR_NOTE, NO_OP_NOTE, SPEC_SOURCE_NOTE, SPEED_MDE_NOTE, floor_note, items_needed_short,
-                              latency_headline, latency_properties, shown_verdict, spec_decode_line)
+from evalgate.wording import (FLOOR_NOTE, NO_OP_NOTE, SPEC_SOURCE_NOTE, floor_note, items_needed_short,
+                              latency_headline, latency_properties, shown_verdict, spec_decode_line, speed_mde_note)
 
 __all__ = ["FLOOR_NOTE", "HTML_NAME", "JUNIT_NAME", "MARKDOWN_NAME", "NO_OP_NOTE", "SPEC_SOURCE_NOTE", "floor_note",
            "items_needed_short", "pts", "render_error_junit", "render_error_markdown", "render_junit",
@@ -261,8 +261,10 @@ def speed_markdown(speed: SpeedBlock) -> list[str]:
         need = repeats_note(r.repeats_needed)
         out.append(f"| {r.concurrency} | {r.baseline.median:,.0f} | {r.candidate.median:,.0f} | "
                    f"\u00d7{r.ratio:.2f} | {ci} | {mde} | {cv} | {_md(r.verdict)}{'; ' + need if need else ''} |")
-    out += ["", f"_{_md(SPEED_MDE_NOTE)}._"]
-    latency = latency_headline(speed.model_dump(exclude_unset=True))
+    dumped = speed.model_dump(exclude_unset=True)
+    note = speed_mde_note(dumped)
+    out += ["", f"_{_md(note)}._"] if note else []
+    latency = latency_headline(dumped)
     return [*out, "", _md(latency)] if latency else out
 
 

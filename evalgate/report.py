@@ -18,8 +18,8 @@ from evalgate.fmt import pts
 from evalgate.plot import delta_plot, kl_curve, sweep_plot, tradeoff_plot
 from evalgate.speed import repeats_note
 from evalgate.verdict import Verdict, as_verdict
-from evalgate.wording import (NO_OP_NOTE, SPEC_SOURCE_NOTE, SPEED_MDE_NOTE, floor_note, items_needed_short, latency_headline,
-                              shown_verdict)
+from evalgate.wording import (NO_OP_NOTE, SPEC_SOURCE_NOTE, floor_note, items_needed_short, latency_headline,
+                              shown_verdict, speed_mde_note)
 
 Doc = Verdict | Mapping[str, Any]
 
@@ -54,7 +54,7 @@ def _env() -> Environment:
         highlight=_highlight, delta_plot=delta_plot, kl_curve=kl_curve, tradeoff_plot=tradeoff_plot,
         sweep_plot=sweep_plot, tradeoff_points=tradeoff_points, sweep_rows=sweep_rows, review_items=review_items,
         items_needed_short=items_needed_short, floor_note=floor_note, shown_verdict=shown_verdict,
-        NO_OP_NOTE=NO_OP_NOTE, spec_source_note=SPEC_SOURCE_NOTE, SPEED_MDE_NOTE=SPEED_MDE_NOTE,
+        NO_OP_NOTE=NO_OP_NOTE, spec_source_note=SPEC_SOURCE_NOTE, speed_mde_note=speed_mde_note,
         repeats_note=repeats_note)
     return env
 

@@ -190,7 +190,7 @@ def serve_block(runs: Mapping[str, list[ServeRun]], profile: TrafficProfile,
                                                                       *LATENCY_FIELDS)} for role in ROLES}
         b, k = col["baseline"], col["candidate"]
         levels.append(compare_speed(c, b["output_tok_s"], k["output_tok_s"], profile.level,
-                                    b["total_tok_s"], k["total_tok_s"]))
+                                    b["total_tok_s"], k["total_tok_s"], profile.power))
         extra.append({"latency": {f: compare_latency(f, b[f], k[f], profile.level).as_dict() for f in LATENCY_FIELDS},
                       "request_s": {role: col[role]["request_s"] for role in ROLES}})
     sides = {role: {**info[role], "runs": [r.as_dict() for r in runs[role]]} for role in ROLES}

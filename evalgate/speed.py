@@ -16,13 +16,15 @@ alternating), so slow drift of the host's load hits both sides of a pair alike. 
 
 An interval containing 1 reads "no measurable speed-up", never a win; fewer than 2 repeats give no interval.
 
-Planning, the speed side's minimum detectable effect (``detectable_ratio``, ``repeats_needed``): with the observed
-standard deviation ``s`` of the log ratios, a paired t test at ``n`` repeats detects a true speed-up of
-``exp(+-(t_{1-a/2, n-1} + t_{power, n-1}) * s / sqrt(n))`` with the given power (the sample-size formula for a
-paired mean difference, S.-C. Chow, J. Shao, H. Wang and Y. Lokhnygina, "Sample Size Calculations in Clinical
-Research", 3rd ed., 2017, section 3.1, with t quantiles in place of z, iterated over n). ``repeats_needed`` is the
-fewest repeats at which the observed ratio would be resolved with that power if the spread holds: an estimate from
-3 or so repeats, not a promise, like the items a quality task needs.
+Planning, the speed side's minimum detectable effect (``detectable_ratio``, ``repeats_needed``): the power of the
+paired t test behind the interval (two-sided, at the interval's level) for a true mean log ratio ``delta``, with the
+observed standard deviation ``s`` of the log ratios, is exact under normal log ratios through the noncentral t
+distribution: ``P(|T| > t_{(1+level)/2, n-1})``, ``T ~ t'(n-1, delta * sqrt(n) / s)`` (S.-C. Chow, J. Shao, H. Wang
+and Y. Lokhnygina, "Sample Size Calculations in Clinical Research", 3rd ed., 2017, section 3.1, one-sample mean,
+which is the paired design). ``detectable_ratio`` is ``exp(delta)`` at the wanted power (the thresholds' ``power``);
+``repeats_needed`` is the fewest repeats at which the observed mean log ratio (the geometric mean of the paired
+ratios, not the ratio of medians) reaches that power if the spread holds: an estimate from 3 or so repeats, not a
+promise, like the items a quality task needs.
 """
 
 from __future__ import annotations
@@ -34,12 +36,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 __all__ = ["CPU_PROFILE", "CUDA_PROFILE", "SpeedComparison", "TrafficProfile", "compare_speed", "coefficient_of_variation",
-           "describe", "detectable_ratio", "repeats_needed", "speed_block"]
+           "describe", "detectable_ratio", "paired_t_power", "repeats_needed", "speed_block"]
 
 METHOD = "paired t interval on log throughput ratios (interleaved repeats); point estimate: ratio of medians"
 FASTER, SLOWER, UNMEASURABLE = "faster", "slower", "no measurable speed-up"
-# Planning power of the speed-up's MDE and repeats needed: the thresholds' default power (``thresholds.power``).
-PLANNING_POWER = 0.8
+PLANNING_POWER = 0.8  # the speed MDE's power unless the profile says otherwise: the thresholds' default ``power``
 MAX_REPEATS = 100  # beyond this, repeats_needed reads "more than 100": the effect is small against the spread
 
 
@@ -56,6 +57,7 @@ class TrafficProfile:
         prompts: ``random`` (vLLM's RandomDataset) or ``suites`` (the suites' own prompts, cut/cycled to input_len).
         mode: ``offline`` (``vllm.LLM`` in the engine worker) or ``serve`` (``vllm serve`` + ``vllm bench serve``).
         level: the confidence level of the speed-up interval (two-sided).
+        power: the power of the speed-up's MDE and repeats needed (the thresholds' ``power``; not a traffic key).
     """
 
     input_len: int
@@ -66,6 +68,7 @@ class TrafficProfile:
     prompts: str = "random"
     mode: str = "offline"
     level: float = 0.95
+    power: float = PLANNING_POWER
 
     def prompts_at(self, concurrency: int) -> int:
         """Requests per repeat at one concurrency level."""
@@ -102,7 +105,7 @@ class SpeedComparison:
         cv_baseline, cv_candidate: each side's coefficient of variation.
         verdict: ``faster`` (interval above 1), ``slower`` (below 1) or ``no measurable speed-up``.
         mde_ratio: the minimum detectable speed-up (>= 1; a slowdown of 1 / mde_ratio likewise) at these repeats and
-            spread, ``PLANNING_POWER`` (``detectable_ratio``); NaN with fewer than 2 pairs.
+            spread, at the profile's power (``detectable_ratio``); NaN with fewer than 2 pairs or no spread.
         repeats_needed: for ``no measurable speed-up`` only, the repeats that would resolve the observed ratio
             (``repeats_needed``); None when measurable or not estimable, ``MAX_REPEATS + 1`` for more than the cap.
     """
@@ -132,51 +135,70 @@ def _log_ratios(baseline: Sequence[float], candidate: Sequence[float]) -> list[f
     return [math.log(c / b) for b, c in zip(baseline, candidate)]
 
 
-def _detectable_log(sd: float, n: int, level: float, power: float) -> float:
-    """``(t_{(1+level)/2, n-1} + t_{power, n-1}) * sd / sqrt(n)``: the detectable |mean log ratio| at n pairs."""
+def paired_t_power(standardized: float, n: int, level: float) -> float:
+    """Power of the two-sided paired t test at ``level`` (module docstring) for a true mean difference of
+    ``standardized`` standard deviations with ``n`` pairs (>= 2): exact under normal differences (noncentral t)."""
+    from scipy.stats import nct
     from scipy.stats import t as student_t
 
-    return float(student_t.ppf(0.5 + level / 2, n - 1) + student_t.ppf(power, n - 1)) * sd / math.sqrt(n)
+    df, crit = n - 1, float(student_t.ppf(0.5 + level / 2, n - 1))
+    shift = abs(standardized) * math.sqrt(n)
+    upper, lower = float(nct.sf(crit, df, shift)), float(nct.cdf(-crit, df, shift))
+    # scipy's nct.cdf returns NaN for some large shifts where the lower tail has underflowed (~1e-20 at shift 28).
+    return upper + (lower if math.isfinite(lower) else 0.0)
+
+
+def _spread(baseline: Sequence[float], candidate: Sequence[float]) -> tuple[float, float, int] | None:
+    """``(mean, sd, n)`` of the paired log ratios; None when there are fewer than 2 pairs or no spread."""
+    d = _log_ratios(baseline, candidate)
+    if d is None or statistics.stdev(d) == 0:
+        return None
+    return statistics.fmean(d), statistics.stdev(d), len(d)
 
 
 def detectable_ratio(baseline: Sequence[float], candidate: Sequence[float], level: float = 0.95,
                      power: float = PLANNING_POWER) -> float:
-    """Minimum detectable speed-up at these paired repeats (module docstring): ``exp`` of the detectable mean log
-    ratio with the observed spread, so >= 1; a slowdown to ``1 / result`` is detectable alike.
+    """Minimum detectable speed-up at these paired repeats (module docstring): ``exp(delta)`` for the smallest mean
+    log ratio ``delta`` the paired t test detects with ``power`` at the observed spread; >= 1, and a slowdown to
+    ``1 / result`` is detectable alike.
 
     Args:
         baseline, candidate: output tok/s per interleaved repeat, paired by index.
         level: the interval's two-sided confidence level; power: the wanted power, in (0, 1).
     Returns:
-        The ratio, or NaN for fewer than 2 pairs or a non-positive throughput.
+        The ratio, or NaN for fewer than 2 pairs, a non-positive throughput or no spread (nothing to scale by).
     Raises:
         ValueError: unpaired repeats.
     """
-    d = _log_ratios(baseline, candidate)
-    if d is None:
+    from scipy.optimize import brentq
+
+    got = _spread(baseline, candidate)
+    if got is None:
         return math.nan
-    return math.exp(_detectable_log(statistics.stdev(d), len(d), level, power))
+    _, sd, n = got
+    hi = 1.0
+    while paired_t_power(hi, n, level) < power:  # power rises with the effect: bracket, then solve
+        hi *= 2
+    return math.exp(sd * brentq(lambda e: paired_t_power(e, n, level) - power, 0.0, hi, xtol=1e-10))
 
 
 def repeats_needed(baseline: Sequence[float], candidate: Sequence[float], level: float = 0.95,
                    power: float = PLANNING_POWER, cap: int = MAX_REPEATS) -> int | None:
-    """Fewest paired repeats (>= 2) at which the observed mean log ratio is detectable with ``power``, assuming the
-    observed spread holds (module docstring; an estimate, not a promise).
+    """Fewest paired repeats in all (>= 2) at which the paired t test detects the observed mean log ratio with
+    ``power``, assuming the observed spread holds (module docstring; an estimate, not a promise).
 
     Returns:
         That count; ``cap + 1`` when even ``cap`` repeats would not do (the effect is small against the spread, an
-        A/A run's usual reading); None for fewer than 2 pairs, a non-positive throughput or no spread and no effect.
+        A/A run's usual reading); None for fewer than 2 pairs, a non-positive throughput or no spread.
     Raises:
         ValueError: unpaired repeats.
     """
-    d = _log_ratios(baseline, candidate)
-    if d is None:
+    got = _spread(baseline, candidate)
+    if got is None:
         return None
-    effect, sd = abs(statistics.fmean(d)), statistics.stdev(d)
-    if sd == 0:
-        return None if effect == 0 else 2
+    mean, sd, _ = got
     for n in range(2, cap + 1):
-        if _detectable_log(sd, n, level, power) <= effect:
+        if paired_t_power(mean / sd, n, level) >= power:
             return n
     return cap + 1
 
@@ -199,7 +221,8 @@ def paired_log_interval(baseline: Sequence[float], candidate: Sequence[float], l
 
 
 def compare_speed(concurrency: int, baseline: Sequence[float], candidate: Sequence[float], level: float = 0.95,
-                  total_baseline: Sequence[float] = (), total_candidate: Sequence[float] = ()) -> SpeedComparison:
+                  total_baseline: Sequence[float] = (), total_candidate: Sequence[float] = (),
+                  power: float = PLANNING_POWER) -> SpeedComparison:
     """Speed-up of ``candidate`` over ``baseline`` (output tok/s per interleaved repeat; pairs by index).
 
     Raises:
@@ -212,11 +235,11 @@ def compare_speed(concurrency: int, baseline: Sequence[float], candidate: Sequen
     lo, hi = paired_log_interval(baseline, candidate, level)
     ratio = statistics.median(candidate) / statistics.median(baseline)
     verdict = describe(lo, hi)
-    need = repeats_needed(baseline, candidate, level) if verdict == UNMEASURABLE else None
+    need = repeats_needed(baseline, candidate, level, power) if verdict == UNMEASURABLE else None
     return SpeedComparison(concurrency, tuple(baseline), tuple(candidate), ratio, lo, hi, level,
                            coefficient_of_variation(baseline), coefficient_of_variation(candidate),
                            verdict, tuple(total_baseline), tuple(total_candidate),
-                           detectable_ratio(baseline, candidate, level), need)
+                           detectable_ratio(baseline, candidate, level, power), need)
 
 
 def describe(ci_low: float, ci_high: float) -> str:
@@ -277,11 +300,11 @@ def headline(speed: dict[str, Any]) -> str:
 
 
 def repeats_note(need: int | None) -> str:
-    """``needs ≈6 repeats`` (``repeats_needed`` of an unresolved level, at this spread), ``needs > 100 repeats``
-    past the cap, or "" when there is nothing to say (resolved, or not estimable)."""
-    if need is None:
+    """``needs ≈6 repeats in all`` (``repeats_needed`` of an unresolved level, at this spread), ``needs > 100
+    repeats`` past the cap, or "" when there is nothing to say (resolved, not estimable, or not an integer)."""
+    if not isinstance(need, int) or need < 2:
         return ""
-    return f"needs > {MAX_REPEATS} repeats" if need > MAX_REPEATS else f"needs \u2248{need} repeats"
+    return f"needs > {MAX_REPEATS} repeats" if need > MAX_REPEATS else f"needs \u2248{need} repeats in all"
 
 
 def resolve_profile(fields: dict[str, Any] | None, *, cuda: bool, concurrency: Sequence[int] | None = None,

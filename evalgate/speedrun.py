@@ -9,6 +9,7 @@ the host's load does not favour the side measured second). Statistics: ``evalgat
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, Callable, Mapping
 
@@ -52,7 +53,7 @@ def measure_speed(workers: Mapping[str, Any], profile: TrafficProfile,
             say(f"speed c={c} repeat {i + 1}/{profile.repeats}: baseline {out['baseline'][-1]:,.0f}, candidate "
                 f"{out['candidate'][-1]:,.0f} output tok/s")
         levels.append(compare_speed(c, out["baseline"], out["candidate"], profile.level,
-                                    total["baseline"], total["candidate"]))
+                                    total["baseline"], total["candidate"], profile.power))
     sides = {role: {**{k: v for k, v in (workers[role].info or {}).items() if k != "event"}, "runs": runs[role]}
              for role in ("baseline", "candidate")}
     return speed_block(levels, profile, sides)
@@ -74,6 +75,7 @@ def speed_profile(options: Any, thresholds: Any, config_name: str, *, default_on
     if options.no_speed or not (default_on or options.wants_speed or fields is not None):
         return None
     profile = resolve_profile(fields, cuda=has_cuda(), concurrency=options.concurrency, repeats=options.repeats)
+    profile = dataclasses.replace(profile, power=thresholds.power)  # the speed MDE at the quality side's power
     if profile.mode == "serve":
         from evalgate.servespeed import serve_problems
 

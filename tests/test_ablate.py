@@ -159,7 +159,15 @@ def test_rows_and_table() -> None:
                                      "profile": None, "device": "cpu", "isa": [], "method": "t", "complete": True,
                                      "stopped": ""})
     assert "<svg" in html and "\u00d71.50 [1.30, 1.70]" in html and "<script" not in html
-    assert "did not finish" not in html
+    assert "did not finish" not in html and "MDE" not in html  # a document without MDEs says nothing of them
+    # An unresolved level: its MDE and the repeats it needs in the cell, the note under the table at the power used.
+    doc["speed"]["levels"][0].update(ci_low=0.9, verdict="no measurable speed-up", mde_ratio=1.8, repeats_needed=7)
+    rows = ablate.ablation_rows(variants, {"fp16-state": doc})
+    html = ablate.render_html(rows, {"recipe": "cline-recipe", "baseline": "baseline", "model": "m", "limit": 5,
+                                     "profile": {"power": 0.9, "concurrency": [16]}, "device": "cpu", "isa": [],
+                                     "method": "t", "complete": True, "stopped": ""})
+    assert "no measurable speed-up; needs \u22487 repeats in all<br>MDE \u00d71.80" in html
+    assert "detect with 90 % power" in html
 
 
 def test_pending_rows_in_table_and_html() -> None:

@@ -13,15 +13,14 @@ import pytest
 from evalgate.errors import ConfigError, ExitCode
 from evalgate.gate import speed_floor_failures
 from evalgate.speed import (CPU_PROFILE, CUDA_PROFILE, FASTER, SLOWER, UNMEASURABLE, TrafficProfile, coefficient_of_variation,
-                            MAX_REPEATS, compare_speed, describe, detectable_ratio, headline, paired_log_interval,
+                            MAX_REPEATS, compare_speed, describe, detectable_ratio, headline, paired_log_interval, paired_t_power,
                             profile_problems, repeats_needed, resolve_profile)
 from evalgate.speedrun import measure_speed
 from evalgate.thresholds import load_thresholds
 
 T_975_DF2 = 4.302652729911275  # Student t quantile 0.975 at 2 degrees of freedom (tables)
 T_975_DF4 = 2.7764451051977987
-# Student t quantiles (tables) for the speed MDE: 0.975 and 0.80 at 2, 4 and 5 degrees of freedom.
-T_80_DF2, T_80_DF4, T_80_DF5, T_975_DF5 = 1.0606601717798212, 0.9409646665572540, 0.9195437678235253, 2.570581835636314
+T_975_DF5 = 2.5705818356363146
 # H200 session 7, the whole recipe at c=16 (benchmarks/results/h200-vllm-0.26.0/session7/): slower in each of the
 # three repeats, yet the 95 % interval [0.34, 1.25] contains 1.
 C16_BASE = [1984.6548757475775, 2280.469574106774, 2252.771380003915]
@@ -71,34 +70,71 @@ def _log_spread(base: list[float], cand: list[float]) -> tuple[float, float]:
     return mean, math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1))
 
 
-def test_detectable_ratio_is_the_paired_t_sample_size_formula_at_the_observed_spread() -> None:
+def _simulated_power(mean: float, sd: float, n: int, crit: float, runs: int = 20000, seed: int = 7) -> float:
+    """Share of simulated paired t tests (normal log ratios) whose |t| exceeds ``crit``: the power, by simulation."""
+    rng = random.Random(seed)
+    hits = 0
+    for _ in range(runs):
+        d = [rng.gauss(mean, sd) for _ in range(n)]
+        m = sum(d) / n
+        s = math.sqrt(sum((x - m) ** 2 for x in d) / (n - 1))
+        hits += abs(m) / (s / math.sqrt(n)) > crit
+    return hits / runs
+
+
+def test_detectable_ratio_has_the_wanted_power_by_simulation() -> None:
     mean, sd = _log_spread(C16_BASE, C16_CAND)
-    want = math.exp((T_975_DF2 + T_80_DF2) * sd / math.sqrt(3))
-    assert detectable_ratio(C16_BASE, C16_CAND) == pytest.approx(want, rel=1e-9)
-    assert want == pytest.approx(2.248, abs=1e-3)  # at 3 repeats this spread hides anything inside x0.44..x2.25
+    mde = detectable_ratio(C16_BASE, C16_CAND)
+    assert paired_t_power(math.log(mde) / sd, 3, 0.95) == pytest.approx(0.8, abs=1e-6)
+    # 20,000 simulated runs: binomial SE 0.003 at 0.8.
+    assert _simulated_power(math.log(mde), sd, 3, T_975_DF2) == pytest.approx(0.8, abs=0.012)
+    assert mde == pytest.approx(2.349, abs=1e-3)  # at 3 repeats this spread hides anything inside x0.43..x2.35
     assert math.isnan(detectable_ratio([100.0], [90.0]))
-    assert detectable_ratio([100.0, 200.0], [110.0, 220.0]) == 1.0  # no spread: any ratio is detectable
+    assert math.isnan(detectable_ratio([100.0, 200.0], [110.0, 220.0]))  # no spread: nothing to scale by
     with pytest.raises(ValueError, match="unpaired"):
         detectable_ratio([1.0, 2.0], [1.0])
 
 
-def test_repeats_needed_is_the_first_count_at_which_the_spread_resolves_the_ratio() -> None:
+def test_repeats_needed_is_the_first_count_whose_simulated_power_reaches_80_percent() -> None:
     mean, sd = _log_spread(C16_BASE, C16_CAND)
-    at5 = (T_975_DF4 + T_80_DF4) * sd / math.sqrt(5)
-    at6 = (T_975_DF5 + T_80_DF5) * sd / math.sqrt(6)
-    assert at6 <= abs(mean) < at5  # so 6, computed here from tabulated quantiles
+    at5 = _simulated_power(mean, sd, 5, T_975_DF4)
+    at6 = _simulated_power(mean, sd, 6, T_975_DF5)
+    assert at5 < 0.8 < at6  # exact: 0.784 and 0.892
     assert repeats_needed(C16_BASE, C16_CAND) == 6
     s = compare_speed(16, C16_BASE, C16_CAND)
     assert (s.verdict, s.repeats_needed) == (UNMEASURABLE, 6)
     assert s.mde_ratio == pytest.approx(detectable_ratio(C16_BASE, C16_CAND))
 
 
+def test_level_and_power_reach_the_mde() -> None:
+    at90 = compare_speed(16, C16_BASE, C16_CAND, level=0.9)
+    mean, sd = _log_spread(C16_BASE, C16_CAND)
+    assert _simulated_power(math.log(at90.mde_ratio), sd, 3, 2.9199855803537242) == pytest.approx(0.8, abs=0.012)
+    assert at90.repeats_needed == 5 and at90.mde_ratio < compare_speed(16, C16_BASE, C16_CAND).mde_ratio
+    strict = compare_speed(16, C16_BASE, C16_CAND, power=0.95)
+    assert _simulated_power(math.log(strict.mde_ratio), sd, 3, T_975_DF2) == pytest.approx(0.95, abs=0.008)
+    assert strict.repeats_needed > 6
+    assert paired_t_power(0.0, 3, 0.95) == pytest.approx(0.05)  # no effect: the test's own false-positive rate
+    assert paired_t_power(16.0, 3, 0.95) == pytest.approx(1.0)  # where scipy's lower tail underflows to NaN
+
+
+def test_the_profile_takes_the_thresholds_power(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from evalgate.speedrun import speed_profile
+
+    path = tmp_path / "thresholds.yaml"
+    path.write_text(BASE + "power: 0.9\ntraffic: {concurrency: 4}\n")
+    options = SimpleNamespace(no_speed=False, wants_speed=False, concurrency=None, repeats=None)
+    profile = speed_profile(options, load_thresholds(path), "cand")
+    assert profile.power == 0.9 and profile.as_dict()["power"] == 0.9
+
+
 def test_repeats_needed_edges() -> None:
     # A/A: the mean log ratio is 0 against a 10 % spread: past the cap.
     assert repeats_needed([100.0, 100.0, 100.0], [110.0, 100.0, 100.0 ** 2 / 110.0]) == MAX_REPEATS + 1
     assert repeats_needed([100.0], [50.0]) is None
-    assert repeats_needed([100.0, 100.0], [100.0, 100.0]) is None  # no spread, no effect: nothing to resolve
-    assert repeats_needed([100.0, 200.0], [90.0, 180.0]) == 2
+    assert repeats_needed([100.0, 100.0], [100.0, 100.0]) is None  # no spread: not estimable
     assert repeats_needed([100.0, 0.0], [90.0, 80.0]) is None
     # A resolved level carries no count: nothing is missing.
     assert compare_speed(1, [100.0, 101.0, 99.0], [150.0, 152.0, 149.0]).repeats_needed is None
@@ -339,24 +375,25 @@ def test_speed_mde_and_repeats_needed_reach_markdown_html_and_the_headline() -> 
                "candidate": FakeWorker("candidate", {16: list(C16_CAND)}, [])}
     block = measure_speed(workers, TrafficProfile(512, 512, (16,), repeats=3), progress=lambda _: None)
     (lvl,) = block["levels"]
-    assert lvl["repeats_needed"] == 6 and lvl["mde_ratio"] == pytest.approx(2.248, abs=1e-3)
-    assert "c=16: ×0.61 [0.34, 1.25] (95%), no measurable speed-up, needs ≈6 repeats (2,253" in headline(block)
+    assert lvl["repeats_needed"] == 6 and lvl["mde_ratio"] == pytest.approx(2.349, abs=1e-3)
+    assert "c=16: ×0.61 [0.34, 1.25] (95%), no measurable speed-up, needs ≈6 repeats in all (2,253" in headline(block)
     md = "\n".join(speed_markdown(SpeedBlock.model_validate(block)))
-    assert "| 16 | 2,253 | 1,372 | ×0.61 | 95% [0.34, 1.25] | ×2.25 | 7.5%/19.0% | no measurable speed-up; needs " \
-           "≈6 repeats |" in md
+    assert "| 16 | 2,253 | 1,372 | ×0.61 | 95% [0.34, 1.25] | ×2.35 | 7.5%/19.0% | no measurable speed-up; needs " \
+           "≈6 repeats in all |" in md
     assert "80 % power" in md
     from evalgate.outputs import speed_properties
     props = dict(speed_properties(SpeedBlock.model_validate(block)))
-    assert props["speed_c16_repeats_needed"] == 6 and float(props["speedup_c16_mde"]) == pytest.approx(2.248, abs=1e-3)
+    assert props["speed_c16_repeats_needed"] == 6 and float(props["speedup_c16_mde"]) == pytest.approx(2.349, abs=1e-3)
     doc = _doc_with_speed()
     doc["speed"] = {**block, "thresholds": None}
     html = render_html(doc)
-    assert "<td>×2.25</td>" in html and "no measurable speed-up; needs ≈6 repeats" in html
+    assert "<td>×2.35</td>" in html and "no measurable speed-up; needs ≈6 repeats in all" in html
+    assert "80 % power" in html
     # A document written before these fields renders them as n/a and says nothing about repeats.
     for key in ("mde_ratio", "repeats_needed"):
         del doc["speed"]["levels"][0][key]
     old = render_html(doc)
-    assert "needs ≈6 repeats" not in old and "<td>n/a</td>" in old
+    assert "needs ≈6 repeats" not in old and "<td>n/a</td>" in old and "power at the spread" not in old
 
 
 def test_min_speedup_blocks_through_the_document() -> None:
