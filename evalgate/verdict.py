@@ -272,10 +272,12 @@ class SpeedLevel(_Record):
     ci_high: Number | None = _f("interval of the ratio, high end")
     level: Number | None = _f("the interval's level")
     verdict: str = _f("``faster``, ``slower`` or ``no measurable speed-up``", "")
-    mde_ratio: Number | None = _f("minimum detectable speed-up at these repeats and spread, at the profile's power "
-                                  "(>= 1; ``speed.detectable_ratio``); None with fewer than 2 repeats or no spread")
-    repeats_needed: int | None = _f("an unresolved level's repeats that would resolve the observed ratio at this "
-                                    "spread (``speed.repeats_needed``; 101 = more than 100); None otherwise")
+    mde_ratio: Number | None = Field(default=None, ge=1, description=(
+        "minimum detectable speed-up at these repeats and spread, at the profile's power (>= 1; "
+        "``speed.detectable_ratio``); None with fewer than 2 repeats or no spread"))
+    repeats_needed: int | None = Field(default=None, ge=2, description=(
+        "an unresolved level's repeats in all that would resolve the observed ratio at this spread "
+        "(``speed.repeats_needed``; 101 = more than 100); None otherwise"))
     baseline: SpeedSide = Field(default_factory=SpeedSide, description="the baseline's throughput")
     candidate: SpeedSide = Field(default_factory=SpeedSide, description="the candidate's throughput")
 

@@ -436,3 +436,13 @@ def test_tradeoff_and_sweep_plots_escape_labels_and_skip_missing_values() -> Non
     sweep = sweep_plot([{"series": "mtp1", "concurrency": c, "ratio": r, "ci_low": r - 0.1, "ci_high": r + 0.1}
                         for c, r in ((1, 1.6), (16, 1.3), (256, 0.9))])
     assert sweep.count("<circle") == 3 and "mtp1" in sweep
+
+
+@pytest.mark.parametrize(("key", "value"), [("mde_ratio", 0.5), ("repeats_needed", 1), ("repeats_needed", "lots")])
+def test_a_stored_speed_level_with_an_impossible_mde_field_is_refused(key: str, value: Any) -> None:
+    from pydantic import ValidationError
+
+    from evalgate.verdict import SpeedLevel
+
+    with pytest.raises(ValidationError, match=key):
+        SpeedLevel.model_validate({"concurrency": 16, key: value})
