@@ -151,9 +151,8 @@ def paired_t_power(standardized: float, n: int, level: float) -> float:
 def _spread(baseline: Sequence[float], candidate: Sequence[float]) -> tuple[float, float, int] | None:
     """``(mean, sd, n)`` of the paired log ratios; None when there are fewer than 2 pairs or no spread."""
     d = _log_ratios(baseline, candidate)
-    if d is None or statistics.stdev(d) == 0:
-        return None
-    return statistics.fmean(d), statistics.stdev(d), len(d)
+    sd = statistics.stdev(d) if d is not None else 0.0
+    return (statistics.fmean(d), sd, len(d)) if d is not None and sd > 0 else None
 
 
 def detectable_ratio(baseline: Sequence[float], candidate: Sequence[float], level: float = 0.95,
@@ -308,10 +307,11 @@ def repeats_note(need: int | None) -> str:
 
 
 def resolve_profile(fields: dict[str, Any] | None, *, cuda: bool, concurrency: Sequence[int] | None = None,
-                    repeats: int | None = None) -> TrafficProfile:
+                    repeats: int | None = None, power: float = PLANNING_POWER) -> TrafficProfile:
     """The traffic profile to measure: the platform's default (``CUDA_PROFILE`` / ``CPU_PROFILE``), then the
     thresholds' ``traffic`` fields (validated by ``thresholds``), then the command line's ``--concurrency`` /
-    ``--repeats``. A default ``num_prompts`` of the CPU profile is kept only while its concurrency is."""
+    ``--repeats``. A default ``num_prompts`` of the CPU profile is kept only while its concurrency is. ``power``: the
+    thresholds' ``power``, for the speed-up's MDE (not a traffic key)."""
     base = CUDA_PROFILE if cuda else CPU_PROFILE
     merged = base.as_dict()
     given = dict(fields or {})
@@ -325,6 +325,7 @@ def resolve_profile(fields: dict[str, Any] | None, *, cuda: bool, concurrency: S
     if repeats is not None:
         merged["repeats"] = repeats
     merged["concurrency"] = tuple(merged["concurrency"])
+    merged["power"] = power
     return TrafficProfile(**merged)
 
 

@@ -9,7 +9,6 @@ the host's load does not favour the side measured second). Statistics: ``evalgat
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Any, Callable, Mapping
 
@@ -74,8 +73,8 @@ def speed_profile(options: Any, thresholds: Any, config_name: str, *, default_on
     fields = thresholds.traffic_for(config_name)
     if options.no_speed or not (default_on or options.wants_speed or fields is not None):
         return None
-    profile = resolve_profile(fields, cuda=has_cuda(), concurrency=options.concurrency, repeats=options.repeats)
-    profile = dataclasses.replace(profile, power=thresholds.power)  # the speed MDE at the quality side's power
+    profile = resolve_profile(fields, cuda=has_cuda(), concurrency=options.concurrency, repeats=options.repeats,
+                              power=thresholds.power)  # the speed MDE at the quality side's power
     if profile.mode == "serve":
         from evalgate.servespeed import serve_problems
 

@@ -22,6 +22,7 @@ FLOOR_NOTE = ("\u2265N (floor): no item changed in this run, so there is no disc
               "an estimate but the fewest items with which any run can be powered for the margin (the SE is never "
               "below 100/N), enough only if (almost) no item changes")
 
+
 def speed_mde_note(speed: Mapping[str, Any]) -> str:
     """The note under a speed table that explains its MDE column and "needs N repeats", at the block's power
     (``profile.power``; 0.8 in a document written before it was recorded); "" when no level has an MDE."""
@@ -32,6 +33,7 @@ def speed_mde_note(speed: Mapping[str, Any]) -> str:
             f"{100 * power:.0f} % power at the spread they showed (paired t test); \u201cneeds \u2248N repeats in "
             "all\u201d: the repeats at which that spread would resolve the geometric mean of the paired ratios (an "
             "estimate, not a promise)")
+
 
 # How the candidate's spec-decode counts were obtained (the verdict's ``spec_decode_source``).
 SPEC_SOURCE_NOTE = {
