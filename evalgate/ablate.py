@@ -267,26 +267,31 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
     Returns:
         The output directory.
     Raises:
-        ConfigError (exit 2): bad input, an unknown switch, nothing to ablate, a profile the baseline cannot run.
+        ConfigError (exit 2): bad input, an unknown switch, nothing to ablate, a profile the baseline cannot run,
+            an output directory or evalgate home that cannot be written.
         EngineError (exit 3): the baseline failed, or some variant failed (the others are kept and tabled).
         Anything else a variant's gate raises (KeyboardInterrupt, ...): re-raised once the partial ``ablation.json``
             and ``ablation.html`` are written.
     """
     from evalgate import jobs, pipeline, runner
     from evalgate.speedrun import check_profile, speed_profile
-    from evalgate.model import evalgate_home
+    from evalgate.model import check_home, evalgate_home
+    from evalgate.paths import check_writable_dir
     from evalgate.speed import METHOD
     from evalgate.store import ResultStore
 
-    if out is not None and out.exists() and not out.is_dir():
-        raise ConfigError("exists and is not a directory (the ablation's output directory)", path=out, field="--out")
+    if out is not None:
+        check_writable_dir(out, field="--out", what="the ablation's output directory")
     recipe, base, thresholds, suites, known = _load(config, configs_dir, suites_dir, thresholds_path, suite_names)
     variants = _select(plan_variants(base, recipe, known, _refusal), kind, only, recipe, base)
     if all(v.skipped for v in variants):  # nothing would be measured: say so before the baseline's engine starts
         raise ConfigError(f"no row of this ablation can run on this platform ({variants[0].skipped.split(' (')[0]}; "
                           f"{len(variants)} row(s) skipped)", path=recipe.path, field="--kind/--switches")
     stamp = pipeline.stamp_now()
-    out = out or Path("runs") / f"ablate-{recipe.name.replace('/', '_')}-{stamp}"
+    if out is None:
+        out = Path("runs") / f"ablate-{recipe.name.replace('/', '_')}-{stamp}"
+        check_writable_dir(out, field="--out (default)", what="the ablation's output directory")
+    check_home()  # the store is written as the baseline runs: a broken home must not cost its engine run
     announce(out)
     profile = speed_profile(options, thresholds, recipe.name, default_on=True)
     if profile is not None:

@@ -117,8 +117,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     try:
         outcome = gate(StoredJob(a, b, Path(args.thresholds), out))
     except BaseException:
-        if out.is_dir():
-            args.run_dir = out
+        try:
+            if out.is_dir():
+                args.run_dir = out
+        except OSError:  # an --out the OS cannot even look up (a name too long): the error says so already
+            pass
         raise
     print(render_terminal(outcome.doc))
     print(f"report: {outcome.report}")

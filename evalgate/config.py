@@ -29,6 +29,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field
 
 from evalgate.errors import ConfigError
+from evalgate.model import EMBEDDED_ALIASES
 from evalgate.project import builtin_dir
 from evalgate.schema import SCHEMA_VERSION, Schema, choice, key_rows, problem, rule, validate
 from evalgate.yamlio import Wording, read_mapping
@@ -170,8 +171,8 @@ def load_config(ref: str | Path, configs_dir: Path = CONFIGS_DIR, *, check_engin
         The resolved :class:`EngineConfig`.
     Raises:
         ConfigError: a missing file, YAML error, unknown key, wrong type, ``extends`` cycle or missing
-            parent, or an unknown engine arg (with the closest valid name). The message names the file
-            and the field.
+            parent, an unknown ``embedded:`` model (listing the known ones) or an unknown engine arg (with the
+            closest valid name). The message names the file and the field.
     """
     path = _find(ref, configs_dir, None)
     chain: list[tuple[Path, ConfigLayer]] = []
@@ -321,6 +322,11 @@ def _build(merged: dict[str, Any], chain: list[tuple[Path, ConfigLayer]], config
     if model.startswith(("/", "./", "../", "~")) and not Path(model).expanduser().exists():
         # A path, not a hub name: vLLM would otherwise try it as a hub repo id and fail after the baseline ran.
         raise ConfigError(f"path does not exist: {model}", path=path, field="model")
+    if model.startswith("embedded:") and model not in EMBEDDED_ALIASES:
+        # vLLM would take it for a hub name and blame engine_args after a pre-flight of half a minute.
+        origin = next((p for p, layer in chain if "model" in layer.model_fields_set), path)
+        raise ConfigError(f"unknown embedded model {model!r}; the embedded models are {', '.join(EMBEDDED_ALIASES)}",
+                          path=origin, field="model")
     sampling = validate(Sampling, merged["sampling"], path, prefix="sampling.")
     try:
         name = path.relative_to(configs_dir.resolve()).with_suffix("").as_posix()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalgate.errors import ConfigError, StoreError
+from evalgate.errors import StoreError
 from evalgate.manifest import Manifest
 from evalgate.options import RunOptions
 from evalgate.pipeline import Evaluated, evaluated_runs, load_suites, run_manifest, stamp_now
@@ -49,16 +49,19 @@ class EngineJob:
     stamp: str = field(default_factory=stamp_now)
 
     def load(self) -> Any:
-        """Configs, thresholds and suites, checked; the traffic profile against both engines' limits. Returns the
-        thresholds. Raises ConfigError (exit 2) for bad input, before the baseline's engine starts."""
+        """Configs, thresholds and suites, checked; the run directory and evalgate's home (and its store) checked
+        writable; the traffic profile against both engines' limits. Returns the thresholds. Raises ConfigError
+        (exit 2) for bad input, before the baseline's engine starts."""
         from evalgate import config as config_mod
         from evalgate.engine import check_platform
+        from evalgate.model import check_home
+        from evalgate.paths import check_writable_dir
         from evalgate.suites import check_datasets, list_suites
         from evalgate.thresholds import load_thresholds
 
         t0 = time.monotonic()
-        if self.out and self.out.exists() and not self.out.is_dir():
-            raise ConfigError("exists and is not a directory (the run directory)", path=self.out, field="--out")
+        if self.out:  # a given --out first: the cheapest check, and the one CI's error outputs need
+            check_writable_dir(self.out, field="--out", what="the run directory")
         self.cand = config_mod.load_config(self.config, self.configs_dir)
         self.base = config_mod.load_baseline(self.cand, self.configs_dir)
         for cfg in (self.base, self.cand):
@@ -70,7 +73,10 @@ class EngineJob:
         os.environ.update(check_datasets(self.suites))
         thresholds.check_names([s.name for s in every], [t for s in every for t in s.tasks],
                                [*config_mod.list_configs(self.configs_dir), self.cand.name])
-        self.out = self.out or Path("runs") / f"{self.cand.name.replace('/', '_')}-{self.stamp}"
+        if not self.out:
+            self.out = Path("runs") / f"{self.cand.name.replace('/', '_')}-{self.stamp}"
+            check_writable_dir(self.out, field="--out (default)", what="the run directory")
+        check_home()  # the store is written after each side: a broken home must not cost the baseline's engine run
         self.announce(self.out)
         self.timings = {"load": time.monotonic() - t0}
         self.profile = speed_profile(self.options, thresholds, self.cand.name)
@@ -215,22 +221,28 @@ class StoredJob:
     out: Path
 
     def load(self) -> Any:
-        """Both run directories (candidate results and manifest; run B's log-prob evidence dropped: it was measured
-        against run B's own baseline) and the thresholds; refuses runs whose suites differ in content. Returns the
-        thresholds."""
-        from evalgate.runs import candidate_tasks, read_side, suite_hashes, without_evidence
+        """Both run directories (candidate results and complete, well-typed manifests; run B's log-prob evidence
+        dropped: it was measured against run B's own baseline), the thresholds and the output directory (writable);
+        refuses runs whose tasks' suites are not listed in both manifests under the same content hash
+        (``runs.check_comparable``). Returns the thresholds.
+
+        Raises:
+            StoreError (exit 3): a run directory is missing or malformed, or the runs are not comparable.
+            ConfigError (exit 2): bad thresholds, or an output directory that cannot be written.
+        """
+        from evalgate.paths import check_writable_dir
+        from evalgate.runs import candidate_tasks, check_comparable, read_side, suite_hashes, without_evidence
         from evalgate.thresholds import load_thresholds
 
         (self.res_a, self.man_a), (self.res_b, self.man_b) = read_side(self.run_a), read_side(self.run_b)
         self.hashes = {k: suite_hashes(m) for k, m in (("a", self.man_a), ("b", self.man_b))}
-        for suite in sorted(self.hashes["a"].keys() & self.hashes["b"].keys()):
-            ha, hb = self.hashes["a"][suite], self.hashes["b"][suite]
-            if ha != hb:
-                raise StoreError(f"runs are not comparable: suite '{suite}' differs between {self.run_a} and "
-                                 f"{self.run_b} (content hash {ha[:12]} vs {hb[:12]})")
-        self.tasks = {"baseline": candidate_tasks(self.run_a, self.res_a),
-                      "candidate": without_evidence(candidate_tasks(self.run_b, self.res_b))}
-        return load_thresholds(self.thresholds_path)
+        tasks_a, tasks_b = candidate_tasks(self.run_a, self.res_a), candidate_tasks(self.run_b, self.res_b)
+        check_comparable({"a": tasks_a, "b": tasks_b}, {"a": self.man_a, "b": self.man_b},
+                         {"a": self.run_a, "b": self.run_b})
+        self.tasks = {"baseline": tasks_a, "candidate": without_evidence(tasks_b)}
+        thresholds = load_thresholds(self.thresholds_path)
+        check_writable_dir(self.out, field="--out", what="the comparison's run directory")
+        return thresholds
 
     def evaluate(self, thresholds: Any) -> Evaluated:
         """Nothing is evaluated: the two candidates' stored items, and a manifest merging both runs' (``"a → b"``

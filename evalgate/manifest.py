@@ -72,13 +72,24 @@ class Manifest(BaseModel):
         """
         from evalgate.store import read_json
 
-        data = read_json(path, "run manifest")
+        return cls.checked(read_json(path, "run manifest"), path)
+
+    @classmethod
+    def checked(cls, data: Any, path: Path) -> Manifest:
+        """``data`` (a JSON value read from ``path``) validated as a manifest: every required key present and of its
+        type (``suites`` a list of ``{name, tasks, content_hash}`` with string hashes, ...).
+
+        Raises:
+            StoreError (exit 3): naming ``path`` and the first bad field, e.g. ``suites: Field required`` or
+                ``suites.0.content_hash: Input should be a valid string``.
+        """
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            raise StoreError(f"{path}: malformed run manifest: {where}: {err['msg']}") from None
+            msg = err["msg"].split(" or instance of ")[0]  # not the model class names
+            raise StoreError(f"{path}: malformed run manifest: {where}: {msg}") from None
 
 
 def side(run: Any) -> Side:

@@ -24,7 +24,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from evalgate.errors import ModelError
+from evalgate.errors import ConfigError, ModelError
 
 EMBEDDED_MODEL = "embedded:gemma-3-270m"
 # evalgate's own trained Nemotron-H hybrid with an MTP layer, shipped in the package (evalgate/hybrid/).
@@ -32,6 +32,8 @@ HYBRID_MODEL = "embedded:nemotron-h-tiny"
 # A random-weight Qwen3-Next (Gated DeltaNet + attention, MTP head) built on first use (evalgate/hybrid/qwen3_next.py).
 QWEN3_NEXT_MODEL = "embedded:qwen3-next-tiny"
 QWEN3_NEXT_SEED = 0
+# Every ``embedded:`` alias a config may name (``resolve_model``); any other ``embedded:`` name is refused at load.
+EMBEDDED_ALIASES = (HYBRID_MODEL, EMBEDDED_MODEL, QWEN3_NEXT_MODEL)
 _DIRNAME = "gemma-3-270m"
 _QWEN3_NEXT_DIRNAME = "qwen3-next-tiny"
 _MARKER = "evalgate-model.json"
@@ -39,13 +41,42 @@ _MIN_FREE_BYTES = 3 * 1024**3  # GGUF (~250 MB) + fp32 dequantized tensors in RA
 
 
 def evalgate_home() -> Path:
-    """The directory holding evalgate's models and stored runs: ``$EVALGATE_HOME`` or the user cache dir."""
+    """The directory holding evalgate's models and stored runs: ``$EVALGATE_HOME``, or the user cache dir when the
+    variable is unset.
+
+    Raises:
+        ConfigError (exit 2): ``EVALGATE_HOME`` is set but empty or blank (an unset shell variable, most likely):
+            it is refused rather than silently read as "the default".
+    """
     env = os.environ.get("EVALGATE_HOME")
-    if env:
+    if env is not None:
+        if not env.strip():
+            raise ConfigError("is set but empty (an unset variable?); unset it to use the default "
+                              "(the user cache dir)", field="EVALGATE_HOME")
         return Path(env).expanduser()
     from platformdirs import user_cache_dir
 
     return Path(user_cache_dir("evalgate"))
+
+
+def check_home() -> Path:
+    """``evalgate_home()`` and its ``store/``, checked writable before any engine starts
+    (``paths.check_writable_dir``; nothing is left behind): a broken home found after the baseline's engine ran
+    would throw its generations away.
+
+    Returns:
+        The home directory.
+    Raises:
+        ConfigError (exit 2) naming ``EVALGATE_HOME`` and the path: empty, a regular file, ``store`` a regular file,
+            a name too long, not writable.
+    """
+    from evalgate.paths import check_writable_dir
+
+    home = evalgate_home()
+    field = "EVALGATE_HOME" if "EVALGATE_HOME" in os.environ else "EVALGATE_HOME (unset: the user cache dir)"
+    check_writable_dir(home, field=field, what="evalgate's home: models and the result store")
+    check_writable_dir(home / "store", field=field, what="the result store")
+    return home
 
 
 def embedded_model_dir(home: Path | None = None) -> Path:

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalgate.errors import ConfigError
+from evalgate.thresholds import MAX_TRAFFIC_REPEATS
 
 
 class RunOptions(BaseModel):
@@ -31,7 +32,7 @@ class RunOptions(BaseModel):
     no_speed: bool = Field(False, description="do not measure throughput, whatever thresholds say")
     concurrency: list[int] | None = Field(
         None, description="requests in flight, one level or a sweep, e.g. 1,16,256 (implies --speed)")
-    repeats: int | None = Field(None, description="timed passes per side and level (default 3; >= 2 for an interval)")
+    repeats: int | None = Field(None, description="timed passes per side and level (default 3, at most 100; >= 2 for an interval)")
 
     @classmethod
     def from_args(cls, args: Any) -> RunOptions:
@@ -48,15 +49,16 @@ class RunOptions(BaseModel):
         """Refuse values out of range, naming the option as the field (exit 2).
 
         Raises:
-            ConfigError: ``--limit`` < 1, ``--logprob-items`` < 0, ``--repeats`` < 1, ``--no-speed`` with a speed
+            ConfigError: ``--limit`` < 1, ``--logprob-items`` < 0, ``--repeats`` outside 1..100, ``--no-speed`` with a speed
                 option, ``--timeout`` not a finite number > 0.
         """
         if self.limit is not None and self.limit < 1:
             raise ConfigError(f"must be >= 1, got {self.limit}", field="--limit")
         if self.logprob_items < 0:
             raise ConfigError(f"must be >= 0, got {self.logprob_items}", field="--logprob-items")
-        if self.repeats is not None and self.repeats < 1:
-            raise ConfigError(f"must be >= 1, got {self.repeats}", field="--repeats")
+        if self.repeats is not None and not 1 <= self.repeats <= MAX_TRAFFIC_REPEATS:
+            raise ConfigError(f"must be >= 1 and <= {MAX_TRAFFIC_REPEATS} (thresholds.MAX_TRAFFIC_REPEATS), got "
+                              f"{self.repeats}", field="--repeats")
         if self.no_speed and (self.speed or self.concurrency or self.repeats is not None):
             raise ConfigError("--no-speed contradicts --speed / --concurrency / --repeats", field="--no-speed")
         if not (0 < self.timeout < math.inf):  # also rejects nan

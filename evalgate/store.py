@@ -93,13 +93,16 @@ def _create_temp(path: Path) -> tuple[int, str]:
 
 
 def read_json(path: Path, what: str) -> Any:
-    """Read a JSON file written by evalgate. Raises StoreError naming the file when missing or malformed."""
+    """Read a JSON file written by evalgate. Raises StoreError naming the file when missing, malformed or nested
+    too deeply to decode."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise StoreError(f"{path}: {what} not found") from exc
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise StoreError(f"{path}: {what} is unreadable or truncated ({exc})") from exc
+    except RecursionError:  # "[[[[...": nested deeper than the decoder's recursion; evalgate writes a few levels
+        raise StoreError(f"{path}: {what} is not a file evalgate writes: JSON nested too deeply") from None
 
 
 class ResultStore:

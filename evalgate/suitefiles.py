@@ -112,10 +112,14 @@ def _files(folder: Path) -> list[Path]:
 
 def content_hash(folder: Path) -> str:
     """Hex sha256 of a folder's files: for each, in sorted order, its relative POSIX path, NUL,
-    its size as 8 bytes big-endian, then its bytes (``__pycache__`` and ``*.pyc`` skipped)."""
+    its size as 8 bytes big-endian, then its bytes (``__pycache__`` and ``*.pyc`` skipped). ConfigError naming the
+    file when one cannot be read."""
     h = hashlib.sha256()
     for f in _files(folder):
-        data = f.read_bytes()
+        try:
+            data = f.read_bytes()
+        except OSError as exc:  # a looping or dangling symlink, a FIFO's error, no permission: the file, one line
+            raise ConfigError(f"cannot read this suite file: {exc.strerror or exc}", path=f) from None
         h.update(f.relative_to(folder).as_posix().encode("utf-8") + b"\0")
         h.update(len(data).to_bytes(8, "big") + data)
     return h.hexdigest()

@@ -56,6 +56,12 @@ def _integer(minimum: int, maximum: int | None = None) -> Any:
                      rule(f"{{field}} must be an integer with {minimum} <= {{field}} <= {maximum:_}")]
 
 
+# Traffic-profile bounds. Requests per repeat and level: the CPU profile sends 192, the GPU one 256; 100,000 of
+# 512 tokens is most of an hour per repeat and side on an H200, and 10^12 would only end at --timeout, after the
+# suites' engines ran. Repeats per side: 100 is where ``speed.repeats_needed`` stops counting ("more than 100").
+MAX_TRAFFIC_PROMPTS = 100_000
+MAX_TRAFFIC_REPEATS = 100
+
 # Bootstrap resamples per task: each is one mean over the task's items, all held at once (8 bytes each), so 10^13
 # would fail allocating 80 TB after both engines ran; 10^6 is 100x the default and takes seconds per task.
 MAX_BOOTSTRAP_RESAMPLES = 1_000_000
@@ -136,10 +142,11 @@ class TrafficSection(Schema):
     concurrency: Annotated[tuple[int, ...], BeforeValidator(_concurrency)] = None  # type: ignore[assignment]
     """Requests in flight: one integer >= 1 or a list of distinct ones (a sweep), each <= the engine's
     max_num_seqs."""
-    num_prompts: Annotated[int | None, Field(strict=True, ge=1), rule("{field} must be an integer >= 1")] = None
-    """Requests per repeat and level; null: = the level's concurrency (one wave)."""
-    repeats: _integer(1) = None  # type: ignore[valid-type]
-    """Interleaved timed passes per side (>= 2 for an interval)."""
+    num_prompts: Annotated[int | None, Field(strict=True, ge=1, le=MAX_TRAFFIC_PROMPTS),
+                           rule(f"{{field}} must be an integer with 1 <= {{field}} <= {MAX_TRAFFIC_PROMPTS:_}")] = None
+    """Requests per repeat and level, 1..100_000; null: = the level's concurrency (one wave)."""
+    repeats: _integer(1, MAX_TRAFFIC_REPEATS) = None  # type: ignore[valid-type]
+    """Interleaved timed passes per side, 1..100 (>= 2 for an interval)."""
     prompts: choice("random", "suites") = None  # type: ignore[valid-type]
     """random (vLLM's RandomDataset) or suites (the suites' own prompts)."""
     mode: choice("offline", "serve") = None  # type: ignore[valid-type]

@@ -6,6 +6,7 @@ On top of ``yaml.SafeLoader`` (no Python tags) it refuses what PyYAML accepts si
   two ``task:`` lines would gate the second task while the file reads as the first), named by file, line and
   dotted field;
 - aliases that expand to more than :data:`MAX_NODES` values (a "billion laughs" file);
+- values nested more than :data:`MAX_DEPTH` deep (``[[[[...]]]]``: PyYAML's composer recurses once per level);
 - bytes that are not UTF-8 (a UTF-8 byte-order mark is accepted), an empty file, a top level that is not a mapping.
 
 lm-eval's ``!function module.name`` tag reads as the plain string (suite YAMLs use it). Each kind of file keeps the
@@ -24,6 +25,7 @@ from evalgate.errors import ConfigError
 from evalgate.schema import show
 
 MAX_NODES = 100_000  # YAML values in one file, aliases expanded (a config has a few dozen, a suite YAML hundreds)
+MAX_DEPTH = 64  # nesting levels of one value (evalgate's files use fewer than 10)
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
@@ -90,8 +92,9 @@ def _text(path: Path, wording: Wording) -> str:
 
 
 def parse(text: str, path: Path, wording: Wording, functions: list[tuple[str, str]] | None = None) -> Any:
-    """One YAML document of ``text`` (None when empty), duplicate keys and alias bombs refused (ConfigError);
-    ``functions`` (when given) receives each ``!function`` tag's ``(dotted field, value)``."""
+    """One YAML document of ``text`` (None when empty), duplicate keys, alias bombs and values nested more than
+    ``MAX_DEPTH`` deep refused (ConfigError); ``functions`` (when given) receives each ``!function`` tag's
+    ``(dotted field, value)``."""
     loader = None
     try:
         loader = Loader(text)  # a control character is refused here already
@@ -105,6 +108,8 @@ def parse(text: str, path: Path, wording: Wording, functions: list[tuple[str, st
         at = wording.at.format(line=mark.line + 1, column=mark.column + 1) if mark else ""
         message = " ".join(str(getattr(exc, "problem", None) or exc).split())
         raise ConfigError(wording.syntax.format(at=at, problem=message), path=path) from None
+    except RecursionError:  # nested deeper than the composer's recursion can go: before _check_nodes could see it
+        raise ConfigError(f"values nested too deeply (more than {MAX_DEPTH} levels)", path=path) from None
     finally:
         if loader is not None:
             loader.dispose()
@@ -114,17 +119,21 @@ def _check_nodes(root: yaml.Node, path: Path, wording: Wording,
                  functions: list[tuple[str, str]] | None = None) -> None:
     """Walk the node tree in document order as it will be constructed (aliases expanded): a key given twice in
     one mapping, more than ``MAX_NODES`` values, or an alias inside the value it names (``&a [*a]``: a value that
-    contains itself, endless once expanded) is a ConfigError naming the dotted field."""
-    stack: list[tuple[yaml.Node, str, bool]] = [(root, "", False)]
+    contains itself, endless once expanded), or a value nested more than ``MAX_DEPTH`` levels deep is a ConfigError
+    naming the dotted field."""
+    stack: list[tuple[yaml.Node, str, bool, int]] = [(root, "", False, 0)]
     open_nodes: set[int] = set()  # the nodes on the path from the root to the current one
     visited = 0
     while stack:
-        node, where, leaving = stack.pop()
+        node, where, leaving, depth = stack.pop()
         if leaving:
             open_nodes.discard(id(node))
             continue
         if id(node) in open_nodes:
             raise ConfigError("recursive YAML alias: the value contains itself", path=path, field=where or None)
+        if depth > MAX_DEPTH:
+            raise ConfigError(f"values nested too deeply (more than {MAX_DEPTH} levels)", path=path,
+                              field=where or None)
         visited += 1
         if visited > MAX_NODES:
             raise ConfigError(f"too large: more than {MAX_NODES} values once YAML aliases are expanded", path=path,
@@ -138,8 +147,8 @@ def _check_nodes(root: yaml.Node, path: Path, wording: Wording,
                 functions.append((where, str(node.value)))
             continue
         open_nodes.add(id(node))
-        stack.append((node, where, True))
-        stack += reversed([(child, at, False) for child, at in children])
+        stack.append((node, where, True, depth))
+        stack += reversed([(child, at, False, depth + 1) for child, at in children])
 
 
 def _mapping_children(node: yaml.MappingNode, where: str, path: Path, wording: Wording) -> list[tuple[yaml.Node, str]]:

@@ -320,7 +320,7 @@ STORED_CASES: list[Case] = [
     _stored("report", "verdict-speed-side-null", "verdict.json",
             "speed.sides.candidate: Input should be a valid dictionary"),
     # a value the model admits but evalgate never writes: the file, never an internal error
-    _stored("report", "verdict-task-margin-null", "verdict.json", "a field holds a value evalgate does not write"),
+    _stored("report", "verdict-task-margin-null", "verdict.json", "tasks.0: PASS, but its own numbers do not show"),
     _stored("report", "verdict-speed-ratio-huge", "verdict.json", "a field holds a value evalgate does not write"),
     _stored("compare", "candidate-truncated", "candidate.json", "truncated"),
     _stored("compare", "candidate-missing-tasks", "candidate.json", "tasks"),

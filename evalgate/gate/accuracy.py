@@ -51,7 +51,8 @@ from evalgate.power import describe_items_needed, holm_levels, items_needed, mde
 from evalgate.stats import PairedComparison
 from evalgate.thresholds import TaskThreshold, Thresholds
 
-__all__ = ["Decision", "OutputAgreement", "TaskDecision", "Verdict", "decide", "is_near_tie"]
+__all__ = ["Decision", "OutputAgreement", "TaskDecision", "Verdict", "decide", "is_near_tie", "overall_of",
+           "shows_non_inferiority"]
 
 _LIST_DIFFERING = 10
 
@@ -185,6 +186,28 @@ def _lossless_rule(agreement: OutputAgreement | None, required_share: float,
                               f"generated alike ({100 * agreement.share:.1f}% of outputs agree)")
 
 
+def shows_non_inferiority(lower_bound: float, margin: float, task_mde: float) -> bool:
+    """Rule 3 (module docstring): ``LB >= -margin`` and ``MDE <= margin`` (points), both finite. The one test of a
+    task PASS: the gate decides with it, and ``runs.read_verdict`` re-checks a stored PASS task with it."""
+    return (math.isfinite(lower_bound) and math.isfinite(task_mde) and lower_bound >= -margin
+            and task_mde <= margin)
+
+
+def overall_of(verdicts: Sequence[Verdict]) -> Verdict:
+    """The gate's precedence over task verdicts, before the NO-OP rule and the overrides: BLOCK if any task blocks,
+    else INCONCLUSIVE if any is inconclusive, else PASS.
+
+    Raises:
+        ValueError: no verdicts (no evidence is never a pass).
+    """
+    if not verdicts:
+        raise ValueError("no task verdicts: no evidence is never a pass")
+    for v in (Verdict.BLOCK, Verdict.INCONCLUSIVE):
+        if v in verdicts:
+            return v
+    return Verdict.PASS
+
+
 def _accuracy_rule(cmp: PairedComparison, m: float, task_mde: float, loss: str, loss_shown: bool,
                    needed: int | None) -> tuple[Verdict, str, str]:
     """Rules 2-5 (module docstring): ``(verdict, rule, reason without evidence)``."""
@@ -193,7 +216,7 @@ def _accuracy_rule(cmp: PairedComparison, m: float, task_mde: float, loss: str, 
     powered = math.isfinite(task_mde) and task_mde <= m
     if math.isnan(cmp.lower_bound):
         return Verdict.BLOCK, RULE_UNDEFINED, "lower bound is undefined (NaN), so non-inferiority is not shown"
-    if cmp.lower_bound >= -m and powered:
+    if shows_non_inferiority(cmp.lower_bound, m, task_mde):
         return Verdict.PASS, RULE_NON_INFERIOR, (
             f"lower bound {lb} pts \u2265 {MINUS}margin {mg} pts and MDE {num(task_mde, signed=False)} \u2264 margin "
             f"{num(m, signed=False)} pts")
@@ -296,11 +319,12 @@ def _overall(tasks: tuple[TaskDecision, ...], thresholds: Thresholds, baseline_e
             f"({len(dict(baseline_effective))} keys, none differ): there is no change to gate"
         )
         return Decision(Verdict.NO_OP, (reason,), tasks)
+    overall = overall_of([t.verdict for t in tasks])
     blocked = [t for t in tasks if t.verdict is Verdict.BLOCK]
     unsure = [t for t in tasks if t.verdict is Verdict.INCONCLUSIVE]
-    if blocked:
+    if overall is Verdict.BLOCK:
         return Decision(Verdict.BLOCK, tuple(f"{t.suite}/{t.task}: BLOCK: {t.reason}" for t in blocked), tasks)
-    if unsure:
+    if overall is Verdict.INCONCLUSIVE:
         if thresholds.on_inconclusive == "block":
             return Decision(Verdict.BLOCK, tuple(
                 f"{t.suite}/{t.task}: INCONCLUSIVE, counted as BLOCK (on_inconclusive: block): {t.reason}"
