@@ -56,9 +56,10 @@ class RunOptions(BaseModel):
             raise ConfigError(f"must be >= 1, got {self.limit}", field="--limit")
         if self.logprob_items < 0:
             raise ConfigError(f"must be >= 0, got {self.logprob_items}", field="--logprob-items")
-        if self.repeats is not None and not 1 <= self.repeats <= MAX_TRAFFIC_REPEATS:
-            raise ConfigError(f"must be >= 1 and <= {MAX_TRAFFIC_REPEATS} (thresholds.MAX_TRAFFIC_REPEATS), got "
-                              f"{self.repeats}", field="--repeats")
+        if self.repeats is not None and self.repeats < 1:
+            raise ConfigError(f"must be >= 1, got {self.repeats}", field="--repeats")
+        if self.repeats is not None and self.repeats > MAX_TRAFFIC_REPEATS:  # as traffic.repeats in thresholds.yaml
+            raise ConfigError(f"must be <= {MAX_TRAFFIC_REPEATS}, got {self.repeats}", field="--repeats")
         if self.no_speed and (self.speed or self.concurrency or self.repeats is not None):
             raise ConfigError("--no-speed contradicts --speed / --concurrency / --repeats", field="--no-speed")
         if not (0 < self.timeout < math.inf):  # also rejects nan

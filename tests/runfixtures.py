@@ -64,10 +64,14 @@ def blocking_document() -> dict[str, Any]:
 
 
 def write_run(run_dir: Path, name: str, dtype: str, tasks: dict[str, TaskResult]) -> Path:
-    """A stored run directory whose candidate side is ``tasks`` (the baseline side mirrors it)."""
+    """A stored run directory whose candidate side is ``tasks`` (the baseline side mirrors it); its manifest lists
+    each task under its own suite, every suite with content hash ``SUITE_HASH``, as ``evalgate run`` writes it."""
     entry = side(name, dtype)
     data = {"config": name, "effective": entry["effective"], "spec_decode": {}, "tasks": tasks_to_json(tasks)}
     write_json_atomic(run_dir / "candidate.json", data)
     write_json_atomic(run_dir / "baseline.json", data)
-    write_json_atomic(run_dir / "manifest.json", manifest(side("baseline", "float32"), entry, sorted(tasks)))
+    m = manifest(side("baseline", "float32"), entry, sorted(tasks))
+    m["suites"] = [{"name": s, "tasks": sorted(t for t, r in tasks.items() if r.suite == s), "content_hash": SUITE_HASH}
+                   for s in sorted({r.suite for r in tasks.values()})]
+    write_json_atomic(run_dir / "manifest.json", m)
     return run_dir

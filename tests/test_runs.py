@@ -69,7 +69,7 @@ def test_compare_fails_closed_when_suite_contents_differ(tmp_path: Path, capsys:
     m["suites"][0]["content_hash"] = "cd" * 32
     write_json_atomic(b / "manifest.json", m)
     assert main(["compare", str(a), str(b), "--out", str(tmp_path / "cmp")]) == 3
-    assert "suite 's' differs between" in capsys.readouterr().err
+    assert "suite 'finance' differs between" in capsys.readouterr().err
 
 
 def test_compare_of_a_missing_run_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
