@@ -71,7 +71,7 @@ def _make_dirs(path: Path) -> list[Path]:
     return created
 
 
-def _short(path: Path, limit: int = 200) -> str:
-    """``path`` for a one-line message: an over-long path shows its start and end only."""
+def _short(path: Path, limit: int = 200) -> Path | str:
+    """``path`` for a one-line message: itself, or for an over-long path its start and end only (a string)."""
     text = str(path)
-    return text if len(text) <= limit else f"{text[:120]}...{text[-60:]} ({len(text)} characters)"
+    return path if len(text) <= limit else f"{text[:120]}...{text[-60:]} ({len(text)} characters)"

@@ -138,6 +138,10 @@ CASES: list[Case] = [
     _cfg("model-empty", "model", "required", uses=PARENT),
     _cfg("model-list", "model", "required", uses=PARENT),
     _cfg("model-path-missing", "model", "path does not exist: /nonexistent/evalgate-model", uses=PARENT),
+    _cfg("model-embedded-unknown", "model", "unknown embedded model 'embedded:gemma-9000'; the embedded models are "
+         "embedded:nemotron-h-tiny, embedded:gemma-3-270m, embedded:qwen3-next-tiny", uses=PARENT),
+    _cfg("nested-deep", "description[0]", "values nested too deeply (more than 64 levels)", uses=PARENT),
+    _cfg("nested-bomb", None, "values nested too deeply (more than 64 levels)"),
     _cfg("expect-invalid", "expect", "lossless", uses=PARENT),
     _cfg("description-list", "description", "string", uses=PARENT),
     _cfg("engine-arg-not-identifier", "engine_args.max model len", "identifier", uses=PARENT),
@@ -215,6 +219,10 @@ CASES: list[Case] = [
     _thr("configs-unknown-config", "configs.no-such-config", "unknown config"),
     _thr("configs-unknown-suite", "configs.cand.suites.nosuch", "unknown suite"),
     _thr("configs-margin-negative", "configs.cand.margin", ">= 0"),
+    _thr("nested-bomb", None, "values nested too deeply (more than 64 levels)"),
+    _thr("traffic-num-prompts-huge", "traffic.num_prompts", "<= 100_000, got 1000000000000"),
+    _thr("traffic-repeats-huge", "traffic.repeats", "<= 100, got 1000000000000"),
+    _thr("configs-traffic-repeats-huge", "configs.cand.traffic.repeats", "<= 100, got 101"),
     Case("thresholds-dir", {"--thresholds": "@thresholds/dir.yaml"}, "thresholds/dir.yaml", None, "directory"),
     Case("thresholds-missing", {"--thresholds": "@thresholds/no-such-file.yaml"}, "thresholds/no-such-file.yaml",
          None, "not found"),
@@ -265,12 +273,17 @@ CASES: list[Case] = [
     Case("concurrency-trailing-comma", {"--concurrency": "1,16,"}, None, "--concurrency",
          "integers separated by commas"),
     Case("repeats-zero", {"--repeats": "0"}, None, "--repeats", ">= 1"),
+    Case("repeats-over-100", {"--repeats": "101"}, None, "--repeats", "must be <= 100, got 101"),
     Case("speed-and-no-speed", {}, None, "--no-speed", "contradicts", extra=("--speed", "--no-speed")),
     Case("timeout-zero", {"--timeout": "0"}, None, "--timeout", "> 0"),
     Case("timeout-negative", {"--timeout": "-5"}, None, "--timeout", "> 0"),
     Case("timeout-nan", {"--timeout": "nan"}, None, "--timeout", "> 0"),
     Case("timeout-inf", {"--timeout": "inf"}, None, "--timeout", "> 0"),
     Case("out-is-a-file", {"--out": "@good/configs/baseline.yaml"}, "good/configs/baseline.yaml", "--out", "not a directory"),
+    Case("out-under-a-file", {"--out": "@good/configs/baseline.yaml/run"}, "good/configs/baseline.yaml/run", "--out",
+         "cannot write the run directory here: Not a directory"),
+    Case("out-name-too-long", {"--out": "/tmp/" + "o" * 300 + "/run"}, None, "--out",
+         "cannot write the run directory here: File name too long"),
     Case("suites-dir-empty", {"--suites-dir": ""}, None, "--suites-dir", "must not be empty"),
     Case("thresholds-empty", {"--thresholds": ""}, None, "--thresholds", "must not be empty"),
     Case("configs-dir-empty", {"--configs-dir": ""}, None, "--configs-dir", "must not be empty"),
@@ -332,12 +345,36 @@ STORED_CASES: list[Case] = [
             "tasks.s1_task.items[0].output: must be a string, got int"),
     _stored("compare", "manifest-candidate-string", "manifest.json", "candidate: must be a mapping, got str"),
     _stored("compare", "run-is-a-file", None, "not found"),
+    # issue 23: a manifest that cannot vouch for its suites' contents is refused, never gated
+    _stored("compare", "manifest-no-suites", "manifest.json", "malformed run manifest: suites: Field required"),
+    _stored("compare", "manifest-hash-int", "manifest.json",
+            "malformed run manifest: suites.0.content_hash: Input should be a valid string"),
+    _stored("compare", "manifest-suite-not-listed", "manifest.json",
+            "suites: no entry for task 's1_task' of suite 's1', so its suite content cannot be checked"),
+    _stored("compare", "manifest-no-created", "manifest.json", "malformed run manifest: created: Field required"),
+    # issue 23: a verdict.json that contradicts itself is refused, never re-rendered (least of all as PASS)
+    _stored("report", "verdict-pass-over-block", "verdict.json",
+            "not a consistent evalgate verdict: verdict: PASS, but tasks.0 (s/t) is BLOCK"),
+    _stored("report", "verdict-inconclusive-over-block", "verdict.json",
+            "verdict: INCONCLUSIVE, but tasks.0 (s/t) is BLOCK"),
+    _stored("report", "verdict-pass-no-tasks", "verdict.json", "tasks: none, under an overall PASS"),
+    _stored("report", "verdict-version-99", "verdict.json", "version: 99 is not a verdict document version"),
+    _stored("report", "verdict-negative-n", "verdict.json", "tasks.0.n: -40 is negative"),
+    _stored("report", "verdict-nan-lower-bound", "verdict.json", "tasks.0.lower_bound: nan is not a finite number"),
+    _stored("report", "verdict-pass-lb-below-margin", "verdict.json",
+            "tasks.0: PASS, but its own numbers do not show non-inferiority (lower bound -50.0, margin 10.0"),
+    _stored("report", "verdict-pass-evidence-failure", "verdict.json",
+            "tasks.0.evidence.failures: 'candidate NaN/+inf log-probs on 3 items' under an overall PASS"),
+    _stored("report", "verdict-pass-not-gated", "verdict.json", "tasks.0.gated: False under an overall PASS"),
+    _stored("report", "verdict-noop-with-diff", "verdict.json",
+            "verdict: NO-OP, but effective_diff lists 1 differing engine key(s) (engine_args.dtype, ...)"),
 ]
 CASES += STORED_CASES
 
 # Run also as a real ``python -m evalgate`` process (stderr must hold the one line and nothing else).
 SUBPROCESS_CASES = ("config-syntax-unclosed-flow", "config-engine-arg-unknown", "thresholds-alpha-zero",
-                    "suites-no-metric-list", "limit-not-int", "no-command", "config-non-utf8", "out-is-a-file")
+                    "suites-no-metric-list", "limit-not-int", "no-command", "config-non-utf8", "out-is-a-file",
+                    "config-nested-bomb", "out-under-a-file", "config-model-embedded-unknown")
 
 RESULT_FILES = sorted(p.name for p in (B / "results").iterdir())
 # Run files (baseline.json / candidate.json): valid JSON, malformed task records.
@@ -498,3 +535,263 @@ def test_corpus_is_large_enough_and_every_file_is_used() -> None:
     assert not unused, f"corpus files no case uses: {unused}"
     assert len(bad) >= 50
     assert len(CASES) + len(RESULT_FILES) >= 100
+
+
+# ------------------------------------------------------------------------------------ issue 23: fail closed
+
+
+def _runs_over_400_identical_items(tmp_path: Path) -> tuple[Path, Path]:
+    """Two stored runs whose candidates agree on 400 items: with matching manifests ``compare`` PASSes them (MDE
+    ~0.6 points, margin 2), so a refusal below is the check's doing, not the statistics'."""
+    from runfixtures import task, write_run
+
+    tasks = {"s1_task": task("s1_task", "s1", ["4"] * 400, [1.0] * 400)}
+    return (write_run(tmp_path / "a", "a", "float32", tasks), write_run(tmp_path / "b", "b", "bfloat16", tasks))
+
+
+def _edit_manifest(run: Path, edit) -> None:
+    import json
+
+    m = json.loads((run / "manifest.json").read_text())
+    edit(m)
+    (run / "manifest.json").write_text(json.dumps(m))
+
+
+def test_compare_of_matching_manifests_passes(tmp_path: Path, capsys) -> None:
+    """The control of the next test: the same two runs with complete, matching manifests are a PASS (exit 0)."""
+    a, b = _runs_over_400_identical_items(tmp_path)
+    assert cli.main(["compare", str(a), str(b), "--out", str(tmp_path / "cmp"),
+                     "--thresholds", str(G / "thresholds.yaml")]) == ExitCode.PASS
+    assert (tmp_path / "cmp" / "verdict.json").is_file()
+
+
+@pytest.mark.parametrize(("edit", "fragment"), [
+    (lambda m: m.pop("suites"), "suites: Field required"),
+    (lambda m: m["suites"][0].update(content_hash=12345), "suites.0.content_hash: Input should be a valid string"),
+    (lambda m: m["suites"][0].update(content_hash=None), "suites.0.content_hash: Input should be a valid string"),
+    (lambda m: m.update(suites=[]), "suites: no entry for task 's1_task' of suite 's1'"),
+    (lambda m: m["suites"][0].update(name="other"), "suites: no entry for task 's1_task' of suite 's1'"),
+    (lambda m: m["suites"][0].update(tasks=[]), "suites: no entry for task 's1_task' of suite 's1'"),
+    (lambda m: m.pop("baseline"), "baseline: Field required"),
+], ids=["no-suites", "hash-int", "hash-null", "suites-empty", "suite-renamed", "task-unlisted", "no-baseline"])
+def test_compare_of_runs_over_different_prompts_is_refused_never_passed(edit, fragment: str, tmp_path: Path,
+                                                                       capsys) -> None:
+    """Issue 23: run B was made from other suite files (another content hash) and its manifest cannot vouch for them
+    (incomplete or mistyped): the comparison must stop at exit 3 naming B's manifest and field, with no verdict."""
+    a, b = _runs_over_400_identical_items(tmp_path)
+    _edit_manifest(b, lambda m: m["suites"][0].update(content_hash="cd" * 32))
+    _edit_manifest(b, edit)
+    out = tmp_path / "cmp"
+    code = cli.main(["compare", str(a), str(b), "--out", str(out), "--thresholds", str(G / "thresholds.yaml")])
+    line = _check_message(Case("compare", {}, None, None), capsys.readouterr().err)
+    assert code == ExitCode.RUNTIME
+    assert f"{b / 'manifest.json'}: " in line and fragment in line, line
+    assert not (out / "verdict.json").exists()
+
+
+def test_compare_of_different_suite_contents_is_refused(tmp_path: Path, capsys) -> None:
+    a, b = _runs_over_400_identical_items(tmp_path)
+    _edit_manifest(b, lambda m: m["suites"][0].update(content_hash="cd" * 32))
+    assert cli.main(["compare", str(a), str(b), "--out", str(tmp_path / "cmp")]) == ExitCode.RUNTIME
+    line = _check_message(Case("compare", {}, None, None), capsys.readouterr().err)
+    assert "suite 's1' differs between" in line and "(content hash abababababab vs cdcdcdcdcdcd)" in line
+
+
+def _home_cases(tmp_path: Path) -> dict[str, tuple[str, str]]:
+    """EVALGATE_HOME value -> the fragment its refusal must hold, per kind of broken home."""
+    plain = tmp_path / "plain-file"
+    plain.write_text("not a directory\n")
+    store_file = tmp_path / "home-with-store-file"
+    store_file.mkdir()
+    (store_file / "store").write_text("not a directory\n")
+    return {"empty": ("", "is set but empty (an unset variable?)"),
+            "blank": ("  ", "is set but empty (an unset variable?)"),
+            "a-file": (str(plain), "exists and is not a directory (evalgate's home"),
+            "store-a-file": (str(store_file), "exists and is not a directory (the result store)"),
+            "under-a-file": (str(plain / "home"), "cannot write evalgate's home: models and the result store here: "
+                                                  "Not a directory"),
+            "name-too-long": (str(tmp_path / ("h" * 300)), "File name too long"),
+            "path-too-long": (str(tmp_path / "/".join(["h" * 200] * 25)), "File name too long"),
+            "cannot-be-created": ("/proc/evalgate-home", "cannot write evalgate's home")}
+
+
+@pytest.mark.parametrize("kind", ["empty", "blank", "a-file", "store-a-file", "under-a-file", "name-too-long",
+                                  "path-too-long", "cannot-be-created"])
+def test_broken_home_is_refused_before_any_engine_starts(kind: str, tripwires: list[str], tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """Issue 23: a home the store cannot be written to was found only after the baseline's engine ran (its
+    generations thrown away); an empty EVALGATE_HOME silently meant the default."""
+    value, fragment = _home_cases(tmp_path)[kind]
+    monkeypatch.setenv("EVALGATE_HOME", value)
+    out = tmp_path / "run"
+    code = cli.main(_argv(Case("good", {}, None, None), out))
+    line = _check_message(Case(kind, {}, None, "EVALGATE_HOME", fragment), capsys.readouterr().err)
+    assert code == ExitCode.USAGE, line
+    assert not tripwires
+    assert not (out / "logs").exists()
+    if kind == "store-a-file":
+        assert (Path(value) / "store").read_text() == "not a directory\n"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a read-only directory")
+def test_unwritable_home_is_refused_before_any_engine_starts(tripwires: list[str], tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    home = tmp_path / "ro-home"
+    home.mkdir()
+    home.chmod(0o555)
+    monkeypatch.setenv("EVALGATE_HOME", str(home))
+    try:
+        code = cli.main(_argv(Case("good", {}, None, None), tmp_path / "run"))
+    finally:
+        home.chmod(0o755)
+    _check_message(Case("ro", {}, None, "EVALGATE_HOME", "Permission denied"), capsys.readouterr().err)
+    assert code == ExitCode.USAGE and not tripwires
+
+
+def test_a_good_home_is_checked_and_left_as_it_was(tripwires: list[str], tmp_path: Path, monkeypatch, capsys) -> None:
+    """The check creates nothing it does not remove: a home that did not exist still does not once the run stops
+    at the engine (the store is created by the first result written)."""
+    home = tmp_path / "fresh" / "home"
+    monkeypatch.setenv("EVALGATE_HOME", str(home))
+    with pytest.raises(_Reached):
+        cli.main(_argv(Case("good", {}, None, None), tmp_path / "run"))
+    assert not (tmp_path / "fresh").exists()
+
+
+@pytest.mark.parametrize("command", ["run", "ablate"])
+@pytest.mark.parametrize("where", ["under-a-file", "name-too-long", "default-under-a-file"])
+def test_bad_run_directory_is_refused_before_any_engine_starts(command: str, where: str, tripwires: list[str],
+                                                               tmp_path: Path, monkeypatch, capsys) -> None:
+    """Issue 23: an --out the OS refuses ended as 'internal error: OSError' (exit 3, no field)."""
+    plain = tmp_path / "plain-file"
+    plain.write_text("x")
+    out = {"under-a-file": plain / "run", "name-too-long": tmp_path / ("o" * 300), "default-under-a-file": None}[where]
+    argv = _argv(Case("good", {"--out": None if out is None else str(out)}, None, None), tmp_path / "unused")
+    argv[0] = command
+    if out is None:  # the default run directory, runs/<config>-<time>, where ./runs is a regular file
+        monkeypatch.chdir(tmp_path)
+        (tmp_path / "runs").write_text("x")
+    code = cli.main(argv)
+    line = _check_message(Case(where, {}, None, "--out"), capsys.readouterr().err)
+    assert code == ExitCode.USAGE, line
+    assert ("Not a directory" if "file" in where else "File name too long") in line
+    assert not tripwires
+    assert plain.read_text() == "x"
+
+
+@pytest.mark.parametrize("command", ["compare", "report"])
+@pytest.mark.parametrize("where", ["a-file", "under-a-file", "name-too-long"])
+def test_bad_output_directory_of_compare_and_report_is_exit_2(command: str, where: str, tmp_path: Path,
+                                                              capsys) -> None:
+    a, b = _runs_over_400_identical_items(tmp_path)
+    if command == "report":
+        assert cli.main(["compare", str(a), str(b), "--out", str(tmp_path / "cmp")]) == ExitCode.PASS
+        capsys.readouterr()
+    plain = tmp_path / "plain-file"
+    plain.write_text("x")
+    out = {"a-file": plain, "under-a-file": plain / "out", "name-too-long": tmp_path / ("o" * 300)}[where]
+    argv = (["compare", str(a), str(b)] if command == "compare" else ["report", str(tmp_path / "cmp")])
+    code = cli.main([*argv, "--out", str(out)])
+    line = _check_message(Case(where, {}, None, "--out"), capsys.readouterr().err)
+    assert code == ExitCode.USAGE, line
+    assert {"a-file": "exists and is not a directory", "under-a-file": "Not a directory",
+            "name-too-long": "File name too long"}[where] in line
+    assert plain.read_text() == "x"
+
+
+def test_compare_with_default_out_under_a_file_is_exit_2(tmp_path: Path, monkeypatch, capsys) -> None:
+    a, b = _runs_over_400_identical_items(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").write_text("x")
+    assert cli.main(["compare", str(a), str(b)]) == ExitCode.USAGE
+    line = _check_message(Case("default", {}, None, "--out", "Not a directory"), capsys.readouterr().err)
+    assert line.startswith("evalgate: error: runs/compare-a-vs-b-")
+    assert (tmp_path / "runs").read_text() == "x"
+
+
+def test_suite_file_that_is_a_symlink_loop_is_one_line(tripwires: list[str], tmp_path: Path, capsys) -> None:
+    """Issue 23: a self-referencing symlink in a suite folder ended as 'internal error: OSError' (exit 3)."""
+    suites = tmp_path / "suites"
+    shutil.copytree(G / "suites", suites)
+    (suites / "s1" / "loop.jsonl").symlink_to("loop.jsonl")
+    code = cli.main(_argv(Case("good", {"--suites-dir": str(suites)}, None, None), tmp_path / "run"))
+    line = _check_message(Case("loop", {}, None, None), capsys.readouterr().err)
+    assert code == ExitCode.USAGE and not tripwires
+    assert f"{suites / 's1' / 'loop.jsonl'}: cannot read this suite file: Too many levels of symbolic links" in line
+
+
+@pytest.mark.parametrize("which", ["config", "thresholds", "suite"])
+def test_nested_bracket_bomb_of_100000_levels_is_one_line(which: str, tripwires: list[str], tmp_path: Path,
+                                                          capsys) -> None:
+    """Issue 23: ``[[[[...]]]]`` 10^5 deep in a YAML value was a RecursionError (internal error, exit 3)."""
+    bomb = "[" * 100_000 + "]" * 100_000
+    if which == "config":
+        path = tmp_path / "cand.yaml"
+        path.write_text(f"extends: {G / 'configs' / 'baseline.yaml'}\ndescription: {bomb}\n")
+        opts = {"--config": str(path)}
+    elif which == "thresholds":
+        path = tmp_path / "thresholds.yaml"
+        path.write_text(f"alpha: 0.05\ndefault: {{margin: 2.0}}\nsuites: {bomb}\n")
+        opts = {"--thresholds": str(path)}
+    else:
+        shutil.copytree(G / "suites", tmp_path / "suites")
+        path = tmp_path / "suites" / "s1" / "s1_task.yaml"
+        path.write_text(path.read_text() + f"metadata: {bomb}\n")
+        opts = {"--suites-dir": str(tmp_path / "suites")}
+    code = cli.main(_argv(Case("bomb", opts, None, None), tmp_path / "run"))
+    line = _check_message(Case("bomb", {}, None, None, "values nested too deeply"), capsys.readouterr().err)
+    assert code == ExitCode.USAGE and not tripwires
+    assert f"{path}: " in line
+
+
+def test_json_depth_bomb_in_a_stored_verdict_is_exit_3(tmp_path: Path, capsys) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "verdict.json").write_text('{"verdict": "PASS", "tasks": [], "manifest": ' + "[" * 100_000
+                                      + "]" * 100_000 + "}")
+    assert cli.main(["report", str(run), "--out", str(tmp_path / "out")]) == ExitCode.RUNTIME
+    line = _check_message(Case("deep", {}, None, None), capsys.readouterr().err)
+    assert f"{run / 'verdict.json'}: verdict is not a file evalgate writes: JSON nested too deeply" in line
+
+
+def test_traffic_bounds_are_inclusive(tmp_path: Path) -> None:
+    """The largest accepted values load; one more is refused (the corpus cases above)."""
+    from evalgate.thresholds import MAX_TRAFFIC_PROMPTS, MAX_TRAFFIC_REPEATS, load_thresholds
+
+    path = tmp_path / "thresholds.yaml"
+    path.write_text("alpha: 0.05\ndefault: {margin: 2.0}\ntraffic: {num_prompts: 100000, repeats: 100}\n")
+    traffic = load_thresholds(path).traffic
+    assert (MAX_TRAFFIC_PROMPTS, MAX_TRAFFIC_REPEATS) == (100_000, 100)
+    assert (traffic["num_prompts"], traffic["repeats"]) == (100_000, 100)
+
+
+def _written_verdicts() -> list[Path]:
+    return sorted((REPO / "tests" / "verdicts" / "v1").glob("*.json")) + sorted(
+        (REPO / "benchmarks" / "results").rglob("verdict.json"))
+
+
+@pytest.mark.parametrize("path", _written_verdicts(), ids=lambda p: str(p.relative_to(REPO)))
+def test_every_verdict_evalgate_wrote_passes_the_consistency_check(path: Path) -> None:
+    """No false refusal: every stored document in the repository (old test documents, the benchmark runs) still
+    reads back, and its overall verdict is unchanged."""
+    import json
+
+    from evalgate.runs import read_verdict
+
+    assert read_verdict(path).verdict == json.loads(path.read_text())["verdict"]
+
+
+def test_fresh_documents_pass_the_consistency_check(tmp_path: Path) -> None:
+    """Documents the gate builds now (a BLOCK over a BLOCK and a PASS task, a NO-OP) read back unchanged."""
+    import json
+
+    from runfixtures import blocking_document, document, task
+
+    from evalgate.runs import read_verdict
+
+    same = {"t": task("t", "s", ["ok"] * 40, [1.0] * 40)}
+    for name, doc in (("block", blocking_document()), ("noop", document(same, same, same_config=True))):
+        path = tmp_path / name / "verdict.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps(doc, allow_nan=True))
+        assert read_verdict(path).verdict == doc["verdict"] == {"block": "BLOCK", "noop": "NO-OP"}[name]

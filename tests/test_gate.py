@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from evalgate.gate import MISSING, Decision, Verdict, decide, effective_diff
+from evalgate.gate import MISSING, Decision, Verdict, decide, effective_diff, overall_of, shows_non_inferiority
 from evalgate.stats import BOOTSTRAP_METHOD, PairedComparison, paired_comparison
 from evalgate.thresholds import LevelOverride, TaskThreshold, Thresholds
 
@@ -393,3 +393,30 @@ def test_a_task_both_sides_fail_entirely_says_it_cannot_show_a_loss(thresholds: 
     some = paired_comparison(np.r_[np.ones(20), np.zeros(180)], np.r_[np.ones(20), np.zeros(180)], alpha=0.05,
                              rng=np.random.default_rng(0), interval="auto")
     assert "cannot show a loss" not in _one(some, thresholds).tasks[0].reason
+
+
+@pytest.mark.parametrize(("verdicts", "overall"), [
+    ([Verdict.PASS], Verdict.PASS),
+    ([Verdict.PASS, Verdict.INCONCLUSIVE], Verdict.INCONCLUSIVE),
+    ([Verdict.INCONCLUSIVE, Verdict.PASS, Verdict.BLOCK], Verdict.BLOCK),
+    ([Verdict.BLOCK, Verdict.INCONCLUSIVE], Verdict.BLOCK),
+])
+def test_overall_of_is_block_over_inconclusive_over_pass(verdicts: list[Verdict], overall: Verdict) -> None:
+    assert overall_of(verdicts) is overall
+
+
+def test_overall_of_no_verdicts_fails_closed() -> None:
+    with pytest.raises(ValueError, match="never a pass"):
+        overall_of([])
+
+
+@pytest.mark.parametrize(("lb", "margin", "mde", "shown"), [
+    (-2.0, 2.0, 2.0, True),       # both at the boundary: rule 3 holds (>=, <=)
+    (-2.0001, 2.0, 1.0, False),   # lower bound below -margin
+    (0.0, 2.0, 2.0001, False),    # under-powered
+    (math.nan, 2.0, 1.0, False),  # undefined lower bound (rule 2)
+    (0.0, 2.0, math.nan, False),  # undefined MDE
+    (0.0, 2.0, math.inf, False),
+])
+def test_shows_non_inferiority(lb: float, margin: float, mde: float, shown: bool) -> None:
+    assert shows_non_inferiority(lb, margin, mde) is shown

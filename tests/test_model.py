@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from evalgate import model
-from evalgate.errors import ModelError
+from evalgate.errors import ConfigError, ModelError
 from evalgate.hybrid import CHECKPOINT_DIR
 
 
@@ -31,6 +31,38 @@ def test_home_defaults_to_the_user_cache_dir(monkeypatch: pytest.MonkeyPatch) ->
 
     monkeypatch.delenv("EVALGATE_HOME", raising=False)
     assert model.evalgate_home() == Path(user_cache_dir("evalgate"))
+
+
+@pytest.mark.parametrize("value", ["", " ", "\t"])
+def test_home_set_but_empty_is_refused_not_the_default(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVALGATE_HOME", value)
+    with pytest.raises(ConfigError) as info:
+        model.evalgate_home()
+    assert info.value.field == "EVALGATE_HOME" and info.value.exit_code == 2
+    assert "set but empty" in str(info.value)
+
+
+def test_check_home_accepts_a_new_home_and_leaves_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("EVALGATE_HOME", str(tmp_path / "new" / "home"))
+    assert model.check_home() == tmp_path / "new" / "home"
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "new" / "home" / "store").mkdir(parents=True)
+    (tmp_path / "new" / "home" / "store" / "entry.json").write_text("{}")
+    assert model.check_home() == tmp_path / "new" / "home"
+    assert [p.name for p in (tmp_path / "new" / "home" / "store").iterdir()] == ["entry.json"]
+
+
+def test_check_home_refuses_a_store_that_is_a_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "store").write_text("x")
+    monkeypatch.setenv("EVALGATE_HOME", str(tmp_path))
+    with pytest.raises(ConfigError) as info:
+        model.check_home()
+    assert info.value.path == tmp_path / "store" and info.value.field == "EVALGATE_HOME"
+
+
+def test_embedded_aliases_are_the_ones_resolve_model_knows() -> None:
+    assert set(model.EMBEDDED_ALIASES) == {model.EMBEDDED_MODEL, model.HYBRID_MODEL, model.QWEN3_NEXT_MODEL}
+    assert all(a.startswith("embedded:") for a in model.EMBEDDED_ALIASES)
 
 
 def test_model_dirs_and_marker(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from evalgate.config import WORDING as CONFIG
 from evalgate.errors import ConfigError, ExitCode
 from evalgate.suitefiles import WORDING as SUITE
 from evalgate.thresholds import WORDING as THRESHOLDS
-from evalgate.yamlio import MAX_NODES, Wording, parse, read_mapping
+from evalgate.yamlio import MAX_DEPTH, MAX_NODES, Wording, parse, read_mapping
 
 PLAIN = Wording("test")
 
@@ -95,3 +95,20 @@ def test_missing_file_and_directory(tmp_path: Path) -> None:
 def test_parse_returns_none_for_an_empty_document(tmp_path: Path) -> None:
     assert parse("# nothing\n", tmp_path / "x.yaml", PLAIN) is None
     assert parse("[1, 2]\n", tmp_path / "x.yaml", PLAIN) == [1, 2]
+
+
+def test_nesting_up_to_max_depth_reads_one_deeper_is_refused_naming_the_field(tmp_path: Path) -> None:
+    """The value of ``a`` sits at depth 1; ``[`` * k puts its innermost list at depth k."""
+    ok = read_mapping(_file(tmp_path, "a: " + "[" * MAX_DEPTH + "]" * MAX_DEPTH + "\n"), PLAIN)
+    inner = ok["a"]
+    for _ in range(MAX_DEPTH - 1):
+        (inner,) = inner
+    assert inner == []
+    err = _error(_file(tmp_path, "a: " + "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1) + "\n"))
+    assert err.field == "a" + "[0]" * MAX_DEPTH
+    assert f"values nested too deeply (more than {MAX_DEPTH} levels)" in str(err)
+
+
+def test_nesting_deeper_than_the_composer_can_recurse_is_a_config_error(tmp_path: Path) -> None:
+    err = _error(_file(tmp_path, "a: " + "{b: " * 20_000 + "1" + "}" * 20_000 + "\n"))
+    assert err.field is None and f"more than {MAX_DEPTH} levels" in str(err)
