@@ -111,7 +111,7 @@ def test_stochastic_rounding_on_the_triton_kernel_is_refused_on_hopper(
 
 
 def test_fp16_state_applies_and_is_gated_never_an_error(tmp_path: Path) -> None:
-    """The shipped main job's switch on CUDA: FP16 state read back on the candidate, FP32 on the baseline; at 3 items
+    """The shipped main job's switch on CUDA: FP16 state read back on the candidate, FP32 on the baseline; at 10 items
     no task can PASS, and FP16 state changed 1 in 20 coding outputs on an H200 (2026-12-01), too few for a significant
     loss, so INCONCLUSIVE (never exit 2/3)."""
     code, doc, manifest = _run("fp16-state", tmp_path)
