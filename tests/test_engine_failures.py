@@ -13,6 +13,7 @@ import json
 import sys
 import textwrap
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -273,8 +274,15 @@ def test_engine_crash_through_the_cli_is_exit_3_one_line(tmp_path: Path, monkeyp
     assert "engine for base was killed by signal 9" in errors[0] and "CPU out of memory" in errors[0]
     assert (out / "logs" / "baseline.log").read_text().startswith("RuntimeError: CPU out of memory")
     assert (out / "logs" / "candidate-check.spec.json").is_file()
-    verdict = out / "verdict.json"  # never a PASS: no verdict, or an error one
-    assert not verdict.exists() or json.loads(verdict.read_text())["verdict"] != "PASS"
+    # Never a PASS: no verdict.json; CI's files say ERROR (exit 3) and carry the one-line cause.
+    assert not (out / "verdict.json").exists()
+    summary = (out / "summary.md").read_text()
+    assert summary.startswith("## \U0001f4a5 evalgate ERROR: cand (exit 3)") and "No verdict: the check fails." in summary
+    junit = ET.fromstring((out / "verdict.junit.xml").read_text())
+    assert (junit.get("tests"), junit.get("failures"), junit.get("errors")) == ("1", "0", "1")
+    error = junit.find("./testsuite/testcase/error")
+    assert error is not None and error.get("type") == "exit 3" and error.get("message") == errors[0].removeprefix(
+        "evalgate: error: ")
 
 
 def test_a_refused_candidate_value_stops_the_run_before_the_baseline_engine(
