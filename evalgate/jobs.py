@@ -49,8 +49,9 @@ class EngineJob:
     stamp: str = field(default_factory=stamp_now)
 
     def load(self) -> Any:
-        """Configs, thresholds and suites, checked; the traffic profile against both engines' limits. Returns the
-        thresholds. Raises ConfigError (exit 2) for bad input, before the baseline's engine starts."""
+        """Configs, thresholds and suites, checked (each task by the suite pre-flight, ``evalgate.preflight``); the
+        traffic profile against both engines' limits. Returns the thresholds. Raises ConfigError (exit 2) for bad
+        input, PreflightError (exit 3) when the pre-flight crashed or timed out, before the baseline's engine starts."""
         from evalgate import config as config_mod
         from evalgate.engine import check_platform
         from evalgate.preflight import check_suites
