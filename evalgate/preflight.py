@@ -276,7 +276,7 @@ def _score_dummies(task: Any, spec: Any, first: list[Any]) -> None:
     """Step 4: item 0 through lm-eval's filters and ``process_results`` (every filter, as the worker does) with the
     two dummy outputs; the primary metric of the first filter must be a number in [0, 1]."""
     doc = first[0].doc
-    scorer = "process_results" if spec.config.get("process_results") is not None else f"metric_list[0].metric"
+    scorer = "process_results" if spec.config.get("process_results") is not None else "metric_list[0].metric"
     target = _target_text(task, doc)
     for variant, label in ((0, "an empty output"), (1, "the target as output")):
         for inst in first:
