@@ -49,10 +49,12 @@ class EngineJob:
     stamp: str = field(default_factory=stamp_now)
 
     def load(self) -> Any:
-        """Configs, thresholds and suites, checked; the traffic profile against both engines' limits. Returns the
-        thresholds. Raises ConfigError (exit 2) for bad input, before the baseline's engine starts."""
+        """Configs, thresholds and suites, checked (each task by the suite pre-flight, ``evalgate.preflight``); the
+        traffic profile against both engines' limits. Returns the thresholds. Raises ConfigError (exit 2) for bad
+        input, PreflightError (exit 3) when the pre-flight crashed or timed out, before the baseline's engine starts."""
         from evalgate import config as config_mod
         from evalgate.engine import check_platform
+        from evalgate.preflight import check_suites
         from evalgate.suites import check_datasets, list_suites
         from evalgate.thresholds import load_thresholds
 
@@ -70,9 +72,11 @@ class EngineJob:
         os.environ.update(check_datasets(self.suites))
         thresholds.check_names([s.name for s in every], [t for s in every for t in s.tasks],
                                [*config_mod.list_configs(self.configs_dir), self.cand.name])
+        # Each task built by lm-eval, its items' requests built and item 0 scored: a suite error is exit 2 here.
+        self.preflight = check_suites(self.suites, limit=self.options.limit, timeout=self.options.timeout)
         self.out = self.out or Path("runs") / f"{self.cand.name.replace('/', '_')}-{self.stamp}"
         self.announce(self.out)
-        self.timings = {"load": time.monotonic() - t0}
+        self.timings = {"load": time.monotonic() - t0, "preflight": self.preflight["seconds"]}
         self.profile = speed_profile(self.options, thresholds, self.cand.name)
         self._check_values(thresholds)
         return thresholds
