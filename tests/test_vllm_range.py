@@ -149,17 +149,19 @@ def _reader(files: dict[str, str]):  # noqa: ANN202 - a Reader
 
 def test_spec_decode_needs_counters_or_per_request_metrics() -> None:
     mtp = {"speculative_config": {"method": "mtp"}}
-    full = _reader({"v1/spec_decode/metrics.py": COUNTERS_SRC, "outputs.py": OUTPUTS_SRC, "v1/metrics/stats.py": STATS_SRC})
+    full = _reader({"v1/spec_decode/metrics.py": COUNTERS_SRC, "outputs.py": OUTPUTS_SRC, "v1/metrics/stats.py": STATS_SRC,
+                    "entrypoints/llm.py": LLM_SRC})
     assert argnames.missing_spec_decode_evidence(mtp, V026, full) == []
     assert argnames.missing_spec_decode_evidence(mtp, V034, full) == []
     assert argnames.missing_spec_decode_evidence({"dtype": "float32"}, V026, _reader({})) == []  # not on: not needed
     # 0.26-style vLLM (engine counters) whose counters were renamed: what is missing is named.
-    renamed = _reader({"v1/spec_decode/metrics.py": COUNTERS_SRC.replace("num_drafts", "num_draft_steps")})
+    renamed = _reader({"v1/spec_decode/metrics.py": COUNTERS_SRC.replace("num_drafts", "num_draft_steps"),
+                       "entrypoints/llm.py": LLM_SRC})
     assert argnames.missing_spec_decode_evidence(mtp, V026, renamed) == [
         "the speculative-decoding counter vllm:spec_decode_num_drafts"]
     # Per-request metrics: the output field and the histogram are what evalgate reads.
     no_field = _reader({"outputs.py": OUTPUTS_SRC.replace("spec_decode_metrics", "other"),
-                        "v1/metrics/stats.py": STATS_SRC})
+                        "v1/metrics/stats.py": STATS_SRC, "entrypoints/llm.py": LLM_SRC})
     assert argnames.missing_spec_decode_evidence(mtp, V034, no_field) == [
         "vllm.outputs.CompletionOutput without spec_decode_metrics"]
     # The config turning per-request metrics off falls back to the counters, which must then exist.
@@ -172,12 +174,13 @@ def test_spec_decode_needs_counters_or_per_request_metrics() -> None:
 def test_spec_decode_without_evidence_is_exit_2_at_load_naming_version_and_field(monkeypatch: pytest.MonkeyPatch,
                                                                                  tmp_path: Path) -> None:
     _installed(monkeypatch, V026, "vllm 0.26.0")
-    monkeypatch.setattr(argnames, "vllm_source", _reader({}))  # a vLLM without the counters' definitions
+    base = {"__init__.py": "", "entrypoints/llm.py": LLM_SRC, "v1/engine/llm_engine.py": CORE_SRC}
+    monkeypatch.setattr(argnames, "vllm_source", _reader(base))  # a vLLM without the counters' definitions
     _configs(tmp_path, MTP)
     err = _refused(tmp_path)
     assert err.field == "engine_args.speculative_config"
     assert "vllm 0.26.0" in str(err) and "vllm:spec_decode_num_drafts" in str(err)
-    monkeypatch.setattr(argnames, "vllm_source", _reader({"v1/spec_decode/metrics.py": COUNTERS_SRC}))
+    monkeypatch.setattr(argnames, "vllm_source", _reader({**base, "v1/spec_decode/metrics.py": COUNTERS_SRC}))
     assert config.load_config("cand", tmp_path).engine_args["speculative_config"]["method"] == "mtp"
 
 
@@ -192,17 +195,20 @@ DATASETS_SRC = ("class SampleRequest:\n    prompt: str\n    prompt_len: int\n   
 
 
 def test_offline_benchmark_detection_names_what_is_missing() -> None:
-    files = {"benchmarks/throughput.py": THROUGHPUT_SRC, "benchmarks/datasets/datasets.py": DATASETS_SRC}
+    files = {"benchmarks/throughput.py": THROUGHPUT_SRC, "benchmarks/datasets/datasets.py": DATASETS_SRC,
+             "v1/engine/llm_engine.py": CORE_SRC}
     assert argnames.missing_offline_benchmark(_reader(files)) == []
     # Older vLLMs had one module benchmarks/datasets.py instead of the package.
-    flat = {"benchmarks/throughput.py": THROUGHPUT_SRC, "benchmarks/datasets.py": DATASETS_SRC}
+    flat = {"benchmarks/throughput.py": THROUGHPUT_SRC, "benchmarks/datasets.py": DATASETS_SRC,
+            "v1/engine/llm_engine.py": CORE_SRC}
     assert argnames.missing_offline_benchmark(_reader(flat)) == []
     changed = {**files, "benchmarks/throughput.py": THROUGHPUT_SRC.replace("prequeue_requests,", "")}
     assert argnames.missing_offline_benchmark(_reader(changed)) == [
         "vllm.benchmarks.throughput._run_vllm_requests without prequeue_requests"]
     assert argnames.missing_offline_benchmark(_reader({})) == [
         "vllm.benchmarks.throughput._run_vllm_requests", "vllm.benchmarks.datasets.RandomDataset.sample",
-        "vllm.benchmarks.datasets.SampleRequest"]
+        "vllm.benchmarks.datasets.SampleRequest", "vllm.v1.engine.llm_engine.LLMEngine.add_request",
+        "vllm.v1.engine.llm_engine.LLMEngine.step", "vllm.v1.engine.llm_engine.LLMEngine.has_unfinished_requests"]
 
 
 def test_serve_benchmark_detection_checks_every_flag_evalgate_passes() -> None:
@@ -232,7 +238,8 @@ def test_speed_mode_without_its_benchmark_code_is_exit_2_naming_version_and_fiel
     assert err.exit_code == ExitCode.USAGE and err.field == "traffic.mode" and Path(err.path).name == "thresholds.yaml"
     assert "vllm 0.40.0" in str(err) and "_run_vllm_requests" in str(err)
     monkeypatch.setattr(argnames, "vllm_source", _reader({"benchmarks/throughput.py": THROUGHPUT_SRC,
-                                                          "benchmarks/datasets/datasets.py": DATASETS_SRC}))
+                                                          "benchmarks/datasets/datasets.py": DATASETS_SRC,
+                                                          "v1/engine/llm_engine.py": CORE_SRC}))
     check_benchmark_code("offline", thresholds, "cand")  # all there: no error
 
 
@@ -242,7 +249,43 @@ def test_the_installed_vllm_has_everything_evalgate_detects() -> None:
         pytest.skip("no vLLM installed")
     names = argnames.engine_arg_names()
     assert argnames.missing_offline_benchmark() == [] and argnames.missing_serve_benchmark() == []
+    assert argnames.missing_engine_api() == []
     mtp = {"speculative_config": {"method": "mtp"}}
     assert argnames.missing_spec_decode_evidence(mtp, names) == []
     assert argnames.missing_spec_decode_evidence({**mtp, "per_request_spec_decode_metrics": "none"}, names) == []
     assert "mamba_backend" in names
+
+
+LLM_SRC = ("class LLM:\n    def generate(self, prompts):\n        pass\n    def get_tokenizer(self):\n        pass\n"
+           "    def enqueue(self, prompts):\n        pass\n    def get_metrics(self):\n        pass\n")
+CORE_SRC = ("class LLMEngine:\n    def step(self):\n        pass\n    def has_unfinished_requests(self):\n        pass\n"
+            "    def abort_request(self, request_ids, internal=False):\n        pass\n"
+            "    def add_request(self, request_id, prompt, params):\n        pass\n")
+
+
+def test_engine_api_detection_and_its_exit_2(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    files = {"__init__.py": "", "entrypoints/llm.py": LLM_SRC, "v1/engine/llm_engine.py": CORE_SRC}
+    assert argnames.missing_engine_api(_reader(files)) == []
+    old_abort = {**files, "v1/engine/llm_engine.py": CORE_SRC.replace(", internal=False", "")}
+    assert argnames.missing_engine_api(_reader(old_abort)) == [
+        "vllm.v1.engine.llm_engine.LLMEngine.abort_request without internal"]
+    # Without LLM.enqueue, VllmEngine submits one blocking LLM.generate: the engine loop is not needed then.
+    no_enqueue = {"__init__.py": "", "entrypoints/llm.py": LLM_SRC.replace("enqueue", "other")}
+    assert argnames.missing_engine_api(_reader(no_enqueue)) == []
+    assert argnames.missing_engine_api(_reader({})) == []  # no vLLM at all: engine_arg_names refuses that instead
+    _installed(monkeypatch, V034, "vllm 0.40.0")
+    monkeypatch.setattr(argnames, "vllm_source", _reader({**files, "entrypoints/llm.py": LLM_SRC.replace(
+        "get_tokenizer", "tokenizer")}))
+    _configs(tmp_path, "enforce_eager: true")
+    with pytest.raises(ConfigError) as ei:
+        config.load_config("cand", tmp_path)
+    assert ei.value.exit_code == ExitCode.USAGE and ei.value.field == "engine_args"
+    assert "vllm 0.40.0" in str(ei.value) and "vllm.LLM.get_tokenizer" in str(ei.value)
+
+
+def test_counters_are_read_through_llm_get_metrics() -> None:
+    mtp = {"speculative_config": {"method": "mtp"}}
+    files = {"v1/spec_decode/metrics.py": COUNTERS_SRC, "entrypoints/llm.py": LLM_SRC}
+    assert argnames.missing_spec_decode_evidence(mtp, V026, _reader(files)) == []
+    files["entrypoints/llm.py"] = LLM_SRC.replace("get_metrics", "metrics")
+    assert argnames.missing_spec_decode_evidence(mtp, V026, _reader(files)) == ["vllm.LLM.get_metrics"]

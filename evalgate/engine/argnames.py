@@ -222,6 +222,28 @@ def missing_offline_benchmark(read: Reader | None = None) -> list[str]:
                   "vllm.benchmarks.datasets.RandomDataset.sample")
     out += _lacks(_class_fields(datasets, "SampleRequest"), _SAMPLE_REQUEST_FIELDS,
                   "vllm.benchmarks.datasets.SampleRequest")
+    # More prompts than concurrency: throughput._run_limited refills slots through the engine's own loop.
+    core = read("v1/engine/llm_engine.py")
+    out += [f"vllm.v1.engine.llm_engine.LLMEngine.{m}" for m in ("add_request", "step", "has_unfinished_requests")
+            if _function(core, m, "LLMEngine") is None]
+    return out
+
+
+def missing_engine_api(read: Reader | None = None) -> list[str]:
+    """What ``VllmEngine`` calls on every run and the installed vLLM lacks: ``LLM.generate`` and
+    ``LLM.get_tokenizer``, and, where ``LLM.enqueue`` exists (0.26.0-0.34.0; without it ``VllmEngine`` submits one
+    blocking ``LLM.generate``), the V1 ``LLMEngine`` loop it drives: ``step``, ``has_unfinished_requests`` and
+    ``abort_request(request_ids, internal)``. Empty when all are there. ``read``: as in ``missing_offline_benchmark``."""
+    read = read or vllm_source
+    if read("__init__.py") is None:  # no vLLM at all: engine_arg_names() has refused the config already
+        return []
+    llm, core = read("entrypoints/llm.py"), read("v1/engine/llm_engine.py")
+    out = [f"vllm.LLM.{m}" for m in ("generate", "get_tokenizer") if _function(llm, m, "LLM") is None]
+    if _function(llm, "enqueue", "LLM") is not None:
+        out += [f"vllm.v1.engine.llm_engine.LLMEngine.{m}" for m in ("step", "has_unfinished_requests")
+                if _function(core, m, "LLMEngine") is None]
+        out += _lacks(_function(core, "abort_request", "LLMEngine"), ("request_ids", "internal"),
+                      "vllm.v1.engine.llm_engine.LLMEngine.abort_request")
     return out
 
 
@@ -249,8 +271,8 @@ def missing_spec_decode_evidence(engine_args: dict[str, Any], valid: frozenset[s
     Per-request counts (EngineArgs ``per_request_spec_decode_metrics``, vLLM 0.29.0+, unless the config sets it
     ``none``) need ``CompletionOutput.spec_decode_metrics`` (vllm/outputs.py) and ``RequestSpecDecodeMetrics``'
     ``histogram`` / ``num_draft_tokens`` (vllm/v1/metrics/stats.py); without them the engine-wide counters
-    ``SPEC_DECODE_COUNTERS`` (vllm/v1/spec_decode/metrics.py, read through ``LLM.get_metrics``) are used and must
-    exist. Empty when speculative decoding is off or everything needed is there. ``valid``: the installed
+    ``SPEC_DECODE_COUNTERS`` (vllm/v1/spec_decode/metrics.py) are used and must exist, and so must
+    ``LLM.get_metrics``, through which they are read. Empty when speculative decoding is off or everything needed is there. ``valid``: the installed
     ``EngineArgs`` field names; ``read``: as in ``missing_offline_benchmark``.
     """
     if not engine_args.get("speculative_config"):
@@ -265,4 +287,7 @@ def missing_spec_decode_evidence(engine_args: dict[str, Any], valid: frozenset[s
                             ("histogram", "num_draft_tokens"), "vllm.v1.metrics.stats.RequestSpecDecodeMetrics")
     text = read("v1/spec_decode/metrics.py") or ""
     gone = [n for n in SPEC_DECODE_COUNTERS if f'"{n}"' not in text]
-    return [f"the speculative-decoding counter{'s' if len(gone) > 1 else ''} {', '.join(gone)}"] if gone else []
+    out = [f"the speculative-decoding counter{'s' if len(gone) > 1 else ''} {', '.join(gone)}"] if gone else []
+    # VllmEngine.spec_decode_counters reads them through LLM.get_metrics (and would report none without it).
+    return out + (["vllm.LLM.get_metrics"] if _function(read("entrypoints/llm.py"), "get_metrics", "LLM") is None
+                  else [])
