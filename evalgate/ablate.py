@@ -274,7 +274,9 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
             and ``ablation.html`` are written.
     """
     from evalgate import jobs, pipeline, runner
+    from evalgate.preflight import check_suites
     from evalgate.speedrun import check_profile, speed_profile
+    from evalgate.suites import check_datasets
     from evalgate.model import check_home, evalgate_home
     from evalgate.paths import check_writable_dir
     from evalgate.speed import METHOD
@@ -283,6 +285,10 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
     if out is not None:
         check_writable_dir(out, field="--out", what="the ablation's output directory")
     recipe, base, thresholds, suites, known = _load(config, configs_dir, suites_dir, thresholds_path, suite_names)
+    # As for a run: every task's data at hand, each task built by lm-eval and item 0 scored, before the baseline's
+    # engine starts (a suite error is exit 2 here, not a worker traceback).
+    os.environ.update(check_datasets(suites))
+    check_suites(suites, limit=options.limit, timeout=options.timeout)
     variants = _select(plan_variants(base, recipe, known, _refusal), kind, only, recipe, base)
     if all(v.skipped for v in variants):  # nothing would be measured: say so before the baseline's engine starts
         raise ConfigError(f"no row of this ablation can run on this platform ({variants[0].skipped.split(' (')[0]}; "

@@ -216,20 +216,41 @@ def list_configs(configs_dir: Path = CONFIGS_DIR) -> list[str]:
 
 
 def check_engine_arg_names(engine_args: dict[str, Any], origin: dict[str, Path]) -> None:
-    """Reject engine-arg names that ``vllm.EngineArgs`` does not have, suggesting the closest one.
+    """Reject engine-arg names that ``vllm.EngineArgs`` does not have, suggesting the closest one (for an arg vLLM
+    renamed, the name this vLLM has: ``engine.argnames.rename_hint``); both names of a renamed arg at once; a vLLM
+    that lacks the ``LLM`` / ``LLMEngine`` methods the engine calls (``engine.argnames.missing_engine_api``); and,
+    with speculative decoding, one that lacks the metrics evalgate reads the acceptance counts from
+    (``engine.argnames.missing_spec_decode_evidence``). Every message names the installed vLLM's version.
 
     Raises:
-        ConfigError: naming the file that set the unknown key (``origin`` maps key -> file).
+        ConfigError: naming the file that set the offending key (``origin`` maps key -> file) and the field.
     """
+    from evalgate.engine.argnames import (both_names_set, missing_engine_api, missing_spec_decode_evidence,
+                                          rename_hint)
+
     valid = engine_arg_names()
     for key in engine_args:
         if key in _RESERVED_ENGINE_ARGS:
             raise ConfigError("set the model with the top-level 'model' key", path=origin.get(key), field=f"engine_args.{key}")
         if key not in valid:
+            renamed = rename_hint(key, valid)
             close = difflib.get_close_matches(key, sorted(valid), n=1, cutoff=0.6)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
+            hint = f"; {renamed}" if renamed else f"; did you mean '{close[0]}'?" if close else ""
             raise ConfigError(f"unknown vLLM engine arg (the installed vLLM is {installed_vllm_version()}){hint}",
                               path=origin.get(key), field=f"engine_args.{key}")
+    pair = both_names_set(engine_args)
+    if pair:
+        raise ConfigError(f"'{pair[0]}' and '{pair[1]}' are two names of one vLLM switch; set one (the installed "
+                          f"vLLM is {installed_vllm_version()})", path=origin.get(pair[1]), field=f"engine_args.{pair[1]}")
+    missing = missing_engine_api()
+    if missing:
+        raise ConfigError(f"the installed vLLM ({installed_vllm_version()}) lacks {', '.join(missing)}, which "
+                          f"evalgate's engine calls", field="engine_args")
+    missing = missing_spec_decode_evidence(engine_args, valid)
+    if missing:
+        raise ConfigError(f"speculative decoding is on, but the installed vLLM ({installed_vllm_version()}) lacks "
+                          f"{'; '.join(missing)}, from which evalgate reads the acceptance counts",
+                          path=origin.get("speculative_config"), field="engine_args.speculative_config")
 
 
 def installed_vllm_version() -> str:

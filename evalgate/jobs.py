@@ -49,13 +49,15 @@ class EngineJob:
     stamp: str = field(default_factory=stamp_now)
 
     def load(self) -> Any:
-        """Configs, thresholds and suites, checked; the run directory and evalgate's home (and its store) checked
-        writable; the traffic profile against both engines' limits. Returns the thresholds. Raises ConfigError
-        (exit 2) for bad input, before the baseline's engine starts."""
+        """Configs, thresholds and suites, checked (each task by the suite pre-flight, ``evalgate.preflight``); the
+        run directory and evalgate's home (and its store) checked writable; the traffic profile against both engines'
+        limits. Returns the thresholds. Raises ConfigError (exit 2) for bad input, PreflightError (exit 3) when the
+        pre-flight crashed or timed out, before the baseline's engine starts."""
         from evalgate import config as config_mod
         from evalgate.engine import check_platform
         from evalgate.model import check_home
         from evalgate.paths import check_writable_dir
+        from evalgate.preflight import check_suites
         from evalgate.suites import check_datasets, list_suites
         from evalgate.thresholds import load_thresholds
 
@@ -77,8 +79,10 @@ class EngineJob:
             self.out = Path("runs") / f"{self.cand.name.replace('/', '_')}-{self.stamp}"
             check_writable_dir(self.out, field="--out (default)", what="the run directory")
         check_home()  # the store is written after each side: a broken home must not cost the baseline's engine run
+        # Each task built by lm-eval, its items' requests built and item 0 scored: a suite error is exit 2 here.
+        self.preflight = check_suites(self.suites, limit=self.options.limit, timeout=self.options.timeout)
         self.announce(self.out)
-        self.timings = {"load": time.monotonic() - t0}
+        self.timings = {"load": time.monotonic() - t0, "preflight": self.preflight["seconds"]}
         self.profile = speed_profile(self.options, thresholds, self.cand.name)
         self._check_values(thresholds)
         return thresholds

@@ -64,8 +64,9 @@ def speed_profile(options: Any, thresholds: Any, config_name: str, *, default_on
     ``--repeats``) or ``default_on`` (ablate), and never with ``--no-speed``.
 
     Raises:
-        ConfigError: the profile is invalid, or asks ``mode: serve`` for what serve mode cannot measure
-            (``servespeed.serve_problems``).
+        ConfigError: the profile is invalid, asks ``mode: serve`` for what serve mode cannot measure
+            (``servespeed.serve_problems``), or the installed vLLM lacks the benchmark code the mode calls
+            (``check_benchmark_code``).
     """
     from evalgate.engine import has_cuda
     from evalgate.speed import resolve_profile
@@ -81,7 +82,21 @@ def speed_profile(options: Any, thresholds: Any, config_name: str, *, default_on
         for fld, msg in serve_problems(profile):
             path, dotted = traffic_source(thresholds, config_name, fld, options)
             raise ConfigError(msg, path=path, field=dotted)
+    check_benchmark_code(profile.mode, thresholds, config_name, options)
     return profile
+
+
+def check_benchmark_code(mode: str, thresholds: Any, config_name: str, options: Any = None) -> None:
+    """ConfigError (exit 2, naming the installed vLLM and ``traffic.mode``) when the installed vLLM lacks the
+    benchmark code speed mode ``mode`` calls (``engine.argnames.missing_offline_benchmark`` /
+    ``missing_serve_benchmark``: read from vLLM's source, no import), before any engine starts."""
+    from evalgate.engine import argnames
+
+    missing = argnames.missing_serve_benchmark() if mode == "serve" else argnames.missing_offline_benchmark()
+    if missing:
+        path, dotted = traffic_source(thresholds, config_name, "mode", options)
+        raise ConfigError(f"speed mode '{mode}' needs {'; '.join(missing)}, which the installed vLLM "
+                          f"({argnames.installed_vllm_version()}) lacks", path=path, field=dotted)
 
 
 def traffic_source(thresholds: Any, config: str | None, fld: str, options: Any = None) -> tuple[Any, str]:

@@ -101,12 +101,38 @@ def _hub_datasets(suites: list[Suite]) -> dict[str, tuple[TaskSpec, str, str | N
             path = spec.dataset_path or ""
             if path in LOCAL_BUILDERS or spec.data_files and not path:
                 for f in spec.data_files:
-                    if "://" not in f and not glob.glob(f):
-                        raise ConfigError(f"task {spec.name}: data file {f} does not exist (relative data_files "
-                                          "resolve against the task YAML's folder)", path=spec.source,
+                    problem = None if "://" in f else _data_file_problem(f)
+                    if problem:
+                        raise ConfigError(f"task {spec.name}: data file {f} {problem}", path=spec.source,
                                           field="dataset_kwargs.data_files")
                 continue
             if not path or Path(path).expanduser().is_dir():
                 continue
             hub[f"{path}\0{spec.dataset_name}"] = (spec, path, spec.dataset_name)
     return hub
+
+
+def _data_file_problem(pattern: str) -> str | None:
+    """Why local data file ``pattern`` (a path or a glob) cannot be read as data, None when it can: nothing matches,
+    or a match is a directory (a plain path only: a glob may match folders, which ``datasets`` skips), empty, a
+    symlink loop or unreadable. Found here, before any engine, instead of as a ``datasets`` traceback in the worker."""
+    import glob
+
+    matches = glob.glob(pattern)
+    if not matches:
+        return "does not exist (relative data_files resolve against the task YAML's folder)"
+    for m in matches:
+        what = "" if m == pattern else f" (matched {m})"
+        try:
+            st = os.stat(m)
+        except OSError as exc:  # a dangling or self-referencing symlink, a path through a file
+            return f"cannot be read{what}: {exc.strerror}"
+        if os.path.isdir(m):
+            if glob.has_magic(pattern):
+                continue
+            return "is a directory, not a data file"
+        if st.st_size == 0:
+            return f"is empty{what}: a task needs at least one item"
+        if not os.access(m, os.R_OK):
+            return f"cannot be read{what}: permission denied"
+    return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,8 @@ class TaskSpec:
         data_files: the task's ``dataset_kwargs.data_files``, each resolved to an absolute path.
         generated: the task builds its own data (``custom_dataset``).
         limit: the suite YAML's ``limit`` (None: all items).
+        config: the task's config as evalgate read it (a group's overrides merged; ``!function`` kept as its
+            string), for the pre-flight (:mod:`evalgate.preflight`) to name the field a failure comes from.
     """
 
     name: str
@@ -58,6 +60,7 @@ class TaskSpec:
     data_files: tuple[str, ...] = ()
     generated: bool = False
     limit: int | None = None
+    config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

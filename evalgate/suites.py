@@ -119,7 +119,7 @@ class _Resolver:
         return TaskSpec(name=name, source=path, builtin=builtin, metric=metric,
                         output_type=str(cfg.get("output_type") or "generate_until"),
                         dataset_path=None if dp is None else str(dp), dataset_name=cfg.get("dataset_name"),
-                        data_files=files, generated=bool(cfg.get("custom_dataset")), limit=limit)
+                        data_files=files, generated=bool(cfg.get("custom_dataset")), limit=limit, config=dict(cfg))
 
     @staticmethod
     def _builtin(name: str) -> Any:

@@ -261,6 +261,29 @@ CASES: list[Case] = [
     Case("suites-path-name", {"--suites": ["../good"]}, None, None, "invalid suite name"),
     Case("suites-empty-name", {"--suites": [""]}, None, None, "invalid suite name"),
     Case("suites-named-twice", {"--suites": ["s1", "s2", "s1"]}, None, "--suites", "suite 's1' is named more than once"),
+    # ------------------------------------------------------------------ suites: the pre-flight (evalgate.preflight)
+    # lm-eval builds each task, item 0's requests are built and scored with dummy outputs, in a subprocess.
+    _suite("preflight-data-empty", "s1/t.yaml", "dataset_kwargs.data_files", "task t1: data file <path> is empty"),
+    _suite("preflight-data-blank", "s1/t.yaml", "dataset_kwargs.data_files", "task t1: reading its data"),
+    _suite("preflight-data-is-dir", "s1/t.yaml", "dataset_kwargs.data_files", "is a directory, not a data file"),
+    _suite("preflight-data-corrupt", "s1/t.yaml", "dataset_kwargs.data_files", "task t1: reading its data: cannot"),
+    _suite("preflight-data-wrong-field", "s1/t.yaml", "doc_to_text",
+           "task t1: building the task: the template uses a variable the item lacks: 'q' is undefined; item 0 has "
+           "the fields question, answer"),
+    _suite("preflight-metric-unknown", "s1/t.yaml", "metric_list[0].metric",
+           "task t1: 'exact_matc' is not a metric lm-eval knows; did you mean 'exact_match'?"),
+    _suite("preflight-no-doc-to-text", "s1/t.yaml", "doc_to_text", "task t1: missing"),
+    _suite("preflight-output-type-unknown", "s1/t.yaml", "output_type",
+           "task t1: 'generate' is not an lm-eval output type"),
+    _suite("preflight-template-undefined", "s1/t.yaml", "doc_to_text", "task t1: building the task: the template "
+           "uses a variable the item lacks: 'frm' is undefined"),
+    _suite("preflight-target-bare-word", "s1/t.yaml", "doc_to_target", "task t1: 'answer' is no field of the data"),
+    _suite("preflight-scorer-keyerror", "s1/t.yaml", "process_results",
+           "task t1: scoring an empty output for item 0: KeyError: 'answer' (utils.py line 3)"),
+    _suite("preflight-score-out-of-range", "s1/t.yaml", "process_results",
+           "task t1: scoring the target as output on item 0 gave exact_match = 100.0"),
+    _suite("preflight-scorer-no-primary", "s1/t.yaml", "process_results",
+           "gave no 'exact_match', the primary metric (got: em)"),
     # ------------------------------------------------------------------ command line
     Case("limit-zero", {"--limit": "0"}, None, "--limit", ">= 1"),
     Case("limit-negative", {"--limit": "-3"}, None, "--limit", ">= 1"),
@@ -374,7 +397,8 @@ CASES += STORED_CASES
 # Run also as a real ``python -m evalgate`` process (stderr must hold the one line and nothing else).
 SUBPROCESS_CASES = ("config-syntax-unclosed-flow", "config-engine-arg-unknown", "thresholds-alpha-zero",
                     "suites-no-metric-list", "limit-not-int", "no-command", "config-non-utf8", "out-is-a-file",
-                    "config-nested-bomb", "out-under-a-file", "config-model-embedded-unknown")
+                    "suites-preflight-scorer-keyerror", "config-nested-bomb", "out-under-a-file",
+                    "config-model-embedded-unknown")
 
 RESULT_FILES = sorted(p.name for p in (B / "results").iterdir())
 # Run files (baseline.json / candidate.json): valid JSON, malformed task records.

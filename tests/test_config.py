@@ -167,15 +167,6 @@ def test_hybrid_baseline_pins_every_switch_off_and_each_candidate_flips_only_its
             "async_scheduling"] is False
 
 
-def test_cuda_only_configs_are_refused_on_cpu_before_any_engine(monkeypatch: pytest.MonkeyPatch) -> None:
-    from evalgate import engine
-    from evalgate.cli import main
-
-    monkeypatch.setattr(engine, "_has_cuda", lambda: False)
-    for name in ("fp16-state-sr", "fp16-state-flashinfer", "sr-only"):
-        assert main(["run", "--config", name, "--limit", "1"]) == 2
-
-
 def test_stochastic_rounding_on_the_triton_kernel_is_refused_on_gpus_without_cvt_rs(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Measured on an H200 (sm_90, vLLM 0.26.0): SR on the Triton Mamba kernel dies in ptxas after the engine started.
@@ -262,10 +253,63 @@ def test_gpu_capabilities_are_read_with_nvidia_smi_for_the_visible_gpus(
     assert read("") is None
 
 
-vllm = pytest.importorskip("vllm.engine.arg_utils", reason="needs vLLM for EngineArgs names")
+def _vllm_engine_args() -> type:
+    """vLLM's ``EngineArgs``; skips the calling test where vLLM does not import (only the tests that need vLLM's own
+    names call this: the rest of this file runs without vLLM)."""
+    return pytest.importorskip("vllm.engine.arg_utils", reason="needs vLLM for EngineArgs names").EngineArgs
+
+
+def test_unknown_engine_arg_is_named_in_the_file_that_set_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The name check itself, against a stand-in list of vLLM names (no vLLM needed): the closest name is
+    suggested, the file named is the layer that set the key (child or parent), ``model`` is refused as reserved."""
+    from evalgate.engine import argnames
+
+    names = frozenset({"dtype", "enforce_eager", "seed", "mamba_ssm_cache_dtype", "max_model_len"})
+    monkeypatch.setattr(argnames, "engine_arg_names", lambda: names)
+    write(tmp_path, "baseline", BASE)
+    write(tmp_path, "cand", "extends: baseline\nengine_args: {mamba_ssm_cache_dtyp: float16}\n")
+    with pytest.raises(ConfigError) as ei:
+        load_config("cand", tmp_path)
+    assert ei.value.field == "engine_args.mamba_ssm_cache_dtyp" and ei.value.exit_code == ExitCode.USAGE
+    assert "did you mean 'mamba_ssm_cache_dtype'" in str(ei.value)
+    assert Path(ei.value.path).name == "cand.yaml"
+    write(tmp_path, "badbase", BASE.replace("enforce_eager: true, seed: 0", "enforce_eager: true, sede: 0"))  # the typo is the parent's
+    write(tmp_path, "child", "extends: badbase\nengine_args: {dtype: float16}\n")
+    with pytest.raises(ConfigError) as ei:
+        load_config("child", tmp_path)
+    assert ei.value.field == "engine_args.sede" and Path(ei.value.path).name == "badbase.yaml"
+    assert "did you mean 'seed'" in str(ei.value)
+    write(tmp_path, "withmodel", "extends: baseline\nengine_args: {model: other}\n")
+    with pytest.raises(ConfigError, match="top-level 'model' key") as ei:
+        load_config("withmodel", tmp_path)
+    assert ei.value.field == "engine_args.model"
+    assert load_config("cand", tmp_path, check_engine_args=False).engine_args["mamba_ssm_cache_dtyp"] == "float16"
+    write(tmp_path, "good", "extends: baseline\nengine_args: {mamba_ssm_cache_dtype: float16}\n")
+    assert load_config("good", tmp_path).engine_args["mamba_ssm_cache_dtype"] == "float16"
+
+
+def test_engine_args_cannot_be_checked_without_vllm_is_a_config_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where vLLM does not import, checking engine-arg names fails closed (exit 2, field ``engine_args``): a config
+    is never waved through unchecked."""
+    import sys
+
+    from evalgate.engine import argnames
+
+    for name in ["vllm", *(m for m in sys.modules if m.startswith("vllm."))]:  # also where vLLM was imported before
+        monkeypatch.setitem(sys.modules, name, None)  # import -> ImportError; find_spec("vllm") -> None
+    argnames.engine_arg_names.cache_clear()
+    try:
+        write(tmp_path, "baseline", BASE)
+        with pytest.raises(ConfigError, match="vLLM is not importable") as ei:
+            load_config("baseline", tmp_path)
+        assert ei.value.field == "engine_args" and ei.value.exit_code == ExitCode.USAGE
+    finally:
+        argnames.engine_arg_names.cache_clear()  # the next caller reads the real vLLM again
 
 
 def test_unknown_engine_arg_suggests_the_closest_vllm_name(tmp_path: Path) -> None:
+    _vllm_engine_args()
     write(tmp_path, "baseline", BASE)
     write(tmp_path, "cand", "extends: baseline\nengine_args: {mamba_ssm_cache_dtyp: float16}\n")
     with pytest.raises(ConfigError) as ei:
@@ -276,6 +320,7 @@ def test_unknown_engine_arg_suggests_the_closest_vllm_name(tmp_path: Path) -> No
 
 
 def test_shipped_configs_use_real_engine_arg_names() -> None:
+    _vllm_engine_args()
     for name in list_configs(CONFIGS_DIR):
         load_config(name, CONFIGS_DIR)  # raises on any name vLLM's EngineArgs lacks
 
@@ -286,7 +331,7 @@ def test_engine_arg_names_read_from_source_match_the_imported_dataclass() -> Non
     from evalgate.config import engine_arg_names
     from evalgate.engine.argnames import _engine_arg_names_from_source
 
-    real = {f.name for f in dataclasses.fields(vllm.EngineArgs)}
+    real = {f.name for f in dataclasses.fields(_vllm_engine_args())}
     assert _engine_arg_names_from_source() == real
     assert engine_arg_names() == real
 
@@ -294,7 +339,6 @@ def test_engine_arg_names_read_from_source_match_the_imported_dataclass() -> Non
 def test_switches_the_platform_cannot_run_are_config_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     """On a host without CUDA, FlashInfer's Mamba kernel and stochastic rounding fail before any engine starts."""
     from evalgate import engine
-    from evalgate.cli import main
 
     monkeypatch.setattr(engine, "_has_cuda", lambda: False)
     with pytest.raises(ConfigError) as ei:
@@ -307,7 +351,27 @@ def test_switches_the_platform_cannot_run_are_config_errors(monkeypatch: pytest.
     monkeypatch.setattr(engine, "_has_cuda", lambda: True)
     with pytest.raises(ConfigError, match="explicit 'mamba_ssm_cache_dtype: float16'"):
         engine.check_platform({"enable_mamba_cache_stochastic_rounding": True}, "x")
+
+
+@pytest.mark.parametrize(("name", "origin"), [
+    ("flashinfer-mamba", "flashinfer-mamba.yaml"), ("cline-recipe", "cline-recipe.yaml"),
+    ("fp16-state-sr", "fp16-state-sr.yaml"), ("fp16-state-flashinfer", "fp16-state-flashinfer.yaml"),
+    ("sr-only", "fp16-state-flashinfer.yaml"),  # sr-only: its baseline, checked first, is refused
+])
+def test_cuda_only_configs_are_refused_on_cpu_before_any_engine(
+        name: str, origin: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``evalgate run`` of a CUDA-only shipped config on a CPU host: exit 2 and one line naming the config file and
+    the switch, before any engine starts. Needs vLLM: the run first checks the configs' engine-arg names, which
+    (without vLLM) refuses every config for another reason and would let this test pass without the platform check.
+    """
+    from evalgate import engine, runner
+    from evalgate.cli import main
+
+    _vllm_engine_args()
     monkeypatch.setattr(engine, "_has_cuda", lambda: False)
-    assert main(["run", "--config", "flashinfer-mamba", "--limit", "1"]) == 2
-    assert main(["run", "--config", "cline-recipe", "--limit", "1"]) == 2
-    assert main(["run", "--config", "fp16-state-sr", "--limit", "1"]) == 2
+    monkeypatch.setattr(runner, "start_config", lambda *a, **k: pytest.fail("an engine was started"))
+    assert main(["run", "--config", name, "--limit", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("evalgate: error: ")
+    assert f"{origin}: engine_args.mamba_backend: the FlashInfer Mamba kernel needs a CUDA GPU" in err
+    assert err.endswith("this platform is CPU (vLLM's CPU build)")

@@ -36,7 +36,9 @@ def test_the_health_level_is_corrected_for_the_number_of_tasks() -> None:
     assert one.verdict == "BLOCK" and one.reasons[0].startswith("a: degenerate outputs: 0% baseline, 15% candidate")
     assert one.reasons[0].endswith(f"p={0.5**WORSE:.2g} <= {0.05 / 3:.2g})")
     two = _verdict(["a", "b"])  # the same shift is now only a warning on each task
-    assert two.verdict != "BLOCK" and all(t.evidence.failures == [] for t in two.tasks)
+    # No score changed (delta 0) and the MDE at n=40 is the floor's, 2.486 * 100/40 = 6.2 <= margin 50: PASS.
+    assert two.verdict == "PASS" and [t.verdict for t in two.tasks] == ["PASS", "PASS"]
+    assert all(t.evidence.failures == [] for t in two.tasks)
     assert two.tasks[0].evidence.contradictions[-1].endswith(f"> {0.05 / 6:.2g}: not significant, not gated)")
 
 

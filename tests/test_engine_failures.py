@@ -13,6 +13,7 @@ import json
 import sys
 import textwrap
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from evalgate.config import EngineConfig, Sampling
 from evalgate.errors import EngineError, ExitCode
 from evalgate.store import ResultStore
 from evalgate.suites import Suite
+from taskfixtures import json_task
 
 PYTHON = sys.executable  # the real interpreter, for fake workers written in Python
 
@@ -30,12 +32,14 @@ def fake_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str, *, p
     """Make ``_run_worker`` start ``body`` instead of the engine worker. It gets the spec path as ``$3``
     (shell) or ``sys.argv[3]`` (Python) because it is called as ``EXE -m evalgate.runner SPEC``."""
     script = tmp_path / "fake-python"
+    # The suite pre-flight (``EXE -m evalgate.preflight``, before any engine) runs on the real interpreter.
+    preflight = f'[ "$2" = evalgate.preflight ] && exec "{PYTHON}" "$@"\n'
     if python:
         code = tmp_path / "fake_worker.py"
         code.write_text(textwrap.dedent(body), encoding="utf-8")
-        script.write_text(f'#!/bin/sh\nexec "{PYTHON}" "{code}" "$@"\n', encoding="utf-8")
+        script.write_text(f'#!/bin/sh\n{preflight}exec "{PYTHON}" "{code}" "$@"\n', encoding="utf-8")
     else:
-        script.write_text("#!/bin/sh\n" + textwrap.dedent(body), encoding="utf-8")
+        script.write_text("#!/bin/sh\n" + preflight + textwrap.dedent(body), encoding="utf-8")
     script.chmod(0o755)
     monkeypatch.setattr(runner.sys, "executable", str(script))
     return script
@@ -251,7 +255,9 @@ def _cli_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cand_engine_args: 
     (configs / "cand.yaml").write_text(f"extends: base\nengine_args: {cand_engine_args}\n")
     suites = tmp_path / "suites" / "s1"
     suites.mkdir(parents=True)
-    (suites / "t.yaml").write_text("task: s1_task\nmetric_list:\n  - metric: acc\n")
+    (suites / "t.yaml").write_text(json_task("s1_task", "data.jsonl", "generate_until",
+                                             "doc_to_text: '{{q}}'\ndoc_to_target: '{{a}}'\n", ("exact_match",)))
+    (suites / "data.jsonl").write_text('{"q": "1+1=", "a": "2"}\n')  # a valid suite: it passes the pre-flight
     (tmp_path / "thresholds.yaml").write_text("alpha: 0.05\ndefault: {margin: 2.0}\n")
     monkeypatch.setenv("EVALGATE_HOME", str(tmp_path / "home"))
     fake_worker(tmp_path, monkeypatch, worker)
@@ -273,8 +279,15 @@ def test_engine_crash_through_the_cli_is_exit_3_one_line(tmp_path: Path, monkeyp
     assert "engine for base was killed by signal 9" in errors[0] and "CPU out of memory" in errors[0]
     assert (out / "logs" / "baseline.log").read_text().startswith("RuntimeError: CPU out of memory")
     assert (out / "logs" / "candidate-check.spec.json").is_file()
-    verdict = out / "verdict.json"  # never a PASS: no verdict, or an error one
-    assert not verdict.exists() or json.loads(verdict.read_text())["verdict"] != "PASS"
+    # Never a PASS: no verdict.json; CI's files say ERROR (exit 3) and carry the one-line cause.
+    assert not (out / "verdict.json").exists()
+    summary = (out / "summary.md").read_text()
+    assert summary.startswith("## \U0001f4a5 evalgate ERROR: cand (exit 3)") and "No verdict: the check fails." in summary
+    junit = ET.fromstring((out / "verdict.junit.xml").read_text())
+    assert (junit.get("tests"), junit.get("failures"), junit.get("errors")) == ("1", "0", "1")
+    error = junit.find("./testsuite/testcase/error")
+    assert error is not None and error.get("type") == "exit 3" and error.get("message") == errors[0].removeprefix(
+        "evalgate: error: ")
 
 
 def test_a_refused_candidate_value_stops_the_run_before_the_baseline_engine(

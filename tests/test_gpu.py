@@ -1,6 +1,7 @@
 """The seed's switches on vLLM's CUDA build (tested: vLLM 0.26.0 on an H200), through ``evalgate run``.
 
-Skipped without CUDA (``tests/conftest.py``). Each run is tiny (3 items of one suite, no teacher-forced scoring);
+Skipped without CUDA (``tests/conftest.py``). Each run is small (10 items of each docparse and coding task, no
+teacher-forced scoring);
 runs share the store under ``$EVALGATE_HOME``, so the FP32 baseline's engine starts once. Engine start ~40 s warm.
 What is checked is read back from the engine (the manifest's effective config), never the request.
 """
@@ -14,9 +15,11 @@ import pytest
 
 from evalgate.cli import main
 from evalgate.config import CONFIGS_DIR, engine_arg_names, load_config
+from evalgate.thresholds import load_thresholds
 
 pytestmark = [pytest.mark.gpu, pytest.mark.engine]
-ARGS = ["--limit", "3", "--suites", "docparse", "--logprob-items", "0", "--timeout", "900"]
+ARGS = ["--limit", "10", "--suites", "docparse", "coding", "--logprob-items", "0", "--timeout", "900"]
+THRESHOLDS = Path(__file__).resolve().parents[1] / "thresholds.yaml"
 GATED = {"PASS": 0, "BLOCK": 1, "NO-OP": 4, "INCONCLUSIVE": 5}
 # Engine args whose read-back is the requested value itself (no renaming of values by vLLM).
 PLAIN = ("mamba_ssm_cache_dtype", "mamba_backend", "enable_mamba_cache_stochastic_rounding", "async_scheduling")
@@ -53,21 +56,69 @@ def test_async_scheduling_is_applied_on_cuda_not_a_no_op(tmp_path: Path) -> None
     assert doc["verdict"] != "NO-OP"
 
 
-def test_mtp1_at_fp32_runs_and_records_acceptance(tmp_path: Path) -> None:
-    """The FP32 drafter crash is worked around (engine.declare_dtype); acceptance comes from the source the installed
-    vLLM offers: per-request metrics where EngineArgs has them, else the engine-wide counters (vLLM 0.26)."""
-    _, doc, manifest = _run("mtp1", tmp_path)
-    assert _applied(manifest, "candidate")["dtype"] == "float32"
-    assert _applied(manifest, "candidate")["speculative_config"] == {"method": "mtp", "num_speculative_tokens": 1}
+# The smallest n at which a task could PASS is ceil(100 * (z_0.95 + z_0.8) / margin) = 42 items at the loosest margin
+# (6 points, fp16-state on coding); at ARGS' 10 items every MDE (>= 24.9 points) exceeds every margin, so a verdict
+# that is not a BLOCK is INCONCLUSIVE by the power rule (README, "How evalgate decides").
+UNDERPOWERED = "power: MDE > margin"
+
+
+@pytest.mark.parametrize("config,k", [("mtp1", 1), ("mtp3", 3)])
+def test_mtp_at_greedy_is_lossless_against_the_fp32_baseline(tmp_path: Path, config: str, k: int) -> None:
+    """MTP is a lossless switch: at greedy decoding the target model verifies every drafted token, so the
+    candidate's outputs must agree with the same-dtype (FP32) baseline's on every item, and its drafts must be
+    accepted above the floor thresholds.yaml sets for it. The FP32 drafter crash of vLLM 0.26 is worked around
+    (engine.declare_dtype); acceptance comes from the source the installed vLLM offers (per-request metrics where
+    EngineArgs has them, else the engine-wide counters, as on 0.26)."""
+    code, doc, manifest = _run(config, tmp_path)
+    cand = _applied(manifest, "candidate")
+    assert (cand["dtype"], _applied(manifest, "baseline")["dtype"]) == ("float32", "float32")
+    assert cand["speculative_config"] == {"method": "mtp", "num_speculative_tokens": k}
     expected = "per_request" if "per_request_spec_decode_metrics" in engine_arg_names() else "engine_counters"
     assert manifest["candidate"]["evidence_sources"] == {"spec_decode": expected}
-    assert doc["spec_decode_source"] == expected
     counts = manifest["candidate"]["spec_decode"]
     assert counts["spec_decode_num_drafts"] > 0
-    assert 0 <= counts["spec_decode_num_accepted_tokens"] <= counts["spec_decode_num_draft_tokens"]
+    assert counts["spec_decode_num_draft_tokens"] == k * counts["spec_decode_num_drafts"]
     sd = doc["spec_decode"]["candidate"]
     assert sd["acceptance_rate"] == pytest.approx(
         counts["spec_decode_num_accepted_tokens"] / counts["spec_decode_num_draft_tokens"])
+    floor = load_thresholds(THRESHOLDS).configs[config].min_mean_acceptance_length
+    assert sd["mean_acceptance_length"] >= floor, f"{config}: mean acceptance length {sd['mean_acceptance_length']}"
+    # Lossless: every greedy output byte-identical to the baseline's (no near-tie allowance needed).
+    for task in doc["tasks"]:
+        assert task["identical_outputs"] == task["n"] > 0, f"{task['task']}: {task['changed_outputs']}"
+        assert task["delta"] == 0 and task["n_regressed"] == task["n_improved"] == 0
+        assert (task["verdict"], task["rule"]) == ("INCONCLUSIVE", UNDERPOWERED)
+    assert (code, doc["verdict"]) == (5, "INCONCLUSIVE")
+
+
+def test_stochastic_rounding_on_the_triton_kernel_is_refused_on_hopper(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """SR on the Triton Mamba kernel needs cvt.rs (compute capability 10.x); on an H200 (sm_90) vLLM 0.26 dies in
+    ptxas after the engine started. evalgate reads the GPU's capability from the real ``nvidia-smi`` and refuses
+    the config (exit 2) before any engine starts."""
+    def no_engine(*args: object, **kwargs: object) -> None:
+        raise AssertionError("an engine was started for a config that must be refused first")
+
+    monkeypatch.setattr("evalgate.runner.spawn", no_engine)
+    cfg = tmp_path / "sr-triton.yaml"
+    cfg.write_text(f"extends: {CONFIGS_DIR / 'fp16-state.yaml'}\n"
+                   "engine_args:\n  enable_mamba_cache_stochastic_rounding: true\n  mamba_backend: triton\n")
+    code = main(["run", "--config", str(cfg), "--out", str(tmp_path / "run"), *ARGS])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2, err
+    assert str(cfg) in err and "engine_args.enable_mamba_cache_stochastic_rounding" in err
+    assert "cvt.rs" in err and "sm_90" in err
+
+
+def test_fp16_state_applies_and_is_gated_never_an_error(tmp_path: Path) -> None:
+    """The shipped main job's switch on CUDA: FP16 state read back on the candidate, FP32 on the baseline; at 10 items
+    no task can PASS, and FP16 state changed 1 in 20 coding outputs on an H200 (2026-12-01), too few for a significant
+    loss, so INCONCLUSIVE (never exit 2/3)."""
+    code, doc, manifest = _run("fp16-state", tmp_path)
+    assert (_applied(manifest, "baseline")["mamba_ssm_cache_dtype"],
+            _applied(manifest, "candidate")["mamba_ssm_cache_dtype"]) == ("float32", "float16")
+    assert all(t["rule"] == UNDERPOWERED for t in doc["tasks"])
+    assert (code, doc["verdict"]) == (5, "INCONCLUSIVE")
 
 
 @pytest.mark.parametrize("config", ["fp16-state-flashinfer", "sr-only", "flashinfer-mamba", "cline-recipe"])

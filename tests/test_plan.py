@@ -7,14 +7,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy.stats import norm
 
 from evalgate.cli import main
 from evalgate.compare import compare_tasks, plan_tasks
-from evalgate.power import z_sum
 from evalgate.results import ItemResult, TaskResult
 from evalgate.engine.suite_eval import _cluster
 from evalgate.store import tasks_from_json, tasks_to_json, write_json_atomic
 from evalgate.thresholds import Thresholds
+
+K = norm.ppf(0.95) + norm.ppf(0.8)  # z_{1-alpha} + z_{power} (alpha 0.05, power 0.8), not evalgate.power's z_sum
 
 
 def _task(name: str, suite: str, scores: list[float], clusters: list[str | None] | None = None,
@@ -46,7 +48,7 @@ def test_plan_binary_task_closed_form() -> None:
     a = plans["a"]
     assert (a.n, a.changed, a.n_clusters, a.clusters_needed) == (400, 12, 400, None)
     assert a.se == pytest.approx(100 * math.sqrt(12 / 400) / math.sqrt(400))
-    assert a.items_needed == math.ceil(1e4 * 0.03 * z_sum(0.05, 0.8) ** 2) == 1855
+    assert a.items_needed == math.ceil(1e4 * 0.03 * K ** 2) == 1855
 
 
 def test_plan_clustered_task_counts_documents() -> None:
@@ -57,7 +59,7 @@ def test_plan_clustered_task_counts_documents() -> None:
     se = 100 * math.sqrt(100 / 99 * float(np.sum(sums**2))) / 400
     assert (b.n_clusters, b.changed) == (100, 8)
     assert b.se == pytest.approx(se)
-    assert b.items_needed == math.ceil(400 * se**2 * z_sum(0.05, 0.8) ** 2)
+    assert b.items_needed == math.ceil(400 * se**2 * K ** 2)
     assert b.clusters_needed == math.ceil(b.items_needed / 4)
 
 
@@ -142,12 +144,11 @@ def test_compare_uses_clusters_and_lists_differing_outputs() -> None:
 def test_plan_without_any_change_reports_the_floor_not_an_estimate(tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     """40 identical items: nothing to extrapolate from; the figure is the floor ceil(100 K / m), whatever n is."""
-    k = z_sum(0.05, 0.8)
     thr = Thresholds(alpha=0.05, default_margin=2.0)
     for n in (3, 40):
         base = {"a": _task("a", "s", [1.0] * n)}
         (p,) = plan_tasks(base, base, thr, margin=2.0)
-        assert (p.changed, p.items_needed, p.basis) == (0, math.ceil(100 * k / 2.0), "floor") == (0, 125, "floor")
+        assert (p.changed, p.items_needed, p.basis) == (0, math.ceil(100 * K / 2.0), "floor") == (0, 125, "floor")
     base, cand = _pilot()
     assert {p.basis for p in plan_tasks(base, cand, thr, margin=1.0)} == {"discordance"}
     run = tmp_path / "run"
@@ -173,13 +174,12 @@ def _tiny_suites(root: Path, n_items: int) -> Path:
 
 def test_plan_against_the_suite_size(tmp_path: Path) -> None:
     base, cand = _pilot()
-    k = z_sum(0.05, 0.8)
     plans = {p.task: p for p in plan_tasks(base, cand, Thresholds(alpha=0.05, default_margin=2.0), margin=1.0,
                                            available={"a": 200, "b": None})}
     a, b = plans["a"], plans["b"]
     assert (a.items_needed, a.available, a.exceeds_suite) == (1855, 200, True)
     # The whole suite's MDE at the pilot's 3 % discordance: K * 100 * sqrt(0.03 / 200) = 3.04 points.
-    assert a.min_margin == pytest.approx(k * 100 * math.sqrt(0.03 / 200))
+    assert a.min_margin == pytest.approx(K * 100 * math.sqrt(0.03 / 200))
     assert (b.available, b.min_margin, b.exceeds_suite) == (None, None, False)
     fits = plan_tasks(base, cand, Thresholds(alpha=0.05, default_margin=2.0), margin=1.0, available={"a": 1855})[0]
     assert not fits.exceeds_suite
@@ -195,8 +195,7 @@ def test_cli_plan_says_when_the_suite_is_too_small(tmp_path: Path, capsys: pytes
     row = next(line for line in out.splitlines() if line.startswith("s/a "))
     assert row.split()[-2:] == ["1855", "50"]
     # Smallest margin 50 items can be powered for at 3 % discordance, rounded up to 0.1 point.
-    k = z_sum(0.05, 0.8)
-    least = math.ceil(10 * k * 100 * math.sqrt(0.03 / 50)) / 10
+    least = math.ceil(10 * K * 100 * math.sqrt(0.03 / 50)) / 10
     assert least == 6.1
     assert (f"s/a: needs 1855 items; suite has 50: cannot be powered at a 1-point margin; raise the margin to "
             f"{least:.1f} pts or more (the whole suite's MDE at this discordance) or add items") in out
@@ -217,7 +216,7 @@ def test_cli_plan_floor_beyond_the_suite(tmp_path: Path, capsys: pytest.CaptureF
             {"a": _task("a", "s", [1.0] * 40)})})
     assert main(["plan", "--config", "x", "--margin", "1", "--from", str(run)]) == 0
     out = capsys.readouterr().out
-    least = math.ceil(10 * z_sum(0.05, 0.8) * 100 / 200) / 10
+    least = math.ceil(10 * K * 100 / 200) / 10
     assert least == 1.3
     assert ("s/a: needs at least 249 items; suite has 200: cannot be powered at a 1-point margin; raise the margin to "
             "1.3 pts or more (the whole suite's MDE if no item changes) or add items") in out

@@ -7,13 +7,14 @@ import math
 from pathlib import Path
 
 import pytest
+from scipy.stats import norm
 
 from evalgate.cli import main
-from evalgate.power import items_needed_at_discordance, mde_at_discordance, z_sum
+from evalgate.power import items_needed_at_discordance, mde_at_discordance
 from evalgate.results import ItemResult, TaskResult
 from evalgate.store import tasks_to_json, write_json_atomic
 
-K = z_sum(0.05, 0.8)
+K = norm.ppf(0.95) + norm.ppf(0.8)  # z_{1-alpha} + z_{power} from scipy, not evalgate.power's z_sum
 
 
 def test_mde_at_discordance_by_hand() -> None:

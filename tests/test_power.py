@@ -12,6 +12,8 @@ from scipy.stats import norm
 from evalgate.power import (describe_items_needed, holm_levels, items_floor, items_needed, items_needed_basis, mde,
                             mde_at, se_floor, z_sum)
 
+K = norm.ppf(0.95) + norm.ppf(0.8)  # z_{1-alpha} + z_{power} at alpha 0.05, power 0.8: 1.6449 + 0.8416 = 2.4865
+
 
 def test_mde_closed_form_and_its_power() -> None:
     se, alpha, power = 0.4, 0.05, 0.8
@@ -25,31 +27,32 @@ def test_mde_closed_form_and_its_power() -> None:
 
 def test_zero_flips_on_three_items_is_not_high_power() -> None:
     assert se_floor(3) == pytest.approx(100 / 3)
-    assert mde(se_floor(3), 0.05, 0.8) > 80  # points: nothing short of a collapse is detectable
+    # K * 100 / 3 = 82.88 points: nothing short of a collapse is detectable.
+    assert mde(se_floor(3), 0.05, 0.8) == pytest.approx(82.8825, abs=1e-4) == K * 100 / 3
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="n must be an int >= 1"):
+            se_floor(bad)
 
 
 def test_items_needed_reproduces_the_issue_numbers() -> None:
     # 3 % discordant pairs, 1-point margin: paired needs ~1.9 k items (Connor 1987 form).
     n_pilot = 400
     se = 100 * math.sqrt(0.03 / n_pilot)
-    assert items_needed(se, n_pilot, 1.0, 0.05, 0.8) == math.ceil(1e4 * 0.03 * z_sum(0.05, 0.8) ** 2)
-    assert items_needed(se, n_pilot, 1.0, 0.05, 0.8) == 1855
-    # Unpaired, two independent runs at 75 % accuracy: ~23 k.
+    # n_needed = ceil(10^4 * 0.03 * K^2 / 1^2) = ceil(1854.77)
+    assert items_needed(se, n_pilot, 1.0, 0.05, 0.8) == math.ceil(1e4 * 0.03 * K**2) == 1855
+    # Unpaired, two independent runs at 75 % accuracy: ceil(10^4 * 2 * 0.75 * 0.25 * K^2) = ceil(23184.59).
     se_unpaired = 100 * math.sqrt(2 * 0.75 * 0.25 / n_pilot)
-    assert 23_000 <= items_needed(se_unpaired, n_pilot, 1.0, 0.05, 0.8) <= 23_300
+    assert items_needed(se_unpaired, n_pilot, 1.0, 0.05, 0.8) == math.ceil(3750 * K**2) == 23_185
 
 
 def test_items_needed_makes_mde_reach_the_margin() -> None:
     se_pilot, n_pilot, margin = 1.3, 120, 2.0
     need = items_needed(se_pilot, n_pilot, margin, 0.05, 0.8)
-    assert need is not None
+    assert need == 314  # ceil(120 * (K * 1.3 / 2)^2) = ceil(313.46); the floor, ceil(100 K / 2) = 125, is lower
     se_at = lambda n: se_pilot * math.sqrt(n_pilot / n)  # noqa: E731 - SE shrinks as 1/sqrt(n)
-    assert mde(se_at(need), 0.05, 0.8) <= margin + 1e-9 < mde(se_at(need - 1), 0.05, 0.8)
+    assert K * se_at(need) <= margin < K * se_at(need - 1)  # the MDE in closed form, not evalgate's mde()
     assert items_needed(se_pilot, n_pilot, 0.0, 0.05, 0.8) is None
     assert items_needed(math.nan, n_pilot, 1.0, 0.05, 0.8) is None
-
-
-K = norm.ppf(0.95) + norm.ppf(0.8)  # 1.6449 + 0.8416, independent of evalgate.power
 
 
 def test_items_floor_is_the_fewest_items_whose_se_floor_reaches_the_margin() -> None:
@@ -66,13 +69,13 @@ def test_items_floor_is_the_fewest_items_whose_se_floor_reaches_the_margin() -> 
 
 def test_no_discordance_gives_the_floor_not_an_extrapolation_of_the_pilot_size() -> None:
     # No item changed: the pilot's SE is the assumed floor 100/n. Extrapolating it would say 10^4 K^2 / (n m^2),
-    # a number that only restates the pilot's size (5,153 after 3 items, 387 after 40).
-    for n in (3, 40, 400):
-        old = math.ceil(n * (100 / n) ** 2 * K**2 / 4.0 - 1e-9)
-        assert old == math.ceil(1e4 * K**2 / (n * 4.0) - 1e-9)
-        assert items_needed(se_floor(n), n, 2.0, 0.05, 0.8, discordant=0) == 125
-        assert items_needed_basis(125, 0) == "floor"
-    assert math.ceil(1e4 * K**2 / (3 * 4.0)) == 5153 and math.ceil(1e4 * K**2 / (40 * 4.0)) == 387
+    # a number that only restates the pilot's size (5,153 after 3 items, 387 after 40, 39 after 400). The answer
+    # is the floor ceil(100 K / 2) = 125 whatever the pilot's size.
+    for n, extrapolated in ((3, 5153), (40, 387), (400, 39)):
+        got = items_needed(100 / n, n, 2.0, 0.05, 0.8, discordant=0)
+        assert got == 125 != extrapolated
+        assert items_needed(100 / n, n, 2.0, 0.05, 0.8) == max(125, extrapolated)  # discordance unknown: extrapolated
+    assert items_needed_basis(125, 0) == "floor" and items_needed_basis(125, 3) == "discordance"
 
 
 def test_items_needed_is_never_below_the_floor() -> None:
@@ -80,9 +83,8 @@ def test_items_needed_is_never_below_the_floor() -> None:
     # of 155 items has SE >= 100/155, so its MDE >= K * 100/155 = 1.6 > 1. The floor, 249, is what it takes.
     n, p = 400, 1 / 400
     se = 100 * math.sqrt(p / n)
-    assert math.ceil(1e4 * p * K**2) == 155
     need = items_needed(se, n, 1.0, 0.05, 0.8, discordant=1)
-    assert need == 249 and items_needed_basis(need, 1) == "discordance"
+    assert need == 249 == math.ceil(100 * K) and items_needed_basis(need, 1) == "discordance"
     se_at = lambda N: max(100 * math.sqrt(p / N), 100 / N)  # noqa: E731 - stats._power_se at rate p
     assert K * se_at(need) <= 1.0 < K * se_at(155)
     with pytest.raises(ValueError, match="discordant"):

@@ -105,9 +105,13 @@ def test_output_is_truncated_to_tail() -> None:
 
 
 def test_file_size_limit() -> None:
+    """RLIMIT_FSIZE at 1 MiB: a 3 MiB write fails with EFBIG (Python ignores SIGXFSZ, so the write raises and the
+    program exits 1); a 512 KiB write under the same limit succeeds."""
     r = run_python("open('big.bin', 'wb').write(b'0' * (3 * 1024 * 1024))\n", max_file_mb=1)
-    assert r.passed is False
-    assert r.returncode != 0
+    assert (r.passed, r.returncode, r.timed_out) == (False, 1, False)
+    assert r.stderr_tail.endswith("OSError: [Errno 27] File too large\n")
+    small = run_python("open('big.bin', 'wb').write(b'0' * (512 * 1024))\nprint('ok')\n", max_file_mb=1)
+    assert (small.passed, small.returncode, small.stdout_tail) == (True, 0, "ok\n")
 
 
 def test_network_is_unreachable_where_isolated() -> None:

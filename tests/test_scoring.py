@@ -114,13 +114,29 @@ def test_coding_answers_start_in_the_pool_and_the_scorer_picks_them_up(calls: li
         scoring.shutdown()
 
 
-def test_a_failing_program_builder_does_not_break_generation(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failing_program_builder_does_not_break_generation(
+        monkeypatch: pytest.MonkeyPatch, calls: list[str], caplog: pytest.LogCaptureFixture) -> None:
+    """A task whose program builder raises: ``on_answer`` returns (generation goes on), logs one warning naming the
+    task and the error, submits nothing; the next task's answers are still pre-scored, once each."""
     def broken(doc: dict, completion: str) -> str:
         raise KeyError("prompt")
 
     monkeypatch.setitem(scoring._programs, "t", (broken, {}))
-    scoring.on_answer(SimpleNamespace(task_name="t", doc={}), "x")  # logged, not raised
-    scoring.shutdown()
+    monkeypatch.setitem(scoring._programs, "ok", (lambda doc, completion: f"print({completion})\n", {"timeout_s": 5.0}))
+    try:
+        with caplog.at_level("WARNING", logger=scoring.__name__):
+            assert scoring.on_answer(SimpleNamespace(task_name="t", doc={}), "x") is None
+        warnings = [r for r in caplog.records if r.name == scoring.__name__]
+        assert len(warnings) == 1 and warnings[0].levelname == "WARNING"
+        assert warnings[0].getMessage() == (
+            "pre-scoring t failed ('prompt'); it is scored after generation instead")
+        assert scoring.pool().pending() == 0 and calls == []
+        scoring.on_answer(SimpleNamespace(task_name="ok", doc={}), "7")
+        assert scoring.pool().pending() == 1
+        assert scoring.pool().run("print(7)\n", timeout_s=5.0).stdout_tail == "7\n"
+        assert calls == ["print(7)\n"] and scoring.pool().pending() == 0
+    finally:
+        scoring.shutdown()
 
 
 def test_default_workers_leaves_a_core_and_fits_memory(monkeypatch: pytest.MonkeyPatch) -> None:

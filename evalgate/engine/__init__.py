@@ -57,16 +57,19 @@ def check_platform(engine_args: dict[str, Any], config_path: object, env: dict[s
     Raises:
         ConfigError: naming the config file, the switch and the platform.
     """
+    from evalgate.engine.argnames import engine_arg
     from evalgate.errors import ConfigError
 
     cuda = _has_cuda()
     platform = "CUDA" if cuda else "CPU (vLLM's CPU build)"
-    if str(engine_args.get("mamba_backend", "")).lower() == "flashinfer":
+    # The Mamba kernel switch under whichever name the config used (vLLM after 0.34.0: mamba_decode_backend).
+    backend_key = "mamba_decode_backend" if "mamba_decode_backend" in engine_args else "mamba_backend"
+    if str(engine_arg(engine_args, "mamba_backend", "")).lower() == "flashinfer":
         import importlib.util
 
         if not cuda or importlib.util.find_spec("flashinfer") is None:
             raise ConfigError(f"the FlashInfer Mamba kernel needs a CUDA GPU with FlashInfer installed; this platform "
-                              f"is {platform}", path=config_path, field="engine_args.mamba_backend")
+                              f"is {platform}", path=config_path, field=f"engine_args.{backend_key}")
     if engine_args.get("enable_mamba_cache_stochastic_rounding"):
         if not cuda:
             raise ConfigError(f"stochastic rounding of the Mamba state needs CUDA; this platform is {platform}",
@@ -74,7 +77,7 @@ def check_platform(engine_args: dict[str, Any], config_path: object, env: dict[s
         if str(engine_args.get("mamba_ssm_cache_dtype", "")) != "float16":
             raise ConfigError("stochastic rounding needs an explicit 'mamba_ssm_cache_dtype: float16'",
                               path=config_path, field="engine_args.enable_mamba_cache_stochastic_rounding")
-        backend = str(engine_args.get("mamba_backend") or "triton").lower()
+        backend = str(engine_arg(engine_args, "mamba_backend") or "triton").lower()
         visible = (env or {}).get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", ""))
         caps = _gpu_capabilities(visible) if backend == "triton" else None
         if caps and not any(triton_rounds_stochastically(c) for c in caps):  # whichever visible GPU CUDA picks
@@ -82,7 +85,7 @@ def check_platform(engine_args: dict[str, Any], config_path: object, env: dict[s
             raise ConfigError(
                 f"stochastic rounding on the Triton Mamba kernel needs the cvt.rs instruction of a compute capability "
                 f"10.x GPU (SM100 family); this GPU is {arch}, where the kernel fails to compile; set "
-                f"'mamba_backend: flashinfer' (it rounds in software)",
+                f"'{backend_key}: flashinfer' (it rounds in software)",
                 path=config_path, field="engine_args.enable_mamba_cache_stochastic_rounding")
 
 

@@ -16,14 +16,19 @@ WATCHED_KEYS = (
 # Sub-configs of VllmConfig searched (in this order) for an EngineArgs name.
 _SECTIONS = ("model_config", "cache_config", "scheduler_config", "parallel_config", "mamba_config",
              "kernel_config", "attention_config", "load_config", "compilation_config", "device_config")
+# A switch vLLM renamed is recorded under its watched (old) name whichever name the config used, so that baseline and
+# candidate spelling it differently still compare as one key (argnames.RENAMED_ENGINE_ARGS).
+_RECORDED_AS = {"mamba_decode_backend": "mamba_backend"}
 UNRESOLVED = "<not found in the engine's config>"
 NO_SSM = "<inactive: the model has no SSM (Mamba) layers>"
-# EngineArgs names that VllmConfig stores under another (section, attribute) (vllm/engine/arg_utils.py).
-_RENAMED = {
-    "kv_cache_dtype": ("cache_config", "cache_dtype"),
-    "mamba_backend": ("mamba_config", "backend"),
-    "enable_mamba_cache_stochastic_rounding": ("mamba_config", "enable_stochastic_rounding"),
-    "mamba_cache_philox_rounds": ("mamba_config", "stochastic_rounding_philox_rounds"),
+# EngineArgs names that VllmConfig stores under another (section, attribute) (vllm/engine/arg_utils.py), tried in
+# order: vLLM 0.26.0-0.34.0 keep the Mamba kernel in mamba_config.backend; vLLM after 0.34.0 in
+# mamba_config.decode_backend (with backend an alias of it), set by mamba_decode_backend or its old name.
+_RENAMED: dict[str, tuple[tuple[str, str], ...]] = {
+    "kv_cache_dtype": (("cache_config", "cache_dtype"),),
+    "mamba_backend": (("mamba_config", "backend"), ("mamba_config", "decode_backend")),
+    "enable_mamba_cache_stochastic_rounding": (("mamba_config", "enable_stochastic_rounding"),),
+    "mamba_cache_philox_rounds": (("mamba_config", "stochastic_rounding_philox_rounds"),),
 }
 
 
@@ -32,9 +37,10 @@ def effective_config(vc: Any, requested: dict[str, Any]) -> dict[str, Any]:
 
     Returns:
         ``{"engine_args": {name: value}, "env": {...}, "model": {...}}`` with JSON-able values;
-        a key vLLM's config does not hold maps to ``UNRESOLVED``.
+        a key vLLM's config does not hold maps to ``UNRESOLVED``; a renamed switch is recorded under its old name
+        (``mamba_decode_backend`` as ``mamba_backend``).
     """
-    keys = list(dict.fromkeys([*WATCHED_KEYS, *requested]))
+    keys = list(dict.fromkeys([*WATCHED_KEYS, *(_RECORDED_AS.get(k, k) for k in requested)]))
     applied = {k: _lookup(vc, k) for k in keys}
     if not vc.model_config.has_inner_state:
         # vLLM keeps a requested SSM-state setting in its config even when the model has no SSM layers
@@ -64,8 +70,7 @@ def _lookup(vc: Any, key: str) -> Any:
         if sc.method == "ngram":
             out.update(prompt_lookup_min=sc.prompt_lookup_min, prompt_lookup_max=sc.prompt_lookup_max)
         return out
-    if key in _RENAMED:
-        section, attr = _RENAMED[key]
+    for section, attr in _RENAMED.get(key, ()):
         sub = getattr(vc, section, None)
         if sub is not None and hasattr(sub, attr):
             return _plain(getattr(sub, attr))
