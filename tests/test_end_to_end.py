@@ -18,7 +18,6 @@ from scipy.stats import binomtest, norm
 pytest.importorskip("vllm", reason="needs vLLM (pip install 'evalgate[cpu]')")
 
 from evalgate.cli import main  # noqa: E402
-from evalgate.evidence import is_degenerate  # noqa: E402
 from evalgate.engine import NO_SSM  # noqa: E402
 from evalgate.suites import list_suites  # noqa: E402
 from evalgate.thresholds import load_thresholds  # noqa: E402
@@ -42,11 +41,11 @@ def bf16_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
 def test_numerics_changing_candidate_is_gated_on_every_suite(bf16_run: tuple[int, Path]) -> None:
     code, out = bf16_run
     doc = json.loads((out / "verdict.json").read_text())
-    # dtype differs in the effective config: never NO-OP. Three items per task cannot show non-inferiority
-    # within a few points (MDE >= (z_0.95 + z_0.8) * 100/3 ~ 83 points), so never PASS either: INCONCLUSIVE
-    # (exit 5 with the repository's on_inconclusive: warn) unless a loss is shown outright (BLOCK).
-    assert doc["verdict"] in ("BLOCK", "INCONCLUSIVE")
-    assert code == {"BLOCK": 1, "INCONCLUSIVE": 5}[doc["verdict"]]
+    # The verdict follows from n = 2 (test_stored_items_reproduce_the_verdict derives it from the items): dtype
+    # differs in the effective config (not NO-OP); the MDE floor (z_0.95 + z_0.8)·100/2 = 124 points exceeds every
+    # margin (no PASS); and no loss or health shift can be significant at two items per task (no BLOCK), so
+    # INCONCLUSIVE, exit 5 under the repository's on_inconclusive: warn.
+    assert (code, doc["verdict"]) == (5, "INCONCLUSIVE")
     assert {t["task"] for t in doc["tasks"]} == {t for s in list_suites() for t in s.tasks}
     assert {"docparse_fields", "coding_humaneval", "coding_mbpp", "finance_tableqa", "finance_tatqa",
             "finance_finqa", "docparse_hard", "finance_hard"} <= {t["task"] for t in doc["tasks"]}
@@ -58,14 +57,21 @@ def test_numerics_changing_candidate_is_gated_on_every_suite(bf16_run: tuple[int
 
 def test_stored_items_reproduce_the_verdict(bf16_run: tuple[int, Path]) -> None:
     """Recompute each task's Δ, MDE floor, loss test and verdict from baseline.json/candidate.json, independently
-    of evalgate.stats (closed forms and scipy)."""
+    of evalgate.stats and of the document's own decision fields (closed forms and scipy).
+
+    Why no task can BLOCK at n = 2: Holm's first step needs the smallest loss p-value <= alpha / K (K tasks, equal
+    alphas). The smallest p a task can reach: exact McNemar with 2 of 2 items regressed, 0.5² = 0.25; otherwise the
+    loss p is the larger of a bootstrap and a t p-value whose SE is never below 100/n = 50 points, and Δ >= -100
+    points, so the t statistic is >= -2 and p >= Φ(-2) = 0.023 (the t CDF is heavier-tailed than Φ). Both exceed
+    0.05 / 8. The output-health shifts are one-sided McNemar tests too (p >= 0.25 at two items); only NaN/inf
+    log-probs would block, and none occur in float32/bfloat16 on this model (asserted)."""
     _, out = bf16_run
     doc = json.loads((out / "verdict.json").read_text())
     base = json.loads((out / "baseline.json").read_text())["tasks"]
     cand = json.loads((out / "candidate.json").read_text())["tasks"]
     thresholds = load_thresholds(ROOT / "thresholds.yaml")
     z = norm.ppf(1 - thresholds.alpha) + norm.ppf(thresholds.power)
-    any_block = False
+    p_floor = {}  # per task: a lower bound of its loss p-value, computed here from the items
     for t in doc["tasks"]:
         b_items = {i["item_hash"]: i for i in base[t["task"]]["items"]}
         c_items = {i["item_hash"]: i for i in cand[t["task"]]["items"]}
@@ -81,31 +87,35 @@ def test_stored_items_reproduce_the_verdict(bf16_run: tuple[int, Path]) -> None:
         assert 100 * diffs.min() - 1e-9 <= boot_low and boot_high <= 100 * diffs.max() + 1e-9
         binary = all(i["score"] in (0.0, 1.0) for i in [*b_items.values(), *c_items.values()])
         clusters = {b_items[h].get("cluster") or h for h in b_items}  # no cluster recorded: the item alone
+        worse, better = int((diffs < 0).sum()), int((diffs > 0).sum())
         if binary and len(clusters) == LIMIT:
             # Unclustered 0/1 scores: one-sided exact McNemar = binomial test on the discordant pairs.
-            disc = t["n_regressed"] + t["n_improved"]
-            want = binomtest(t["n_regressed"], disc, 0.5, alternative="greater").pvalue if disc else 1.0
+            want = binomtest(worse, worse + better, 0.5, alternative="greater").pvalue if worse + better else 1.0
             assert t["loss_p"] == pytest.approx(want)
+            p_floor[t["task"]] = want
+        else:
+            # max(bootstrap p, t p) >= the t p-value >= Φ(Δ / SE) with SE floored at 100/n points.
+            p_floor[t["task"]] = float(norm.cdf(min(100 * diffs.mean(), 0.0) * LIMIT / 100))
+        assert t["loss_p"] >= p_floor[t["task"]] - 1e-12
         # Power floor: one discordant item in n, so MDE >= (z_{1-alpha} + z_power) * 100 / n.
         assert t["mde"] >= z * 100 / LIMIT - 1e-9
-        margin = thresholds.for_task(t["suite"], t["task"], "dense/bf16").margin
-        assert t["margin"] == margin and t["mde"] > margin
-        blocked = t["ci_low"] < -margin and t["loss_shown"]
-        assert t["verdict"] == ("BLOCK" if blocked else "INCONCLUSIVE")
-        # Evidence that always fails a candidate (NaN/inf log-probs, more degenerate outputs) blocks too.
+        thr = thresholds.for_task(t["suite"], t["task"], "dense/bf16")
+        assert (t["margin"], t["alpha"]) == (thr.margin, thresholds.alpha) and t["mde"] > thr.margin
+        # No NaN/inf log-probs (the one health rule that could block at this size); a rise in degenerate, empty or
+        # truncated outputs is at most a warning: its one-sided McNemar p is >= 0.25 at two items.
         cand_items = list(c_items.values())
-        degenerate = sum(is_degenerate(i["output"]) for i in cand_items) > sum(
-            is_degenerate(i["output"]) for i in b_items.values())
-        nonfinite = bool(t["evidence"]["logit"] and t["evidence"]["logit"]["nonfinite_items"])
-        assert bool(t["evidence"]["failures"]) == (degenerate or nonfinite)
-        any_block |= blocked or degenerate
+        assert t["evidence"]["decode"]["nonfinite_items"] == 0 and t["evidence"]["logit"]["nonfinite_items"] == 0
+        assert t["evidence"]["failures"] == []
         assert len(t["flipped"]) == t["n_regressed"] + t["n_improved"]
         # Every candidate item was scored along the baseline's tokens, with finite log-probs in float32/bfloat16.
         scored = [i for i in cand_items if i["n_tokens"] and i["item_id"] < LOGPROB_ITEMS]
         assert t["evidence"]["logit"]["items"] == sum(
             1 for i in b_items.values() if i["n_tokens"] and i["item_id"] < LOGPROB_ITEMS)
         assert all(i["divergence"] and i["divergence"]["kl_mean"] >= 0 for i in scored)
-    assert doc["verdict"] == ("BLOCK" if any_block else "INCONCLUSIVE")
+    # Holm (equal alphas): nothing is rejected when even the smallest p-value exceeds alpha / K.
+    assert min(p_floor.values()) > thresholds.alpha / len(p_floor)
+    assert all(not t["loss_shown"] and t["verdict"] == "INCONCLUSIVE" for t in doc["tasks"])
+    assert doc["verdict"] == "INCONCLUSIVE"
 
 
 def test_report_is_written_and_self_contained(bf16_run: tuple[int, Path]) -> None:

