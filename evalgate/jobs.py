@@ -85,7 +85,24 @@ class EngineJob:
         self.timings = {"load": time.monotonic() - t0, "preflight": self.preflight["seconds"]}
         self.profile = speed_profile(self.options, thresholds, self.cand.name)
         self._check_values(thresholds)
+        self._notice_unpowered(thresholds)  # last: only a run that will start its engines gets the notice
         return thresholds
+
+    def _notice_unpowered(self, thresholds: Any) -> None:
+        """One line on stderr, before any engine starts, when at ``--limit`` the run cannot PASS
+        (``planner.limit_notice``); a notice, not a refusal: small limits are run on purpose."""
+        from evalgate.planner import limit_notice
+
+        if self.options.limit is None:
+            return
+        tasks = []
+        for suite in self.suites:
+            for spec in suite.specs:
+                th = thresholds.for_task(suite.name, spec.name, self.cand.name)
+                tasks.append((spec.name, th.margin, th.alpha, spec.limit))
+        notice = limit_notice(tasks, self.options.limit, thresholds.power)
+        if notice:
+            log.warning("%s", notice)
 
     def _check_values(self, thresholds: Any) -> None:
         """vLLM validates the candidate's values before the baseline runs (a refused value costs seconds, not a

@@ -36,6 +36,59 @@ def plan(config: str, margin: float, thresholds_path: Path, configs_dir: Path, f
     _plan_from_pilot(config, name, margin, thresholds, configs_dir, from_dir or _latest_run(name))
 
 
+def limit_notice(tasks: list[tuple[str, float, float, int | None]], limit: int, power: float) -> str | None:
+    """The one-line notice for a ``--limit`` at which the run cannot PASS, or None when every task could.
+
+    Whatever the outputs, a task of n items has ``MDE >= (z_{1-alpha} + z_power) * 100 / n`` points (the gate's SE
+    floor, ``power.se_floor``), and PASS needs ``MDE <= margin`` on every task; so a task gated on fewer than
+    ``power.items_floor(margin, alpha, power)`` items can never PASS, and neither can the run. A task's items are at
+    most ``min(limit, its suite's own limit)``. Nothing is refused: small limits are run on purpose (to see a
+    NO-OP, or a lossless config's BLOCK).
+
+    Args:
+        tasks: per task ``(name, margin in points, one-sided alpha, the suite YAML's limit or None)``.
+        limit: the run's ``--limit`` (items per task, >= 1).
+        power: the thresholds' power.
+
+    Returns:
+        e.g. ``"notice: at --limit 40 no task can PASS (its MDE is at least (z_(1-alpha) + z_power) * 100 / n: 6.22 pts
+        or more here, above every task's margin of 4-6 pts), so the run can only end INCONCLUSIVE, BLOCK or NO-OP;
+        every task could PASS from --limit 63"``; None when every task could PASS at ``limit``.
+
+    Raises:
+        ValueError: a margin < 0, levels out of range (``power.items_floor``).
+    """
+    from evalgate.power import items_floor, z_sum
+
+    blocked, needed, never = [], [], []
+    for name, margin, alpha, suite_limit in tasks:
+        floor = items_floor(margin, alpha, power)
+        cap = limit if suite_limit is None else min(limit, suite_limit)
+        if floor is None or cap < floor:
+            blocked.append((name, margin, z_sum(alpha, power) * 100.0 / cap))
+        if floor is None or (suite_limit is not None and suite_limit < floor):
+            never.append(name)  # no --limit helps: a zero margin, or the suite's own limit is below the floor
+        elif floor is not None:
+            needed.append(floor)
+    if not blocked:
+        return None
+    margins = sorted({m for _, m, _ in blocked})
+    span = f"{margins[0]:g}" if len(margins) == 1 else f"{margins[0]:g}-{margins[-1]:g}"
+    least = min(f for _, _, f in blocked)
+    if len(blocked) == len(tasks):
+        head = (f"no task can PASS (its MDE is at least (z_(1-alpha) + z_power) * 100 / n: {least:.2f} pts or more "
+                f"here, above every task's margin of {span} pts), so the run can only end INCONCLUSIVE, BLOCK or NO-OP")
+    else:
+        head = (f"the run cannot PASS: {len(blocked)} of {len(tasks)} tasks cannot ({', '.join(n for n, _, _ in blocked)}: "
+                f"MDE at least (z_(1-alpha) + z_power) * 100 / n: {least:.2f} pts or more here, above their margin of "
+                f"{span} pts)")
+    if never:
+        tail = f"no --limit can make {', '.join(never)} PASS (its margin or its suite's own limit is too small)"
+    else:
+        tail = f"every task could PASS from --limit {max(needed)}"
+    return f"notice: at --limit {limit} {head}; {tail}"
+
+
 def _plan_from_pilot(config: str, name: str, margin: float, thresholds: Any, configs_dir: Path, pilot: Path) -> None:
     """``plan`` from the pilot run directory ``pilot``."""
     from evalgate.compare import plan_tasks

@@ -83,6 +83,7 @@ class _Plan:
     spec: dict[str, Any]
     journal: str
     scores: str
+    fingerprint: str = ""  # model_fingerprint of the checkpoint the engine loads
 
 
 def evaluate_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: ResultStore,
@@ -166,7 +167,7 @@ def _plan(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: R
             "suites": [{"name": s.name, "dir": str(s.path.parent), "hash": s.content_hash, "tasks": list(s.tasks),
                         "metrics": s.primary_metric, "key": keys[s.name], "builtins": s.builtins,
                         "entries": [list(e) for e in s.entries] or [[t, None] for t in s.tasks]} for s in missing]}
-    return _Plan(cfg, suites, keys, cached, missing, spec, journal, scores)
+    return _Plan(cfg, suites, keys, cached, missing, spec, journal, scores, fingerprint)
 
 
 def _collect(plan: _Plan, store: ResultStore, log_path: Path) -> ConfigRun:
@@ -194,20 +195,27 @@ def _collect(plan: _Plan, store: ResultStore, log_path: Path) -> ConfigRun:
                 run.generations[k] = run.generations.get(k, 0) + v
         for k, v in entry.get("timings", {}).items():
             run.timings[k] = v if s in missing else 0.0
-    run.effective = with_requested_runtime(run.effective, cfg)
+    run.effective = with_requested_runtime(run.effective, cfg, plan.fingerprint)
     return run
 
 
-def with_requested_runtime(effective: dict[str, Any], cfg: EngineConfig) -> dict[str, Any]:
+def with_requested_runtime(effective: dict[str, Any], cfg: EngineConfig, weights: str | None = None) -> dict[str, Any]:
     """The engine's read-back plus what evalgate itself applies: the sampling parameters it sends with every
-    request and the environment it starts the engine with (the NO-OP check compares all of it).
+    request, the environment it starts the engine with and which checkpoint it loads (the NO-OP check compares all
+    of it).
 
     Sampling and env are not engine config, so vLLM cannot report them; but a candidate that changes only the
-    temperature or ``max_tokens`` changes outputs, and must never be called NO-OP. Returns a new dict.
+    temperature or ``max_tokens`` changes outputs, and must never be called NO-OP. Nor must a candidate that
+    loads other weights with the same engine args (a quantized or re-trained checkpoint): ``weights``, the
+    checkpoint's ``model.model_fingerprint``, becomes ``model.weights`` (content, not path: the same checkpoint
+    named two ways is still the same). Returns a new dict.
     """
     env = dict(effective.get("env", {}))
     env["requested"] = dict(cfg.env)
-    return {**effective, "env": env, "sampling": vars(cfg.sampling).copy()}
+    out = {**effective, "env": env, "sampling": vars(cfg.sampling).copy()}
+    if weights is not None:
+        out["model"] = {**effective.get("model", {}), "weights": weights}
+    return out
 
 
 def _run_worker(spec: dict[str, Any], cfg: EngineConfig, log_path: Path, timeout_s: float) -> None:
