@@ -302,5 +302,9 @@ def test_the_site_builds_strict(tmp_path: Path) -> None:
     keys = (site / "reference" / "thresholds" / "index.html").read_text(encoding="utf-8")
     assert "lossless.near_tie_logprob" in keys and "configs.&lt;config&gt;.min_speedup" in keys
     assert (site / "results" / "cpu-mainjob-s5" / "index.html").is_file()  # benchmarks/results mounted
-    byod = (site / "guides" / "bring-your-own-data" / "index.html").read_text(encoding="utf-8")
-    assert "def process_results" in byod  # the snippet of the example's real scorer.py
+    byod = html.unescape(re.sub(r"<[^>]+>", "", (site / "guides" / "bring-your-own-data" / "index.html").read_text(
+        encoding="utf-8")))  # the page's text, syntax-highlighting spans removed
+    scorer = (ROOT / "docs/examples/byod/suites/contracts/scorer.py").read_text(encoding="utf-8")
+    assert "def process_results(doc: dict[str, Any], results: list[str]) -> dict[str, float]:" in scorer
+    assert "def process_results(doc: dict[str, Any], results: list[str]) -> dict[str, float]:" in byod  # the snippet
+    assert "--8<--" not in byod
