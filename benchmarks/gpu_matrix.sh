@@ -11,7 +11,7 @@
 # $BUDGET_S seconds have passed (default 420), and a running one is interrupted at $CALL_S (default 550), so a call
 # ends before the device's limit with its tarball written; a config that did not finish can be named again (the
 # store and the generation journal resume it). Each run's exit code goes to RUN/exit_code.
-# Then, here: python benchmarks/gpu_table.py RUNS_DIR > table.md (the README's table).
+# Then, here: python benchmarks/gpu_table.py RUNS_DIR > table.md (docs/measurements/h200-matrix.md).
 set -uo pipefail
 configs=("$@")
 [ ${#configs[@]} -gt 0 ] || configs=(aa fp16-state fp16-state-sr sr-only flashinfer-mamba async-sched mtp1 mtp3 omp1

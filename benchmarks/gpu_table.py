@@ -1,4 +1,4 @@
-"""The README's "measured on H200" table from the run directories of ``benchmarks/gpu_matrix.sh``.
+"""The "H200 config matrix" table (docs/measurements/h200-matrix.md) from the run directories of ``benchmarks/gpu_matrix.sh``.
 
 Usage: ``python benchmarks/gpu_table.py RUNS_DIR`` (a directory of run directories, e.g. the unpacked
 ``gpu-runs.tgz``: ``r/aa``, ``r/fp16-state``, ...) or ``python benchmarks/gpu_table.py RUN_DIR ...``. Prints

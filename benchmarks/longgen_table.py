@@ -1,4 +1,4 @@
-"""The README's long-task table from ``evalgate run --suites longgen`` run directories.
+"""The long-task tables (docs/measurements/longgen.md) from ``evalgate run --suites longgen`` run directories.
 
 Usage: ``python benchmarks/longgen_table.py RUN_DIR [RUN_DIR ...]``. Prints, per run, the row accuracy of both
 sides with the paired Δ and its interval, the share of identical outputs, the decode-time KL (nats/token, along

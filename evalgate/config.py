@@ -13,7 +13,7 @@ environment variables set for the engine process, and the sampling parameters::
     sampling: {temperature: 0.0, max_tokens: 256, seed: 0}
 
 One file is a :class:`ConfigLayer` (schema version :data:`~evalgate.schema.SCHEMA_VERSION`; its keys, defaults and
-meanings are the model's fields, and the README's key table is checked against them). The child wins key by key
+meanings are the model's fields, from which the docs' key table is generated: docs/reference/config.md). The child wins key by key
 inside ``engine_args``, ``env`` and ``sampling``; a ``null`` value removes the parent's key (vLLM's default
 applies); the merged ``sampling`` is a :class:`Sampling`. Loading is pure: cheap checks first, then the engine-arg
 names against vLLM's ``EngineArgs`` (read from its source, not imported), so a malformed config fails in seconds.
@@ -362,5 +362,5 @@ def _build(merged: dict[str, Any], chain: list[tuple[Path, ConfigLayer]], config
 
 
 def config_key_rows() -> list[tuple[str, str, str]]:
-    """The README's config key table: :class:`ConfigLayer`'s keys, then ``sampling.*`` (:class:`Sampling`)."""
+    """The config key table (docs/reference/config.md): :class:`ConfigLayer`'s keys, then ``sampling.*`` (:class:`Sampling`)."""
     return key_rows(ConfigLayer) + key_rows(Sampling, "sampling.")

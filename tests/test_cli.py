@@ -26,7 +26,7 @@ def test_run_and_ablate_defaults_are_the_run_options_defaults() -> None:
         args = _parse(cmd, "--config", "x")
         assert RunOptions.from_args(args) == defaults
         assert (args.logprob_items, args.timeout, args.limit) == (8, 10800.0, None)
-    assert defaults.logprob_items == 8 and defaults.timeout == 3 * 3600  # as the README documents them
+    assert defaults.logprob_items == 8 and defaults.timeout == 3 * 3600  # as docs/reference/cli.md shows them
 
 
 def test_run_options_from_arguments() -> None:

@@ -58,7 +58,7 @@ def test_async_scheduling_is_applied_on_cuda_not_a_no_op(tmp_path: Path) -> None
 
 # The smallest n at which a task could PASS is ceil(100 * (z_0.95 + z_0.8) / margin) = 42 items at the loosest margin
 # (6 points, fp16-state on coding); at ARGS' 10 items every MDE (>= 24.9 points) exceeds every margin, so a verdict
-# that is not a BLOCK is INCONCLUSIVE by the power rule (README, "How evalgate decides").
+# that is not a BLOCK is INCONCLUSIVE by the power rule (docs/concepts/how-evalgate-decides.md).
 UNDERPOWERED = "power: MDE > margin"
 
 

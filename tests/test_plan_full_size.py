@@ -84,7 +84,7 @@ def test_items_needed_at_discordance_is_the_least_powered_size() -> None:
     for p in (0.0, 0.001, 0.03, 0.05, 0.2, 1.0):
         for margin in (1.0, 2.0, 3.0, 4.5, 5.0, 10.0):
             assert items_needed_at_discordance(p, margin, 0.05, 0.8) == _least_items(p, margin), (p, margin)
-    assert items_needed_at_discordance(0.03, 1.0, 0.05, 0.8) == 1855  # the README's worked figure
+    assert items_needed_at_discordance(0.03, 1.0, 0.05, 0.8) == 1855  # the worked figure of docs/concepts/how-evalgate-decides.md
     assert items_needed_at_discordance(0.05, 0.0, 0.05, 0.8) is None
     for bad in ((-0.1, 2.0), (1.5, 2.0), (0.1, -1.0)):
         with pytest.raises(ValueError):
