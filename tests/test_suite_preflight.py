@@ -133,3 +133,25 @@ def test_a_preflight_that_hangs_is_killed_at_the_timeout(tmp_path: Path) -> None
         check_suites([load_suite("s1", root)], limit=None, timeout=20)
     assert ei.value.exit_code == ExitCode.RUNTIME
     assert "did not finish within --timeout 20 s" in str(ei.value)
+
+
+def test_a_function_metric_and_aggregation_pass(tmp_path: Path) -> None:
+    """lm-eval calls a ``!function`` metric or aggregation itself (``ConfigurableTask.__init__``: ``callable``), so a
+    secondary metric given as one is valid and is not refused as a metric lm-eval does not know; the item is built
+    and scored (``utils.nonempty`` is found by lm-eval and returns a number)."""
+    root = _suite(tmp_path, {
+        "t.yaml": _task("t1", "  - metric: !function utils.nonempty\n    aggregation: !function utils.mean\n"
+                              "    higher_is_better: true\n"),
+        "utils.py": "def nonempty(references, predictions, **kwargs):\n    return float(bool(predictions[0]))\n\n"
+                    "def mean(items):\n    return sum(items) / len(items)\n"})
+    assert run_checks(root, ["s1"], limit=None) == {"tasks": {"t1": 1}}
+
+
+def test_a_dotted_metric_without_its_module_is_still_refused(tmp_path: Path) -> None:
+    """A dotted name that is no ``!function`` of the YAML's folder (no ``utils.py`` beside it) is still an unknown
+    metric, refused before lm-eval would try the Hugging Face evaluate hub for it."""
+    root = _suite(tmp_path, {"t.yaml": _task("t1", "  - metric: utils.nonempty\n")})
+    with pytest.raises(ConfigError) as ei:
+        run_checks(root, ["s1"], limit=None)
+    assert ei.value.field == "metric_list[1].metric"
+    assert "'utils.nonempty' is not a metric lm-eval knows" in ei.value.message
