@@ -155,3 +155,20 @@ def test_a_dotted_metric_without_its_module_is_still_refused(tmp_path: Path) -> 
         run_checks(root, ["s1"], limit=None)
     assert ei.value.field == "metric_list[1].metric"
     assert "'utils.nonempty' is not a metric lm-eval knows" in ei.value.message
+
+
+def test_a_groups_inline_task_reads_its_data_beside_the_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An inline task of a group with a relative ``data_files``: evalgate resolves it against the YAML's folder
+    (``load_suite``, ``check_datasets``), and so must lm-eval's ``TaskManager`` (``taskindex.task_manager``, which the
+    worker uses too), whatever the working directory; it read ``./data.jsonl`` of the cwd and the valid suite was
+    refused."""
+    root = _suite(tmp_path / "suites", {
+        "g.yaml": "group: g\ntask:\n  - task: inline\n    dataset_path: json\n"
+                  "    dataset_kwargs:\n      data_files: {test: data.jsonl}\n    test_split: test\n"
+                  "    output_type: generate_until\n    doc_to_text: '{{q}}'\n    doc_to_target: '{{a}}'\n"
+                  "    metric_list:\n      - metric: exact_match\n"})
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # no data.jsonl here
+    assert load_suite("s1", root).specs[0].data_files == (str(root / "s1" / "data.jsonl"),)
+    assert run_checks(root, ["s1"], limit=None) == {"tasks": {"g::inline": 1}}
