@@ -101,6 +101,7 @@ def check_verdict_document(verdict: Verdict, path: Path) -> None:
     Rules (the gate's own, ``evalgate.gate``):
 
     * ``version`` is the one this evalgate writes (``verdict.VERSION``); a document without one reads as it;
+    * every task's verdict is PASS, BLOCK or INCONCLUSIVE (NO-OP is the run's alone, kept tasks included);
     * every task's counts (``n``, ``n_regressed``, ...) are >= 0 and its statistics (Δ, interval ends, lower bound,
       margin, MDE, p-values, the cross-check intervals and lossless figures) finite numbers or null;
     * at least one task, unless the document is a NO-OP; ``gated`` is false on every task of a NO-OP and true on
@@ -127,6 +128,8 @@ def check_verdict_document(verdict: Verdict, path: Path) -> None:
         refuse("tasks", f"none, under an overall {overall}: the gate never decides without evidence")
     for i, t in enumerate(verdict.tasks):
         where = f"tasks.{i}"
+        if t.verdict == "NO-OP":  # overall_of would read it as no objection: a PASS over it would stand
+            refuse(f"{where}.verdict", "NO-OP is a run's verdict, never a task's (PASS, BLOCK or INCONCLUSIVE)")
         for name in _TASK_COUNTS:
             value = getattr(t, name)
             if value is not None and value < 0:
