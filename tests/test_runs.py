@@ -184,3 +184,19 @@ def test_report_refuses_a_task_verdict_of_no_op(overall: str, tmp_path: Path,
     assert err == [f"evalgate: error: {run / 'verdict.json'}: not a consistent evalgate verdict: tasks.{worst}.verdict: "
                    "NO-OP is a run's verdict, never a task's (PASS, BLOCK or INCONCLUSIVE)"]
     assert not (tmp_path / "out").exists()
+
+
+def test_report_refuses_a_task_decided_on_no_items(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A PASS task whose paired items were set to 0 re-rendered as PASS (exit 0); the gate never decides a task
+    without items (``stats.paired_comparison`` refuses empty input), so ``report`` refuses it, exit 3."""
+    doc = blocking_document()
+    passed = next(i for i, t in enumerate(doc["tasks"]) if t["verdict"] == "PASS")
+    doc["tasks"] = [dict(doc["tasks"][passed], n=0, n_regressed=0, n_improved=0)]
+    doc["verdict"] = "PASS"
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "verdict.json").write_text(json.dumps(doc, allow_nan=True))
+    assert main(["report", str(run), "--out", str(tmp_path / "out")]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"evalgate: error: {run / 'verdict.json'}: not a consistent evalgate verdict: tasks.0.n: "
+                   "0 paired items: the gate never decides a task without evidence"]
