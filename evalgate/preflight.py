@@ -203,15 +203,25 @@ def _check_config(spec: Any) -> None:
         if not isinstance(m, dict):
             continue
         metric = m.get("metric")
-        if not own_scorer and not m.get("hf_evaluate") and isinstance(metric, str) and metric not in metric_registry:
+        if (not own_scorer and not m.get("hf_evaluate") and isinstance(metric, str) and metric not in metric_registry
+                and not _is_function_ref(metric, path)):
             raise ConfigError(f"task {name}: {metric!r} is not a metric lm-eval knows"
                               f"{_hint(metric, list(metric_registry.keys()))} (or compute it in the task's own "
                               "process_results)", path=path, field=f"metric_list[{i}].metric")
         agg = m.get("aggregation")
-        if isinstance(agg, str) and agg not in aggregation_registry:
+        if isinstance(agg, str) and agg not in aggregation_registry and not _is_function_ref(agg, path):
             raise ConfigError(f"task {name}: {agg!r} is not an aggregation lm-eval knows"
                               f"{_hint(agg, list(aggregation_registry.keys()))}", path=path,
                               field=f"metric_list[{i}].aggregation")
+
+
+def _is_function_ref(value: str, yaml_path: Path) -> bool:
+    """Whether ``value`` is a ``!function module.fn`` of the YAML at ``yaml_path`` (``TaskSpec.config`` keeps the tag as
+    its string): lm-eval calls such a metric or aggregation itself (``ConfigurableTask.__init__``: ``callable``), so
+    it need not be in lm-eval's registries. ``suitefiles.check_function_ref`` has already checked that ``module.py``
+    beside the YAML defines ``fn``; no registered metric or aggregation name has a dot."""
+    module, _, fn = value.rpartition(".")
+    return bool(module and fn) and (Path(yaml_path).parent / f"{module}.py").is_file()
 
 
 def _check_task(task: Any, spec: Any, limit: int | None) -> int:

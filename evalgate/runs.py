@@ -101,8 +101,9 @@ def check_verdict_document(verdict: Verdict, path: Path) -> None:
     Rules (the gate's own, ``evalgate.gate``):
 
     * ``version`` is the one this evalgate writes (``verdict.VERSION``); a document without one reads as it;
-    * every task's counts (``n``, ``n_regressed``, ...) are >= 0 and its statistics (Δ, interval ends, lower bound,
-      margin, MDE, p-values, the cross-check intervals and lossless figures) finite numbers or null;
+    * every task's verdict is PASS, BLOCK or INCONCLUSIVE (NO-OP is the run's alone, kept tasks included);
+    * every task's counts (``n``, ``n_regressed``, ...) are >= 0, ``n`` >= 1, and its statistics (Δ, interval ends,
+      lower bound, margin, MDE, p-values, the cross-check intervals and lossless figures) finite numbers or null;
     * at least one task, unless the document is a NO-OP; ``gated`` is false on every task of a NO-OP and true on
       every task otherwise, and a NO-OP lists no ``effective_diff`` (it means the effective configs are equal);
     * the overall verdict is at least as severe as ``gate.overall_of`` over the task verdicts (BLOCK >
@@ -127,10 +128,14 @@ def check_verdict_document(verdict: Verdict, path: Path) -> None:
         refuse("tasks", f"none, under an overall {overall}: the gate never decides without evidence")
     for i, t in enumerate(verdict.tasks):
         where = f"tasks.{i}"
+        if t.verdict == "NO-OP":  # overall_of would read it as no objection: a PASS over it would stand
+            refuse(f"{where}.verdict", "NO-OP is a run's verdict, never a task's (PASS, BLOCK or INCONCLUSIVE)")
         for name in _TASK_COUNTS:
             value = getattr(t, name)
             if value is not None and value < 0:
                 refuse(f"{where}.{name}", f"{value} is negative")
+        if t.n == 0:  # stats.paired_comparison refuses empty input: no task is decided without items
+            refuse(f"{where}.n", "0 paired items: the gate never decides a task without evidence")
         numbers = [(name, getattr(t, name)) for name in _TASK_NUMBERS]
         if t.cross_check is not None:
             numbers += [(f"cross_check.{k}.{j}", v) for k in ("bootstrap", "t", "newcombe")

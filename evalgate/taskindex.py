@@ -52,10 +52,33 @@ def _needs_entry(path: Path) -> bool:
         cfg = read_suite_yaml(path)
     except ConfigError:
         return False
+    return any(k in cfg for k in EVALGATE_KEYS) or _has_local_paths(cfg)
+
+
+def _has_local_paths(cfg: dict[str, Any]) -> bool:
+    """Whether task config ``cfg``, or an inline task of a group's ``task`` list, names local data by a path that
+    lm-eval would resolve against the working directory."""
     kwargs = cfg.get("dataset_kwargs")
     dp = cfg.get("dataset_path")
-    return (any(k in cfg for k in EVALGATE_KEYS) or isinstance(kwargs, dict) and "data_files" in kwargs
-            or isinstance(dp, str) and dp.startswith(("./", "../")))
+    members = cfg.get("task") if isinstance(cfg.get("group"), str) else None
+    return (isinstance(kwargs, dict) and "data_files" in kwargs or isinstance(dp, str) and dp.startswith(("./", "../"))
+            or isinstance(members, list) and any(isinstance(m, dict) and _has_local_paths(m) for m in members))
+
+
+def _resolve_inline(cfg: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """A group config whose inline tasks (and inline subgroups' tasks) have their local paths made absolute under
+    ``folder`` (:func:`resolve_local_paths`), as evalgate reads them (``suites._Resolver``)."""
+    members = cfg.get("task")
+    if not isinstance(members, list):
+        return cfg
+    out = []
+    for m in members:
+        if isinstance(m, dict) and isinstance(m.get("group"), str):
+            m = _resolve_inline(m, folder)
+        elif isinstance(m, dict):
+            m = resolve_local_paths(m, folder)
+        out.append(m)
+    return {**cfg, "task": out}
 
 
 def task_manager(suites_dir: Path | str | None = None, builtins: bool = False) -> Any:
@@ -81,6 +104,7 @@ def task_manager(suites_dir: Path | str | None = None, builtins: bool = False) -
             for key in EVALGATE_KEYS:
                 cfg.pop(key, None)
             if isinstance(cfg.get("group"), str):
+                cfg = _resolve_inline(cfg, path.parent)  # inline tasks' data beside the group's YAML, not the cwd
                 index[cfg["group"]] = Entry(name=cfg["group"], kind=Kind.GROUP, yaml_path=None, cfg=cfg)
             elif isinstance(cfg.get("task"), str) and "class" not in cfg:
                 cfg = resolve_local_paths(cfg, path.parent)

@@ -163,3 +163,40 @@ def test_compare_no_op_still_exits_4_and_reports_tasks_as_not_gated(tmp_path: Pa
     assert (doc["verdict"], doc["tasks"][0]["verdict"], doc["tasks"][0]["gated"]) == ("NO-OP", "BLOCK", False)
     assert "not gated; statistics shown for information: BLOCK" in (out / "report.html").read_text()
     assert "**NO-OP** (not gated; statistics: BLOCK)" in (out / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("overall", ["PASS", "INCONCLUSIVE"])
+def test_report_refuses_a_task_verdict_of_no_op(overall: str, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A document whose BLOCKed task was relabelled NO-OP re-rendered as PASS (exit 0): the gate never gives a task
+    NO-OP (a NO-OP run keeps each task's own verdict), so ``report`` refuses it, exit 3, naming the field."""
+    doc = blocking_document()
+    worst = next(i for i, t in enumerate(doc["tasks"]) if t["verdict"] == "BLOCK")
+    doc["tasks"][worst]["verdict"] = "NO-OP"
+    doc["verdict"] = overall
+    doc["tasks"] = [dict(t, evidence=dict(t["evidence"], failures=[])) if t.get("evidence") else t
+                    for t in doc["tasks"]]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "verdict.json").write_text(json.dumps(doc, allow_nan=True))
+    assert main(["report", str(run), "--out", str(tmp_path / "out")]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"evalgate: error: {run / 'verdict.json'}: not a consistent evalgate verdict: tasks.{worst}.verdict: "
+                   "NO-OP is a run's verdict, never a task's (PASS, BLOCK or INCONCLUSIVE)"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_report_refuses_a_task_decided_on_no_items(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A PASS task whose paired items were set to 0 re-rendered as PASS (exit 0); the gate never decides a task
+    without items (``stats.paired_comparison`` refuses empty input), so ``report`` refuses it, exit 3."""
+    doc = blocking_document()
+    passed = next(i for i, t in enumerate(doc["tasks"]) if t["verdict"] == "PASS")
+    doc["tasks"] = [dict(doc["tasks"][passed], n=0, n_regressed=0, n_improved=0)]
+    doc["verdict"] = "PASS"
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "verdict.json").write_text(json.dumps(doc, allow_nan=True))
+    assert main(["report", str(run), "--out", str(tmp_path / "out")]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"evalgate: error: {run / 'verdict.json'}: not a consistent evalgate verdict: tasks.0.n: "
+                   "0 paired items: the gate never decides a task without evidence"]

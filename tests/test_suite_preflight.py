@@ -133,3 +133,42 @@ def test_a_preflight_that_hangs_is_killed_at_the_timeout(tmp_path: Path) -> None
         check_suites([load_suite("s1", root)], limit=None, timeout=20)
     assert ei.value.exit_code == ExitCode.RUNTIME
     assert "did not finish within --timeout 20 s" in str(ei.value)
+
+
+def test_a_function_metric_and_aggregation_pass(tmp_path: Path) -> None:
+    """lm-eval calls a ``!function`` metric or aggregation itself (``ConfigurableTask.__init__``: ``callable``), so a
+    secondary metric given as one is valid and is not refused as a metric lm-eval does not know; the item is built
+    and scored (``utils.nonempty`` is found by lm-eval and returns a number)."""
+    root = _suite(tmp_path, {
+        "t.yaml": _task("t1", "  - metric: !function utils.nonempty\n    aggregation: !function utils.mean\n"
+                              "    higher_is_better: true\n"),
+        "utils.py": "def nonempty(references, predictions, **kwargs):\n    return float(bool(predictions[0]))\n\n"
+                    "def mean(items):\n    return sum(items) / len(items)\n"})
+    assert run_checks(root, ["s1"], limit=None) == {"tasks": {"t1": 1}}
+
+
+def test_a_dotted_metric_without_its_module_is_still_refused(tmp_path: Path) -> None:
+    """A dotted name that is no ``!function`` of the YAML's folder (no ``utils.py`` beside it) is still an unknown
+    metric, refused before lm-eval would try the Hugging Face evaluate hub for it."""
+    root = _suite(tmp_path, {"t.yaml": _task("t1", "  - metric: utils.nonempty\n")})
+    with pytest.raises(ConfigError) as ei:
+        run_checks(root, ["s1"], limit=None)
+    assert ei.value.field == "metric_list[1].metric"
+    assert "'utils.nonempty' is not a metric lm-eval knows" in ei.value.message
+
+
+def test_a_groups_inline_task_reads_its_data_beside_the_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An inline task of a group with a relative ``data_files``: evalgate resolves it against the YAML's folder
+    (``load_suite``, ``check_datasets``), and so must lm-eval's ``TaskManager`` (``taskindex.task_manager``, which the
+    worker uses too), whatever the working directory; it read ``./data.jsonl`` of the cwd and the valid suite was
+    refused."""
+    root = _suite(tmp_path / "suites", {
+        "g.yaml": "group: g\ntask:\n  - task: inline\n    dataset_path: json\n"
+                  "    dataset_kwargs:\n      data_files: {test: data.jsonl}\n    test_split: test\n"
+                  "    output_type: generate_until\n    doc_to_text: '{{q}}'\n    doc_to_target: '{{a}}'\n"
+                  "    metric_list:\n      - metric: exact_match\n"})
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # no data.jsonl here
+    assert load_suite("s1", root).specs[0].data_files == (str(root / "s1" / "data.jsonl"),)
+    assert run_checks(root, ["s1"], limit=None) == {"tasks": {"g::inline": 1}}
