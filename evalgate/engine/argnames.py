@@ -158,14 +158,21 @@ def vllm_source(relpath: str) -> str | None:
 Reader = Callable[[str], "str | None"]
 
 
-def _function(source: str | None, name: str, cls: str | None = None) -> list[str] | None:
-    """Parameter names of function ``name`` (a method of class ``cls`` when given) defined in ``source``; None when
-    absent or unparsable."""
+def _parse(source: str | None) -> ast.Module | None:
+    """``source`` parsed, or None when there is no source or it does not parse (a vLLM evalgate cannot read)."""
     if source is None:
         return None
     try:
-        tree = ast.parse(source)
+        return ast.parse(source)
     except SyntaxError:
+        return None
+
+
+def _function(source: str | None, name: str, cls: str | None = None) -> list[str] | None:
+    """Parameter names of function ``name`` (a method of class ``cls`` when given) defined in ``source``; None when
+    absent or unparsable."""
+    tree = _parse(source)
+    if tree is None:
         return None
     body = tree.body
     if cls is not None:
@@ -182,11 +189,8 @@ def _function(source: str | None, name: str, cls: str | None = None) -> list[str
 
 def _class_fields(source: str | None, cls: str) -> list[str] | None:
     """Annotated fields of class ``cls`` in ``source`` (a dataclass's fields); None when absent."""
-    if source is None:
-        return None
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    tree = _parse(source)
+    if tree is None:
         return None
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef) and node.name == cls:
