@@ -79,11 +79,11 @@ class EngineJob:
             self.out = Path("runs") / f"{self.cand.name.replace('/', '_')}-{self.stamp}"
             check_writable_dir(self.out, field="--out (default)", what="the run directory")
         check_home()  # the store is written after each side: a broken home must not cost the baseline's engine run
+        self.profile = speed_profile(self.options, thresholds, self.cand.name)  # cheap: before the pre-flight
         # Each task built by lm-eval, its items' requests built and item 0 scored: a suite error is exit 2 here.
         self.preflight = check_suites(self.suites, limit=self.options.limit, timeout=self.options.timeout)
         self.announce(self.out)
         self.timings = {"load": time.monotonic() - t0, "preflight": self.preflight["seconds"]}
-        self.profile = speed_profile(self.options, thresholds, self.cand.name)
         self._check_values(thresholds)
         self._notice_unpowered(thresholds)  # last: only a run that will start its engines gets the notice
         return thresholds
