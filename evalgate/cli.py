@@ -412,8 +412,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the boundary: an internal error is exit 3, never a pass
         if args.debug:
             traceback.print_exc()
-        print(f"evalgate: internal error: {type(exc).__name__}: {exc} (rerun as `evalgate --debug <command> ...` for the traceback)",
-              file=sys.stderr)
+        print(f"evalgate: internal error: {type(exc).__name__}: {exc} "
+              "(rerun as `evalgate --debug <command> ...` for the traceback)", file=sys.stderr)
         return int(ExitCode.RUNTIME)
 
 
