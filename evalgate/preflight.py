@@ -123,8 +123,8 @@ def check_suites(suites: list[Any], *, limit: int | None, timeout: float = 3 * 3
             how = f"was killed by signal {-rc}" if rc < 0 else f"exit code {rc}"
             last = [ln.strip() for ln in err.splitlines() if ln.strip() and "it/s]" not in ln][-1:]
             raise PreflightError(f"the suite pre-flight crashed ({how}{'; last log line: ' if last else ''}"
-                                 f"{_one_line(last[0], 200) if last else ''}); rerun as `evalgate --debug <command> ...` for its log"
-                                 ) from None
+                                 f"{_one_line(last[0], 200) if last else ''}); "
+                                 "rerun as `evalgate --debug <command> ...` for its log") from None
     if "error" in result:
         e = result["error"]
         raise ConfigError(e["message"], path=e["path"], field=e.get("field"))
