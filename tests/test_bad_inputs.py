@@ -266,7 +266,8 @@ CASES: list[Case] = [
     _suite("preflight-data-empty", "s1/t.yaml", "dataset_kwargs.data_files", "task t1: data file <path> is empty"),
     _suite("preflight-data-blank", "s1/t.yaml", "dataset_kwargs.data_files", "task t1: reading its data"),
     _suite("preflight-data-is-dir", "s1/t.yaml", "dataset_kwargs.data_files", "is a directory, not a data file"),
-    _suite("preflight-data-corrupt", "s1/t.yaml", "dataset_kwargs.data_files", "task t1: reading its data: cannot"),
+    _suite("preflight-data-corrupt", "s1/t.yaml", "dataset_kwargs.data_files",
+           "task t1: data file <path> line 1: not valid JSON"),
     _suite("preflight-data-wrong-field", "s1/t.yaml", "doc_to_text",
            "task t1: building the task: the template uses a variable the item lacks: 'q' is undefined; item 0 has "
            "the fields question, answer"),
