@@ -60,9 +60,16 @@ def test_check_home_refuses_a_store_that_is_a_file(monkeypatch: pytest.MonkeyPat
     assert info.value.path == tmp_path / "store" and info.value.field == "EVALGATE_HOME"
 
 
-def test_embedded_aliases_are_the_ones_resolve_model_knows() -> None:
-    assert set(model.EMBEDDED_ALIASES) == {model.EMBEDDED_MODEL, model.HYBRID_MODEL, model.QWEN3_NEXT_MODEL}
-    assert all(a.startswith("embedded:") for a in model.EMBEDDED_ALIASES)
+def test_embedded_aliases_are_the_ones_resolve_model_knows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The aliases config.py accepts are exactly those resolve_model maps to a local model (an unknown one would be
+    passed through to vLLM as a hub name, which is why it is refused at load)."""
+    assert set(model.EMBEDDED_ALIASES) == {"embedded:nemotron-h-tiny", "embedded:gemma-3-270m",
+                                           "embedded:qwen3-next-tiny"}
+    monkeypatch.setattr(model, "prepare_embedded_model", lambda home=None: Path("/prepared/gemma"))
+    monkeypatch.setattr(model, "prepare_qwen3_next_model", lambda home=None: Path("/prepared/qwen3-next"))
+    for alias in model.EMBEDDED_ALIASES:
+        assert model.resolve_model(alias) != alias, alias
+    assert model.resolve_model("embedded:no-such-model") == "embedded:no-such-model"
 
 
 def test_model_dirs_and_marker(tmp_path: Path) -> None:
