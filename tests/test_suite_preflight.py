@@ -112,11 +112,15 @@ def test_ablate_refuses_a_bad_suite_before_the_baseline_engine(monkeypatch: pyte
                       "for item 0: KeyError: 'answer' (utils.py line 3); item 0 has the fields q, a")
 
 
+# A task whose items come from the suite's own loader (utils.load_data), which the tests below make crash or hang.
+LOADER_TASK = ("task: t1\ndataset_path: ''\ncustom_dataset: !function utils.load_data\ntest_split: test\n"
+               "doc_to_text: '{{q}}'\ndoc_to_target: '{{a}}'\nmetric_list:\n  - metric: exact_match\n")
+
+
 def test_a_preflight_that_crashes_is_exit_3(tmp_path: Path) -> None:
     """The suite's data loader kills its process: no outcome, so a runtime error (exit 3), never a pass."""
     root = _suite(tmp_path, {
-        "t.yaml": "task: t1\ndataset_path: ''\ncustom_dataset: !function utils.load_data\ntest_split: test\n"
-                  "doc_to_text: '{{q}}'\ndoc_to_target: '{{a}}'\nmetric_list:\n  - metric: exact_match\n",
+        "t.yaml": LOADER_TASK,
         "utils.py": "import os\n\ndef load_data(**kwargs):\n    os._exit(7)\n"})
     with pytest.raises(PreflightError) as ei:
         check_suites([load_suite("s1", root)], limit=None, timeout=300)
@@ -126,8 +130,7 @@ def test_a_preflight_that_crashes_is_exit_3(tmp_path: Path) -> None:
 
 def test_a_preflight_that_hangs_is_killed_at_the_timeout(tmp_path: Path) -> None:
     root = _suite(tmp_path, {
-        "t.yaml": "task: t1\ndataset_path: ''\ncustom_dataset: !function utils.load_data\ntest_split: test\n"
-                  "doc_to_text: '{{q}}'\ndoc_to_target: '{{a}}'\nmetric_list:\n  - metric: exact_match\n",
+        "t.yaml": LOADER_TASK,
         "utils.py": "import time\n\ndef load_data(**kwargs):\n    time.sleep(600)\n"})
     with pytest.raises(PreflightError) as ei:
         check_suites([load_suite("s1", root)], limit=None, timeout=20)
