@@ -222,8 +222,10 @@ def measure_speed_safely(workers: dict[str, Any], profile: Any) -> dict[str, Any
     measurement failed: the quality verdict is still written (the run then exits 3)."""
     from evalgate.runner import SpeedError
 
-    log.info("speed: %s in / %s out tokens, concurrency %s, %s repeats per side, interleaved",
-             profile.input_len, profile.output_len, ",".join(map(str, profile.concurrency)), profile.repeats)
+    from evalgate.speed import profile_words
+
+    log.info("speed: %s, concurrency %s, %s repeats per side, interleaved", profile_words(profile.as_dict()),
+             ",".join(map(str, profile.concurrency)), profile.repeats)
     try:
         return measure_speed(workers, profile)
     except SpeedError as exc:
