@@ -126,9 +126,9 @@ def read_request_log(path: Path, *, times: bool = False) -> RequestLog:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise ConfigError("request log not found", path=path) from None
+        raise ConfigError("request log not found (traffic.from)", path=path) from None
     except IsADirectoryError:
-        raise ConfigError("request log is a directory, not a file", path=path) from None
+        raise ConfigError("request log (traffic.from) is a directory, not a file", path=path) from None
     except OSError as exc:
         raise ConfigError(f"cannot read the request log: {exc.strerror or exc}", path=path) from None
     digest = hashlib.sha256(raw).hexdigest()
@@ -187,6 +187,8 @@ def _kind_of(value: Any) -> str:
         return "a boolean"
     if value is None:
         return "null"
+    if value == [] or value == {}:
+        return f"an empty {'list' if value == [] else 'mapping'}"
     return {dict: "a mapping", list: "a list", str: "a string", int: "an integer", float: "a number"}.get(
         type(value), type(value).__name__)
 
@@ -231,8 +233,7 @@ def _parse(n: int, obj: Any, times: bool) -> LoggedRequest:
 
 def _messages(value: Any, field: str) -> tuple[dict[str, str], ...]:
     if not isinstance(value, list) or not value:
-        raise _Bad(field, f"must be a non-empty list of {{role, content}} messages, got {_kind_of(value)}"
-                          f"{' (empty)' if value == [] else ''}")
+        raise _Bad(field, f"must be a non-empty list of {{role, content}} messages, got {_kind_of(value)}")
     out = []
     for i, m in enumerate(value):
         where = f"{field}[{i}]"

@@ -10,6 +10,7 @@ the host's load does not favour the side measured second). Statistics: ``evalgat
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -151,7 +152,7 @@ def log_profile(profile: TrafficProfile, fields: dict[str, Any], log_path: str |
         if key in fields:
             refuse(key, f"does not apply with traffic.from (the logged requests are sent as recorded); remove it")
     base = Path(thresholds.path).parent if thresholds.path is not None else Path(".")
-    log = read_request_log(base / str(log_path), times=from_log)
+    log = read_request_log(Path(os.path.normpath(base / str(log_path))), times=from_log)
     count = len(log.requests)
     n = fields.get("num_prompts")
     if n is not None and n > count:
