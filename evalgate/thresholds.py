@@ -143,7 +143,7 @@ class TrafficSection(Schema):
     input_len: _integer(1) = None  # type: ignore[valid-type]
     """Prompt tokens per request."""
     output_len: _integer(1) = None  # type: ignore[valid-type]
-    """Output tokens per request."""
+    """Output tokens per request; with ``from``: the output budget of a record that records none."""
     concurrency: Annotated[tuple[int, ...] | Literal["from-log"], BeforeValidator(_concurrency)] = None  # type: ignore[assignment]
     """Requests in flight: one integer >= 1 or a list of distinct ones (a sweep), each <= the engine's
     max_num_seqs; or ``from-log`` (with ``from``): a sweep of the log's typical (median) and peak in-flight
