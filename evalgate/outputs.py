@@ -22,7 +22,7 @@ from typing import Any
 
 from evalgate.fmt import MINUS, pts
 from evalgate.report import render_html
-from evalgate.speed import repeats_note
+from evalgate.speed import profile_words, repeats_note
 from evalgate.verdict import SpeedBlock, TaskVerdict, Verdict, as_task, as_verdict
 from evalgate.wording import (FLOOR_NOTE, NO_OP_NOTE, SPEC_SOURCE_NOTE, floor_note, items_needed_short,
                               latency_headline, latency_properties, shown_verdict, spec_decode_line, speed_mde_note)
@@ -116,7 +116,7 @@ def speed_properties(speed: SpeedBlock | None) -> list[tuple[str, Any]]:
     if speed.status != "measured":
         return [("speed", f"failed: {speed.error}")]
     p = speed.profile
-    out: list[tuple[str, Any]] = [("speed_profile", f"{p.get('input_len')} in / {p.get('output_len')} out, "
+    out: list[tuple[str, Any]] = [("speed_profile", f"{profile_words(p)}, "
                                    f"concurrency {','.join(map(str, p.get('concurrency', [])))}, {p.get('repeats')} "
                                    f"repeats, {p.get('mode')}")]
     for row in speed.levels:
@@ -247,7 +247,7 @@ def speed_markdown(speed: SpeedBlock) -> list[str]:
         return [f"**Speed**: not measured: {_md(speed.error)}"]
     p = speed.profile
     device = speed.sides.get("candidate", {}).get("device", "?")
-    out = [f"**Speed** ({p.get('input_len')} in / {p.get('output_len')} out tokens, {p.get('repeats')} interleaved "
+    out = [f"**Speed** ({_md(profile_words(p))}{'' if p.get('requests') else ' tokens'}, {p.get('repeats')} interleaved "
            f"repeats per side, {_md(p.get('mode'))}, {_md(device)}):",
            "", "| concurrency | baseline output tok/s | candidate output tok/s | speed-up | interval | MDE | "
                "CV base / cand | |",

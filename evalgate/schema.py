@@ -100,7 +100,7 @@ class Schema(BaseModel):
             return data
         if not isinstance(data, dict):
             raise problem(f"value must be a mapping, got {show(data)}")
-        fields = cls.model_fields
+        fields = {info.alias or name: info for name, info in cls.model_fields.items()}  # a YAML key = its alias
         for key in data:
             if key not in fields:
                 name = key if isinstance(key, str) else str(key)
@@ -200,6 +200,7 @@ def key_rows(model: type[Schema], prefix: str = "", seen: dict[type, str] | None
     seen.setdefault(model, prefix.rstrip("."))
     rows: list[tuple[str, str, str]] = []
     for name, info in model.model_fields.items():
+        name = info.alias or name  # the key as written (``from``, a Python keyword, is field ``from_``)
         key = f"{prefix}{name}"
         doc = " ".join((info.description or "").split()).replace("``", "`")
         entry = _mapping_of(info.annotation)

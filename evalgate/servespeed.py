@@ -81,6 +81,9 @@ def compare_latency(metric: str, baseline: list[float], candidate: list[float], 
 def serve_problems(profile: TrafficProfile) -> list[tuple[str, str]]:
     """``(traffic field, message)`` for each part of ``profile`` serve mode cannot measure: ``vllm bench serve``
     here sends vLLM's random dataset only (``prompts: suites`` is an offline-mode feature). Empty when it fits."""
+    if profile.requests is not None:  # traffic.from: the rendered requests live in the offline worker only
+        return [("from", "a request log is replayed in offline mode only (serve mode sends vLLM's random dataset); "
+                         "set traffic.mode: offline")]
     if profile.prompts != "random":
         return [("prompts", f"mode: serve measures vLLM's random dataset only, got prompts: {profile.prompts} "
                             f"(use prompts: random, or mode: offline)")]

@@ -33,6 +33,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 __all__ = ["CPU_PROFILE", "CUDA_PROFILE", "SpeedComparison", "TrafficProfile", "compare_speed", "coefficient_of_variation",
@@ -58,9 +59,14 @@ class TrafficProfile:
         mode: ``offline`` (``vllm.LLM`` in the engine worker) or ``serve`` (``vllm serve`` + ``vllm bench serve``).
         level: the confidence level of the speed-up interval (two-sided).
         power: the power of the speed-up's MDE and repeats needed (the thresholds' ``power``; not a traffic key).
+        requests: with ``traffic.from`` (``prompts: log``, ``input_len`` None, ``output_len`` the budget of a record
+            without one): what the gate read of the request log, ``{"path", "sha256", "requests" (in the log),
+            "formats", "concurrency": {"source", ...}}``; after the measurement also the requests sent:
+            ``"sent"`` (``engine.replay.load_requests``' summary: count and token-length quantiles) and
+            ``"same_requests"`` (both sides sent the same prompts and budgets). Never a request's text.
     """
 
-    input_len: int
+    input_len: int | None
     output_len: int
     concurrency: tuple[int, ...]
     num_prompts: int | None = None
@@ -69,6 +75,7 @@ class TrafficProfile:
     mode: str = "offline"
     level: float = 0.95
     power: float = PLANNING_POWER
+    requests: dict[str, Any] | None = None
 
     def prompts_at(self, concurrency: int) -> int:
         """Requests per repeat at one concurrency level."""
@@ -77,6 +84,8 @@ class TrafficProfile:
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["concurrency"] = list(self.concurrency)
+        if self.requests is None:
+            del d["requests"]  # the keys of a synthetic profile stay as they were
         return d
 
 
@@ -292,10 +301,31 @@ def headline(speed: dict[str, Any]) -> str:
         need = repeats_note(row.get("repeats_needed"))
         parts.append(f"c={row['concurrency']}: \u00d7{row['ratio']:.2f}{ci}, {row['verdict']}{', ' + need if need else ''} "
                      f"({row['baseline']['median']:,.0f} \u2192 {row['candidate']['median']:,.0f} output tok/s)")
-    head = f"speed ({p.get('input_len')} in / {p.get('output_len')} out, {p.get('repeats')} repeats, " \
-           f"{p.get('mode', 'offline')}):"
+    head = f"speed ({profile_words(p)}, {p.get('repeats')} repeats, {p.get('mode', 'offline')}):"
     # A sweep gets one line per level: three levels on one line outgrow any terminal.
     return f"{head} {parts[0]}" if len(parts) == 1 else head + "".join(f"\n  {x}" for x in parts)
+
+
+def profile_words(p: dict[str, Any]) -> str:
+    """The traffic in words: ``512 in / 512 out`` for a synthetic profile; for a request log (``requests``) ``40
+    logged requests (requests.jsonl), input p50/p90/p99/max 120/340/800/812 tokens, output 64/256/256/256,
+    concurrency from-log: typical 3, peak 7`` (counts and lengths only: the log's text never reaches a report)."""
+    log = p.get("requests")
+    if not isinstance(log, dict):
+        return f"{p.get('input_len')} in / {p.get('output_len')} out"
+    sent = log.get("sent") if isinstance(log.get("sent"), dict) else {}
+    name = Path(str(log.get("path", "?"))).name
+    text = f"{sent.get('requests', log.get('requests'))} logged requests ({name})"
+
+    def q(d: Any) -> str:
+        return "/".join(str(d.get(k, "?")) for k in ("p50", "p90", "p99", "max")) if isinstance(d, dict) else "?"
+
+    if sent:
+        text += f", input p50/p90/p99/max {q(sent.get('input_tokens'))} tokens, output {q(sent.get('output_tokens'))}"
+    conc = log.get("concurrency")
+    if isinstance(conc, dict) and conc.get("source") == "from-log":
+        text += f", concurrency from-log: typical {conc.get('typical')}, peak {conc.get('peak')}"
+    return text
 
 
 def repeats_note(need: int | None) -> str:
@@ -333,8 +363,8 @@ def profile_problems(profile: TrafficProfile, limits: dict[str, int]) -> list[tu
     """``(field, message)`` for each way ``profile`` exceeds an engine's limits (``max_model_len`` in tokens,
     ``max_num_seqs``); empty when it fits or a limit is unknown."""
     out = []
-    max_len = limits.get("max_model_len")
-    if max_len is not None and profile.input_len + profile.output_len > max_len:
+    max_len = limits.get("max_model_len")  # a request log's lengths are checked in the worker (engine.replay)
+    if max_len is not None and profile.input_len is not None and profile.input_len + profile.output_len > max_len:
         out.append(("input_len", f"input_len + output_len = {profile.input_len + profile.output_len} tokens exceeds "
                                  f"the engine's max_model_len {max_len}"))
     seqs = limits.get("max_num_seqs")

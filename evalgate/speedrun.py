@@ -10,9 +10,12 @@ the host's load does not favour the side measured second). Statistics: ``evalgat
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from evalgate.errors import ConfigError
+from evalgate.requestlog import FROM_LOG
 from evalgate.speed import TrafficProfile, compare_speed, speed_block
 
 log = logging.getLogger("evalgate")
@@ -32,20 +35,28 @@ def measure_speed(workers: Mapping[str, Any], profile: TrafficProfile,
     say = progress or log.info
     runs: dict[str, list[dict[str, Any]]] = {"baseline": [], "candidate": []}
     levels = []
+    sent: dict[str, Any] = {}
     for c in profile.concurrency:
         n = profile.prompts_at(c)
         cmd = {"input_len": profile.input_len, "output_len": profile.output_len, "num_prompts": n,
                "prompts": profile.prompts, "concurrency": c}
         warm = {**cmd, "output_len": min(profile.output_len, WARMUP_OUTPUT_LEN), "num_prompts": min(n, c), "seed": 1,
                 "label": "warm-up"}
+        if profile.requests is not None:  # traffic.from: the log's requests (engine.replay), warm-up its first ones
+            cmd = {"log": {"path": profile.requests["path"], "sha256": profile.requests["sha256"], "num_prompts": n,
+                           "output_len": profile.output_len}, "concurrency": c}
+            warm = {**cmd, "warmup": True, "label": "warm-up"}
         for role in ("baseline", "candidate"):
-            workers[role].measure(warm)
+            r = workers[role].measure(warm)
+            if "requests_summary" in r:
+                sent[role] = r["requests_summary"]
         out: dict[str, list[float]] = {"baseline": [], "candidate": []}
         total: dict[str, list[float]] = {"baseline": [], "candidate": []}
         for i in range(profile.repeats):
             order = ("baseline", "candidate") if i % 2 == 0 else ("candidate", "baseline")
             for role in order:
                 r = workers[role].measure({**cmd, "label": f"repeat {i + 1}/{profile.repeats}"})
+                r.pop("requests_summary", None)  # the warm-up's reply recorded it
                 out[role].append(float(r["output_tok_s"]))
                 total[role].append(float(r["total_tok_s"]))
                 runs[role].append({"concurrency": c, "repeat": i, **r})
@@ -55,7 +66,25 @@ def measure_speed(workers: Mapping[str, Any], profile: TrafficProfile,
                                     total["baseline"], total["candidate"], profile.power))
     sides = {role: {**{k: v for k, v in (workers[role].info or {}).items() if k != "event"}, "runs": runs[role]}
              for role in ("baseline", "candidate")}
+    if profile.requests is not None:
+        profile = with_sent_requests(profile, sent)
     return speed_block(levels, profile, sides)
+
+
+def with_sent_requests(profile: TrafficProfile, sent: Mapping[str, dict[str, Any]]) -> TrafficProfile:
+    """``profile`` with what each side's worker sent of the request log (``engine.replay.load_requests``'
+    summaries, by role): ``requests.sent`` (the baseline's: count and token-length quantiles; the candidate's too,
+    as ``sent_candidate``, when its tokenizer counted differently) and ``requests.same_requests`` (both sides sent
+    the same prompt texts and output budgets: equal ``requests_sha256``)."""
+    import dataclasses
+
+    base, cand = sent.get("baseline"), sent.get("candidate")
+    meta = dict(profile.requests or {})
+    meta["sent"] = base
+    if cand != base:
+        meta["sent_candidate"] = cand
+    meta["same_requests"] = bool(base and cand and base.get("requests_sha256") == cand.get("requests_sha256"))
+    return dataclasses.replace(profile, requests=meta)
 
 
 def speed_profile(options: Any, thresholds: Any, config_name: str, *, default_on: bool = False) -> Any:
@@ -74,27 +103,90 @@ def speed_profile(options: Any, thresholds: Any, config_name: str, *, default_on
     fields = thresholds.traffic_for(config_name)
     if options.no_speed or not (default_on or options.wants_speed or fields is not None):
         return None
+    fields = dict(fields or {})
+    log_path = fields.pop("from", None)
+    from_log = fields.get("concurrency") == FROM_LOG
+    if from_log:
+        fields.pop("concurrency")
     profile = resolve_profile(fields, cuda=has_cuda(), concurrency=options.concurrency, repeats=options.repeats,
                               power=thresholds.power)  # the speed MDE at the quality side's power
+    if log_path is not None or from_log:
+        profile = log_profile(profile, fields, log_path, from_log and not options.concurrency, thresholds,
+                              config_name, options)
     if profile.mode == "serve":
         from evalgate.servespeed import serve_problems
 
         for fld, msg in serve_problems(profile):
             path, dotted = traffic_source(thresholds, config_name, fld, options)
             raise ConfigError(msg, path=path, field=dotted)
-    check_benchmark_code(profile.mode, thresholds, config_name, options)
+    check_benchmark_code(profile.mode, thresholds, config_name, options, replay=profile.requests is not None)
     return profile
 
 
-def check_benchmark_code(mode: str, thresholds: Any, config_name: str, options: Any = None) -> None:
+def log_profile(profile: TrafficProfile, fields: dict[str, Any], log_path: str | None, from_log: bool,
+                thresholds: Any, config_name: str, options: Any) -> TrafficProfile:
+    """``profile`` turned into the replay of the request log ``log_path`` (``traffic.from``, relative to the
+    thresholds file): the log read and checked (``requestlog.read_request_log``), ``num_prompts`` its request count
+    (or the first ``traffic.num_prompts``), and with ``from_log`` the concurrency levels the log's timestamps imply
+    (``requestlog.concurrency_from_log``: typical, then peak). ``fields``: the traffic keys set (``from`` and a
+    ``from-log`` concurrency taken out).
+
+    Raises:
+        ConfigError (exit 2): ``concurrency: from-log`` without ``from``; ``input_len`` or ``prompts`` beside
+            ``from``; more ``num_prompts`` than the log holds, or a log of more than ``MAX_TRAFFIC_PROMPTS``
+            requests without ``num_prompts``; and every problem of the log itself (naming its file, line and
+            field).
+    """
+    import dataclasses
+
+    from evalgate.requestlog import concurrency_from_log, read_request_log
+    from evalgate.thresholds import MAX_TRAFFIC_PROMPTS
+
+    def refuse(fld: str, msg: str) -> None:
+        path, dotted = traffic_source(thresholds, config_name, fld, options)
+        raise ConfigError(msg, path=path, field=dotted)
+
+    if log_path is None:
+        refuse("concurrency", f"concurrency: {FROM_LOG} needs a request log: set traffic.from")
+    for key in ("input_len", "prompts"):
+        if key in fields:
+            refuse(key, f"does not apply with traffic.from (the logged requests are sent as recorded); remove it")
+    base = Path(thresholds.path).parent if thresholds.path is not None else Path(".")
+    log = read_request_log(Path(os.path.normpath(base / str(log_path))), times=from_log)
+    count = len(log.requests)
+    n = fields.get("num_prompts")
+    if n is not None and n > count:
+        refuse("num_prompts", f"asks for {n} requests, but the request log {log.path} holds {count}")
+    if n is None and count > MAX_TRAFFIC_PROMPTS:
+        refuse("from", f"the request log holds {count:_} requests, more than {MAX_TRAFFIC_PROMPTS:_} per repeat: set "
+                       f"traffic.num_prompts to send its first ones")
+    concurrency = profile.concurrency
+    conc: dict[str, Any] = {"source": "--concurrency" if options.concurrency else
+                            "traffic.concurrency" if "concurrency" in fields else "default"}
+    if from_log:
+        levels = concurrency_from_log(log)
+        conc = {"source": FROM_LOG, **levels}
+        concurrency = tuple(dict.fromkeys((levels["typical"], levels["peak"])))
+    meta = {"path": str(log.path), "sha256": log.sha256, "requests": count, "formats": log.formats(),
+            "concurrency": conc}
+    return dataclasses.replace(profile, input_len=None, prompts="log", concurrency=concurrency,
+                               num_prompts=n if n is not None else count, requests=meta)
+
+
+def check_benchmark_code(mode: str, thresholds: Any, config_name: str, options: Any = None, *,
+                         replay: bool = False) -> None:
     """ConfigError (exit 2, naming the installed vLLM and ``traffic.mode``) when the installed vLLM lacks the
     benchmark code speed mode ``mode`` calls (``engine.argnames.missing_offline_benchmark`` /
-    ``missing_serve_benchmark``: read from vLLM's source, no import), before any engine starts."""
+    ``missing_serve_benchmark``: read from vLLM's source, no import), before any engine starts; with ``replay`` (a
+    request log), also its custom-dataset loader (``missing_log_replay``, naming ``traffic.from``)."""
     from evalgate.engine import argnames
 
     missing = argnames.missing_serve_benchmark() if mode == "serve" else argnames.missing_offline_benchmark()
+    if replay and not missing and argnames.missing_log_replay():
+        missing, mode = argnames.missing_log_replay(), "offline (traffic.from)"
     if missing:
-        path, dotted = traffic_source(thresholds, config_name, "mode", options)
+        path, dotted = traffic_source(thresholds, config_name, "from" if mode.endswith("(traffic.from)") else "mode",
+                                      options)
         raise ConfigError(f"speed mode '{mode}' needs {'; '.join(missing)}, which the installed vLLM "
                           f"({argnames.installed_vllm_version()}) lacks", path=path, field=dotted)
 
@@ -131,8 +223,10 @@ def measure_speed_safely(workers: dict[str, Any], profile: Any) -> dict[str, Any
     measurement failed: the quality verdict is still written (the run then exits 3)."""
     from evalgate.runner import SpeedError
 
-    log.info("speed: %s in / %s out tokens, concurrency %s, %s repeats per side, interleaved",
-             profile.input_len, profile.output_len, ",".join(map(str, profile.concurrency)), profile.repeats)
+    from evalgate.speed import profile_words
+
+    log.info("speed: %s, concurrency %s, %s repeats per side, interleaved", profile_words(profile.as_dict()),
+             ",".join(map(str, profile.concurrency)), profile.repeats)
     try:
         return measure_speed(workers, profile)
     except SpeedError as exc:

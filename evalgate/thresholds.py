@@ -25,11 +25,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
 from evalgate.errors import ConfigError
+from evalgate.requestlog import FROM_LOG
 from evalgate.schema import SCHEMA_VERSION, Schema, choice, problem, rule, show, suggest, validate
 from evalgate.yamlio import Wording, read_mapping
 
@@ -67,14 +68,18 @@ MAX_TRAFFIC_REPEATS = 100
 MAX_BOOTSTRAP_RESAMPLES = 1_000_000
 
 
-def _concurrency(value: Any) -> tuple[int, ...]:
-    """One integer >= 1 or a non-empty list of distinct ones (a sweep), as a tuple."""
+def _concurrency(value: Any) -> tuple[int, ...] | str:
+    """One integer >= 1 or a non-empty list of distinct ones (a sweep), as a tuple; or ``from-log``
+    (``requestlog.FROM_LOG``: the request log's typical and peak in-flight requests)."""
+    if value == FROM_LOG:
+        return value
     values = value if isinstance(value, list) else [value]
     if not values or len(values) > MAX_CONCURRENCY_LEVELS:
-        raise problem(f"must be an integer >= 1 or a list of 1 to {MAX_CONCURRENCY_LEVELS} of them, got {show(value)}")
+        raise problem(f"must be an integer >= 1, a list of 1 to {MAX_CONCURRENCY_LEVELS} of them or {FROM_LOG}, got "
+                      f"{show(value)}")
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise problem(f"must be an integer >= 1 or a list of them, got {show(v)}")
+            raise problem(f"must be an integer >= 1, a list of them or {FROM_LOG}, got {show(v)}")
     if len(set(values)) != len(values):
         raise problem(f"repeats a level: {values}")
     return tuple(values)
@@ -138,24 +143,34 @@ class TrafficSection(Schema):
     input_len: _integer(1) = None  # type: ignore[valid-type]
     """Prompt tokens per request."""
     output_len: _integer(1) = None  # type: ignore[valid-type]
-    """Output tokens per request."""
-    concurrency: Annotated[tuple[int, ...], BeforeValidator(_concurrency)] = None  # type: ignore[assignment]
+    """Output tokens per request; with ``from``: the output budget of a record that records none."""
+    concurrency: Annotated[tuple[int, ...] | Literal["from-log"], BeforeValidator(_concurrency)] = None  # type: ignore[assignment]
     """Requests in flight: one integer >= 1 or a list of distinct ones (a sweep), each <= the engine's
-    max_num_seqs."""
+    max_num_seqs; or ``from-log`` (with ``from``): a sweep of the log's typical (median) and peak in-flight
+    requests, from each record's arrival and end time."""
     num_prompts: Annotated[int | None, Field(strict=True, ge=1, le=MAX_TRAFFIC_PROMPTS),
                            rule(f"{{field}} must be an integer with 1 <= {{field}} <= {MAX_TRAFFIC_PROMPTS:_}")] = None
-    """Requests per repeat and level, 1..100_000; null: = the level's concurrency (one wave)."""
+    """Requests per repeat and level, 1..100_000; null: = the level's concurrency (one wave); with ``from``: the
+    log's first ``num_prompts`` requests (null: all of them)."""
     repeats: _integer(1, MAX_TRAFFIC_REPEATS) = None  # type: ignore[valid-type]
     """Interleaved timed passes per side, 1..100 (>= 2 for an interval)."""
     prompts: choice("random", "suites") = None  # type: ignore[valid-type]
     """random (vLLM's RandomDataset) or suites (the suites' own prompts)."""
+    from_: Annotated[str, Field(strict=True, min_length=1, alias="from"),
+                     rule("must be the path of a request log (JSON lines)")] = None  # type: ignore[assignment]
+    """A recorded request log (JSON lines; relative to this file) whose requests are sent as recorded, each with
+    its own output budget: OpenAI ``/v1/chat/completions`` or ``/v1/completions`` bodies, bare or under a
+    gateway's ``body``/``request`` key (with ``timestamp``/``start_time`` and ``end_time``/``duration_s``),
+    ShareGPT ``conversations`` or vLLM's custom ``prompt``/``output_tokens`` records. ``output_len`` is the budget
+    of a record without one; ``input_len`` and ``prompts`` do not apply. Offline mode only. Only lengths, counts
+    and the file's hash reach the report (docs: the speed guide)."""
     mode: choice("offline", "serve") = None  # type: ignore[valid-type]
     """offline (vLLM's offline throughput benchmark on the suites' warm engines), or serve (``vllm serve`` +
     ``vllm bench serve``: TTFT / TPOT / ITL)."""
 
     def fields(self) -> dict[str, Any]:
         """The keys the file set (unset keys left to the platform's defaults)."""
-        return self.model_dump(exclude_unset=True)
+        return self.model_dump(exclude_unset=True, by_alias=True)
 
 
 class LosslessSection(Schema):

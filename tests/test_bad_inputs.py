@@ -88,6 +88,12 @@ def _suite(case: str, file: str | None, fld: str | None, fragment: str | None = 
     return Case(f"suites-{case}", opts, file and f"suites/{case}/{file}", fld, fragment, uses=(f"suites/{case}",))
 
 
+def _log(name: str, fld: str | None, fragment: str | None = None, *, file: str | None = "") -> Case:
+    """A bad request log (``traffic.from``, evalgate.requestlog) behind ``thresholds/traffic-from-<name>.yaml``."""
+    log = f"requestlogs/{name}.jsonl" if file == "" else file
+    return Case(f"requestlog-{name}", {"--thresholds": f"@thresholds/traffic-from-{name}.yaml"}, log, fld, fragment)
+
+
 PARENT = ("configs/ok-parent.yaml",)
 CASES: list[Case] = [
     # ------------------------------------------------------------------ configs: YAML itself
@@ -226,6 +232,41 @@ CASES: list[Case] = [
     Case("thresholds-dir", {"--thresholds": "@thresholds/dir.yaml"}, "thresholds/dir.yaml", None, "directory"),
     Case("thresholds-missing", {"--thresholds": "@thresholds/no-such-file.yaml"}, "thresholds/no-such-file.yaml",
          None, "not found"),
+    # ------------------------------------------------------------------ traffic.from: a request log (issue 27)
+    _log("not-json", "line 2", "not valid JSON"),
+    _log("not-object", "line 2", "a record must be a JSON object, got a string"),
+    _log("no-prompt", "line 1", "the record has neither messages, prompt nor conversations (its keys: max_tokens, model)"),
+    _log("messages-not-list", "line 1: messages", "non-empty list of {role, content} messages"),
+    _log("message-no-role", "line 1: messages[0].role", "non-empty string, got null"),
+    _log("message-content-int", "line 1: messages[0].content", "a string or a list of text parts, got an integer"),
+    _log("message-image-part", "line 1: messages[0].content[0]", "only text parts"),
+    _log("max-tokens-zero", "line 3: body.max_tokens", "an integer >= 1 (output tokens), got 0"),
+    _log("max-tokens-float", "line 1: max_tokens", "an integer >= 1 (output tokens), got 12.5"),
+    _log("max-tokens-string", "line 1: max_completion_tokens", "got \"16\""),
+    _log("output-tokens-negative", "line 1: output_tokens", "got -3"),
+    _log("empty", None, "holds no requests"),
+    _log("body-string-bad", "line 1: body", "a body string must hold a JSON object"),
+    _log("prompt-list", "line 1: prompt", "one prompt string per record"),
+    _log("sharegpt-turn-no-value", "line 1: conversations[0].value", "must be a string"),
+    _log("array-record-bad", "record 2: conversations", "non-empty list of {from, value} turns, got an empty list"),
+    _log("timestamp-bad", "line 2: timestamp", "not a time: seconds since the epoch or an ISO 8601 string"),
+    _log("no-end-time", "line 1: end_time", "needs each request's end (end_time or duration_s)"),
+    _log("end-before-start", "line 1: end_time", "ends 1 s before it starts"),
+    _log("non-utf8", "line 2", "not valid UTF-8: byte 0xe9"),
+    _log("no-such-file", None, "request log not found"),
+    _log("a-directory", None, "is a directory", file="requestlogs/a-directory"),
+    _thr("traffic-from-log-without-from", "traffic.concurrency", "concurrency: from-log needs a request log"),
+    Case("thresholds-traffic-from-with-input-len", {"--thresholds": "@thresholds/traffic-from-with-input-len.yaml"},
+         "thresholds/traffic-from-with-input-len.yaml", "traffic.input_len", "does not apply with traffic.from",
+         uses=("requestlogs/ok.jsonl",)),
+    Case("thresholds-traffic-from-num-prompts-over", {"--thresholds": "@thresholds/traffic-from-num-prompts-over.yaml"},
+         "thresholds/traffic-from-num-prompts-over.yaml", "traffic.num_prompts", "asks for 10 requests",
+         uses=("requestlogs/ok.jsonl",)),
+    Case("thresholds-traffic-from-serve-mode", {"--thresholds": "@thresholds/traffic-from-serve-mode.yaml"},
+         "thresholds/traffic-from-serve-mode.yaml", "traffic.from", "offline mode only",
+         uses=("requestlogs/ok.jsonl",)),
+    Case("thresholds-configs-traffic-from-no-prompt", {"--thresholds": "@thresholds/configs-traffic-from-no-prompt.yaml"},
+         "requestlogs/no-prompt.jsonl", "line 1", "neither messages, prompt nor conversations"),
     # ------------------------------------------------------------------ suites
     _suite("no-task", "s1/t.yaml", "task", "task"),
     _suite("no-metric-list", "s1/t.yaml", "metric_list", "metric_list"),
@@ -399,7 +440,7 @@ CASES += STORED_CASES
 SUBPROCESS_CASES = ("config-syntax-unclosed-flow", "config-engine-arg-unknown", "thresholds-alpha-zero",
                     "suites-no-metric-list", "limit-not-int", "no-command", "config-non-utf8", "out-is-a-file",
                     "suites-preflight-scorer-keyerror", "config-nested-bomb", "out-under-a-file",
-                    "config-model-embedded-unknown")
+                    "config-model-embedded-unknown", "requestlog-max-tokens-zero")
 
 RESULT_FILES = sorted(p.name for p in (B / "results").iterdir())
 # Run files (baseline.json / candidate.json): valid JSON, malformed task records.

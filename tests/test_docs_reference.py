@@ -101,6 +101,7 @@ def _walk(model: type, prefix: str = "", seen: set[type] | None = None) -> list[
     seen.add(model)
     keys = []
     for name, info in model.model_fields.items():
+        name = info.alias or name  # the key a file writes (traffic.from is field from_)
         annotation = info.annotation
         if typing.get_origin(annotation) is typing.Annotated:
             annotation = typing.get_args(annotation)[0]
@@ -115,7 +116,7 @@ def _walk(model: type, prefix: str = "", seen: set[type] | None = None) -> list[
 
 @pytest.mark.parametrize(("page", "keys", "some"), [
     ("reference/thresholds.md", _walk(ThresholdsFile),
-     {"alpha", "default.margin", "lossless.max_kl_mean", "traffic.mode", "suites.<suite>.margin",
+     {"alpha", "default.margin", "lossless.max_kl_mean", "traffic.mode", "traffic.from", "suites.<suite>.margin",
       "configs.<config>.min_speedup", "configs.<config>.traffic"}),
     ("reference/config.md", _walk(ConfigLayer) + _walk(Sampling, "sampling."),
      {"model", "extends", "engine_args", "sampling.max_tokens", "sampling.seed"}),

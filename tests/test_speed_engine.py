@@ -65,3 +65,43 @@ def test_a_run_records_a_speed_block_with_positive_throughputs_on_both_sides(tmp
     assert manifest["timings"]["speed"] > 0
     assert "**Speed**" in (out / "summary.md").read_text()
     assert 'id="speed"' in (out / "report.html").read_text()
+
+
+def test_a_run_replays_a_recorded_request_log_on_both_sides(tmp_path: Path) -> None:
+    """traffic.from with the shipped example log (six /v1/completions requests behind a gateway's wrapper) and
+    concurrency from its timestamps: both sides send the same six requests, each with its own output budget."""
+    from evalgate.requestlog import read_request_log
+
+    log = Path(__file__).resolve().parent.parent / "docs" / "examples" / "traffic" / "completions.jsonl"
+    default_budget = 20
+    thr = tmp_path / "thresholds.yaml"
+    thr.write_text(THRESHOLDS_FILE.read_text(encoding="utf-8") + f"traffic: {{from: {log}, concurrency: from-log, "
+                   f"output_len: {default_budget}, repeats: 2}}\n", encoding="utf-8")
+    out = tmp_path / "run"
+    main(["run", "--config", "fp16-state", "--limit", "2", "--suites", "docparse", "--logprob-items", "0",
+          "--thresholds", str(thr), "--out", str(out)])
+    speed = json.loads((out / "verdict.json").read_text())["speed"]
+    assert speed["status"] == "measured", speed.get("error")
+    rq = speed["profile"]["requests"]
+    recorded = read_request_log(log)
+    assert rq["requests"] == 6 and rq["sha256"] == recorded.sha256 and rq["formats"] == {"prompt": 6}
+    # Hand-computed from the log's times (tests/test_requestlog.py): typical 3, peak 4 in flight.
+    assert rq["concurrency"] == {"source": "from-log", "typical": 3, "peak": 4}
+    assert speed["profile"]["concurrency"] == [3, 4] and [r["concurrency"] for r in speed["levels"]] == [3, 4]
+    budgets = [r.max_tokens or default_budget for r in recorded.requests]  # 12 8 16 6 10, and the default for null
+    assert rq["sent"]["output_tokens"] == {"p50": sorted(budgets)[2], "p90": max(budgets), "p99": max(budgets),
+                                           "max": max(budgets)}
+    assert rq["sent"]["output_budget"] == {"recorded": 5, "default": 1} and rq["sent"]["requests"] == 6
+    assert rq["same_requests"] is True and "sent_candidate" not in rq  # one tokenizer: identical summaries
+    assert 1 <= rq["sent"]["input_tokens"]["p50"] <= rq["sent"]["input_tokens"]["max"] < 64
+    for side in ("baseline", "candidate"):
+        runs = speed["sides"][side]["runs"]
+        assert len(runs) == 4  # 2 levels x 2 repeats
+        # ignore_eos: each request generates exactly its own budget, so every pass makes sum(budgets) tokens
+        assert all(r["requests"] == 6 and r["output_tokens"] == sum(budgets) for r in runs)
+        assert all(r["prompt_tokens"] == runs[0]["prompt_tokens"] for r in runs)
+    assert (speed["sides"]["baseline"]["runs"][0]["prompt_tokens"]
+            == speed["sides"]["candidate"]["runs"][0]["prompt_tokens"])
+    report = (out / "report.html").read_text()
+    assert "completions.jsonl" in report and "Invoice 1042" not in report  # lengths, never the requests' text
+    assert "Invoice 1042" not in (out / "verdict.json").read_text() + (out / "manifest.json").read_text()

@@ -233,6 +233,24 @@ def missing_offline_benchmark(read: Reader | None = None) -> list[str]:
     return out
 
 
+_CUSTOM_SAMPLE_ARGS = ("tokenizer", "num_requests", "output_len", "skip_chat_template")
+_CUSTOM_INIT_ARGS = ("dataset_path", "random_seed", "disable_shuffle")
+
+
+def missing_log_replay(read: Reader | None = None) -> list[str]:
+    """What replaying a request log (``traffic.from``, ``engine.replay``) needs beyond the offline benchmark and the
+    installed vLLM lacks: ``benchmarks.datasets.CustomDataset`` with ``sample(tokenizer, num_requests, output_len,
+    skip_chat_template)`` (``__init__`` takes ``dataset_path`` and ``disable_shuffle`` through ``BenchmarkDataset``).
+    Empty when all are there. ``read``: as in ``missing_offline_benchmark``."""
+    read = read or vllm_source
+    datasets = _datasets_source(read)
+    out = _lacks(_function(datasets, "sample", "CustomDataset"), _CUSTOM_SAMPLE_ARGS,
+                 "vllm.benchmarks.datasets.CustomDataset.sample")
+    out += _lacks(_function(datasets, "__init__", "BenchmarkDataset"), _CUSTOM_INIT_ARGS,
+                  "vllm.benchmarks.datasets.BenchmarkDataset")
+    return out
+
+
 def missing_engine_api(read: Reader | None = None) -> list[str]:
     """What ``VllmEngine`` calls on every run and the installed vLLM lacks: ``LLM.generate`` and
     ``LLM.get_tokenizer``, and, where ``LLM.enqueue`` exists (0.26.0-0.34.0; without it ``VllmEngine`` submits one

@@ -100,7 +100,7 @@ def _run_suite(engine: Any, lm: Any, suite: dict[str, Any], spec: dict[str, Any]
 def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, Any]) -> None:
     """After the suites: say ``ready``, then answer measurement commands (stdin, one JSON line each) until stdin
     closes. A measurement that fails is reported (``{"event": "error"}``) and the worker keeps serving."""
-    from evalgate.engine import throughput
+    from evalgate.engine import replay, throughput
 
     llm = engine.llm
     vc = llm.llm_engine.vllm_config
@@ -118,6 +118,16 @@ def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, An
             continue
         cmd = json.loads(line)
         try:
+            if cmd.get("log"):  # traffic.from: the recorded requests (engine.replay), the warm-up their first ones
+                requests, summary = _log_requests(llm, cmd["log"], cache)
+                if cmd.get("warmup"):
+                    requests = replay.warmup(requests, int(cmd["concurrency"]))
+                t0 = time.monotonic()
+                result = {**throughput.measure(llm, requests, int(cmd["concurrency"])), "requests_summary": summary}
+                print(f"evalgate: {cmd.get('label', 'measure')} (request log) at concurrency {cmd['concurrency']}: "
+                      f"{result['output_tok_s']:.1f} output tok/s ({time.monotonic() - t0:.1f} s)", flush=True)
+                reply({"event": "measured", "result": result})
+                continue
             key = (cmd["input_len"], cmd["output_len"], cmd["num_prompts"], cmd["prompts"], cmd.get("seed", 0))
             if key not in cache:
                 suite_ids = ([r["prompt_token_ids"] for _, r in sorted(lm.records.items()) if r.get("prompt_token_ids")]
@@ -134,6 +144,16 @@ def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, An
 
             traceback.print_exc()
             reply({"event": "error", "message": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"})
+
+
+def _log_requests(llm: Any, spec: dict[str, Any], cache: dict[Any, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """The request log's ``SampleRequest``s and summary (``engine.replay.prepare``), made once per log and count."""
+    from evalgate.engine import replay
+
+    key = ("log", spec["path"], spec["sha256"], spec["num_prompts"], spec["output_len"])
+    if key not in cache:
+        cache[key] = replay.prepare(llm, spec)
+    return cache[key]
 
 
 def validate_engine_args(model: str, engine_args: dict[str, Any]) -> tuple[str | None, dict[str, int]]:
