@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from evalgate.speed import TrafficProfile
     from evalgate.speedrun import measure_speed
-    from evalgate.engine.throughput import cpu_info
+    from evalgate.engine.device import cpu_info
 
     profile = TrafficProfile(args.input_len, args.output_len, (args.concurrency,), num_prompts=args.num_prompts,
                              repeats=args.repeats)

@@ -408,12 +408,14 @@ def _load(config: str, configs_dir: Path, suites_dir: Path, thresholds_path: Pat
     """``(recipe, baseline, thresholds, suites, every known config by name)``; ConfigError for bad input."""
     from evalgate import config as config_mod
     from evalgate.engine import check_platform
+    from evalgate.engine.device import check_same_hardware
     from evalgate.pipeline import load_suites
     from evalgate.thresholds import load_thresholds
 
     recipe = config_mod.load_config(config, configs_dir)
     base = config_mod.load_baseline(recipe, configs_dir)
     check_platform(base.engine_args, base.path, base.env)
+    check_same_hardware(base, recipe)
     thresholds = load_thresholds(thresholds_path)
     suites = load_suites(suites_dir, suite_names)
     known = {}

@@ -55,6 +55,7 @@ class EngineJob:
         pre-flight crashed or timed out, before the baseline's engine starts."""
         from evalgate import config as config_mod
         from evalgate.engine import check_platform
+        from evalgate.engine.device import check_same_hardware
         from evalgate.model import check_home
         from evalgate.paths import check_writable_dir
         from evalgate.preflight import check_suites
@@ -68,6 +69,7 @@ class EngineJob:
         self.base = config_mod.load_baseline(self.cand, self.configs_dir)
         for cfg in (self.base, self.cand):
             check_platform(cfg.engine_args, cfg.path, cfg.env)
+        check_same_hardware(self.base, self.cand)
         thresholds = load_thresholds(self.thresholds_path)
         self.suites = load_suites(self.suites_dir, self.suite_names)
         every = list_suites(self.suites_dir)

@@ -40,6 +40,8 @@ class Side(BaseModel):
     evidence_sources: dict[str, str] = Field(default_factory=dict, description="where evidence came from")
     cached_suites: list[str] = Field(default_factory=list, description="suites served from the store")
     generations: dict[str, int] = Field(default_factory=dict, description="requests reused / generated")
+    device: dict[str, Any] | None = Field(None, description="the hardware the side ran on "
+                                          "(engine.device.device_identity); None in runs made before it was recorded")
 
 
 class Manifest(BaseModel):
@@ -97,4 +99,4 @@ def side(run: Any) -> Side:
     cfg = run.config
     return Side(name=cfg.name, path=str(cfg.path), expect=cfg.expect, requested=cfg.identity(), effective=run.effective,
                 spec_decode=run.spec_decode, evidence_sources=run.evidence_sources, cached_suites=run.cached,
-                generations=run.generations)
+                generations=run.generations, device=run.device or None)

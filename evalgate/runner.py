@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from evalgate import store as result_store
 from evalgate.config import EngineConfig
+from evalgate.engine.device import device_identity
 from evalgate.engine.protocol import JOURNAL_FORMAT, LIMITS_TAG, LOGPROBS_K, versions
 from evalgate.engine.readback import READBACK_VERSION
 from evalgate.errors import EngineError
@@ -57,6 +58,7 @@ class ConfigRun:
         generations: ``{"reused": n, "generated": m}`` over the suites computed in this run: requests
             answered from the generation journal (a resumed run) vs by the engine.
         journal, scores: this config's generation journal and teacher-forced log-prob journal (paths).
+        device: the hardware the config ran on (``engine.device.device_identity``; part of every store key).
     """
 
     config: EngineConfig
@@ -69,6 +71,7 @@ class ConfigRun:
     generations: dict[str, int] = field(default_factory=dict)
     journal: str = ""
     scores: str = ""
+    device: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -84,6 +87,7 @@ class _Plan:
     journal: str
     scores: str
     fingerprint: str = ""  # model_fingerprint of the checkpoint the engine loads
+    device: dict[str, Any] = field(default_factory=dict)  # the hardware it runs on (device.device_identity)
 
 
 def evaluate_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: ResultStore,
@@ -140,14 +144,18 @@ def _plan(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: R
     model_path = resolve_model(cfg.model)
     vers = versions()
     fingerprint = model_fingerprint(model_path)
+    # Results are facts about a config on a machine: kernels and numerics differ between GPU models and CPU ISAs,
+    # so a result stored on one is never served as a side on another.
+    device = device_identity(cfg.env)
     # Generations are journaled per config (not per suite): a killed run resumes item by item.
     # Read at call time from its one definition (store.RESULTS_VERSION), so a bump reaches every key.
     results_version = result_store.RESULTS_VERSION
     journal_key = content_key({"config": cfg.identity(), "model_fingerprint": fingerprint, "versions": vers,
+                               "device": device,
                                "journal_format": JOURNAL_FORMAT, "results_version": results_version})
     keys = {s.name: content_key({
         "config": cfg.identity(), "model_fingerprint": fingerprint, "results_version": results_version,
-        "suite": s.name, "suite_hash": s.content_hash, "tasks": list(s.tasks), "limit": limit, "versions": vers,
+        "device": device, "suite": s.name, "suite_hash": s.content_hash, "tasks": list(s.tasks), "limit": limit, "versions": vers,
         "readback_version": READBACK_VERSION, "journal_format": JOURNAL_FORMAT,
         # A candidate's items carry evidence measured against this baseline's generations.
         "reference": None if reference is None else Path(reference.journal).name, "logprob_items": logprob_items,
@@ -167,7 +175,7 @@ def _plan(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: R
             "suites": [{"name": s.name, "dir": str(s.path.parent), "hash": s.content_hash, "tasks": list(s.tasks),
                         "metrics": s.primary_metric, "key": keys[s.name], "builtins": s.builtins,
                         "entries": [list(e) for e in s.entries] or [[t, None] for t in s.tasks]} for s in missing]}
-    return _Plan(cfg, suites, keys, cached, missing, spec, journal, scores, fingerprint)
+    return _Plan(cfg, suites, keys, cached, missing, spec, journal, scores, fingerprint, device)
 
 
 def _collect(plan: _Plan, store: ResultStore, log_path: Path) -> ConfigRun:
@@ -180,7 +188,7 @@ def _collect(plan: _Plan, store: ResultStore, log_path: Path) -> ConfigRun:
                               f"'{s.name}'; log: {log_path}")
         cached[s.name] = entry
     run = ConfigRun(config=cfg, tasks={}, effective={}, journal=plan.journal, scores=plan.scores,
-                    cached=[s.name for s in suites if s not in missing])
+                    cached=[s.name for s in suites if s not in missing], device=plan.device)
     for s in suites:
         entry = cached[s.name]
         run.tasks.update(tasks_from_json(entry["tasks"], store.path(keys[s.name])))

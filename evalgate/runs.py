@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from evalgate.engine.device import describe
 from evalgate.errors import StoreError
 from evalgate.manifest import Manifest
 from evalgate.outputs import write_outputs
@@ -220,14 +221,17 @@ def suite_hashes(manifest: dict[str, Any]) -> dict[str, str]:
 def check_comparable(tasks: dict[str, dict[str, Any]], manifests: dict[str, dict[str, Any]],
                      run_dirs: dict[str, Path]) -> None:
     """Refuse to pair two runs unless every task either run holds belongs to a suite that both manifests list, under
-    the same content hash (the prompts, templates and scorers were the same files).
+    the same content hash (the prompts, templates and scorers were the same files), and both candidates ran on the
+    same recorded hardware (``candidate.device``: a difference between GPU models or CPU ISAs would be read as the
+    switch's).
 
     Args:
         tasks: ``a``/``b`` -> task name -> ``TaskResult`` (``candidate_tasks``).
         manifests: ``a``/``b`` -> the run's manifest (checked by ``read_side``). run_dirs: ``a``/``b`` -> directory.
     Raises:
         StoreError (exit 3): a task whose suite one manifest does not list (or lists without the task): its content
-            cannot be checked; a suite whose content hash differs between the runs.
+            cannot be checked; a suite whose content hash differs between the runs; a candidate whose hardware is
+            not recorded (a run made before evalgate recorded it) or differs between the runs.
     """
     entries = {k: {s["name"]: s for s in m["suites"]} for k, m in manifests.items()}
     for side in ("a", "b"):
@@ -242,6 +246,14 @@ def check_comparable(tasks: dict[str, dict[str, Any]], manifests: dict[str, dict
         if ha != hb:
             raise StoreError(f"runs are not comparable: suite '{suite}' differs between {run_dirs['a']} and "
                              f"{run_dirs['b']} (content hash {ha[:12]} vs {hb[:12]})")
+    devices = {k: m["candidate"].get("device") for k, m in manifests.items()}
+    for k in ("a", "b"):
+        if not isinstance(devices[k], dict) or not devices[k]:
+            raise StoreError(f"{run_dirs[k] / 'manifest.json'}: candidate.device: the hardware the run used is not "
+                             f"recorded, so the two runs cannot be shown to share it: runs not comparable")
+    if devices["a"] != devices["b"]:
+        raise StoreError(f"runs are not comparable: {run_dirs['a']} ran on {describe(devices['a'])} and "
+                         f"{run_dirs['b']} on {describe(devices['b'])} (candidate.device)")
 
 
 def merged(a: Any, b: Any) -> Any:

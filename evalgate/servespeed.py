@@ -230,7 +230,7 @@ def logged_args(log_path: Path) -> dict[str, str]:
 
 def _device(cuda: bool) -> dict[str, Any]:
     """The device the servers ran on, without importing torch here: the GPU's name (nvidia-smi) or the CPU's."""
-    from evalgate.engine.throughput import cpu_info
+    from evalgate.engine.device import cpu_info
 
     if cuda:
         import subprocess

@@ -15,6 +15,7 @@ from evalgate.thresholds import Thresholds
 EVIL_IMG = "<img src=x onerror=\"document.title='pwned'\">"
 EVIL_SCRIPT = "<script>document.title='pwned'</script>"
 SUITE_HASH = "ab" * 32
+DEVICE = {"platform": "cpu", "cpu": "Test CPU", "isa": ["avx2"]}  # what runner records (engine.device)
 
 
 def task(name: str, suite: str, outputs: list[str], scores: list[float]) -> TaskResult:
@@ -65,12 +66,13 @@ def blocking_document() -> dict[str, Any]:
 
 def write_run(run_dir: Path, name: str, dtype: str, tasks: dict[str, TaskResult]) -> Path:
     """A stored run directory whose candidate side is ``tasks`` (the baseline side mirrors it); its manifest lists
-    each task under its own suite, every suite with content hash ``SUITE_HASH``, as ``evalgate run`` writes it."""
-    entry = side(name, dtype)
+    each task under its own suite, every suite with content hash ``SUITE_HASH``, both sides on ``DEVICE``, as
+    ``evalgate run`` writes it."""
+    entry = {**side(name, dtype), "device": dict(DEVICE)}
     data = {"config": name, "effective": entry["effective"], "spec_decode": {}, "tasks": tasks_to_json(tasks)}
     write_json_atomic(run_dir / "candidate.json", data)
     write_json_atomic(run_dir / "baseline.json", data)
-    m = manifest(side("baseline", "float32"), entry, sorted(tasks))
+    m = manifest({**side("baseline", "float32"), "device": dict(DEVICE)}, entry, sorted(tasks))
     m["suites"] = [{"name": s, "tasks": sorted(t for t, r in tasks.items() if r.suite == s), "content_hash": SUITE_HASH}
                    for s in sorted({r.suite for r in tasks.values()})]
     write_json_atomic(run_dir / "manifest.json", m)

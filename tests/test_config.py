@@ -228,29 +228,22 @@ def test_cuda_is_a_gpu_device_node_not_the_environment_variable(monkeypatch: pyt
         assert engine._has_cuda() is without_node, visible
 
 
-def test_gpu_capabilities_are_read_with_nvidia_smi_for_the_visible_gpus(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A stand-in ``nvidia-smi`` on PATH (two GPUs, one line unreadable): visible indices, UUID prefixes, MIG UUIDs
-    and ``-1`` pick the right rows; a failing ``nvidia-smi`` reads None."""
+def test_gpu_capabilities_are_the_visible_gpus_capabilities(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The platform check reads the capabilities of the GPUs ``device.visible_gpus`` lists (its nvidia-smi reading is
+    tested in tests/test_device.py); nothing without CUDA or when nvidia-smi cannot tell."""
     from evalgate import engine
+    from evalgate.engine import device
 
-    smi = tmp_path / "nvidia-smi"
-    smi.write_text("#!/bin/sh\n"
-                   '[ "$*" = "--query-gpu=index,uuid,compute_cap --format=csv,noheader" ] || exit 7\n'
-                   "printf '0, GPU-aaa111, 9.0\\n1, GPU-bbb222, 10.0\\n2, GPU-ccc333, [N/A]\\n'\n")
-    smi.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
+    gpus = (device.Gpu("0", "GPU-a", "NVIDIA H200", (9, 0)), device.Gpu("1", "GPU-b", "NVIDIA B200", (10, 0)))
+    asked: list[str] = []
+    monkeypatch.setattr(device, "visible_gpus", lambda visible: asked.append(visible) or gpus)
     monkeypatch.setattr(engine, "_has_cuda", lambda: True)
-    read = engine._gpu_capabilities.__wrapped__  # uncached: the stand-in changes below
-    assert read("") == ((9, 0), (10, 0))
-    assert read("1") == ((10, 0),) and read("0,1") == ((9, 0), (10, 0)) and read(" 0 ") == ((9, 0),)
-    assert read("GPU-bbb") == ((10, 0),) and read("GPU-aaa111,1") == ((9, 0), (10, 0))
-    assert read("MIG-1234-5678") == ((9, 0), (10, 0))  # cannot be mapped: every GPU
-    assert read("-1") is None and read("7") is None and read("2") is None
-    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
-    assert read("") is None
+    assert engine._gpu_capabilities("0,1") == ((9, 0), (10, 0)) and asked == ["0,1"]
+    monkeypatch.setattr(device, "visible_gpus", lambda visible: None)
+    assert engine._gpu_capabilities("") is None
+    monkeypatch.setattr(device, "visible_gpus", lambda visible: gpus)
     monkeypatch.setattr(engine, "_has_cuda", lambda: False)
-    assert read("") is None
+    assert engine._gpu_capabilities("") is None
 
 
 def _vllm_engine_args() -> type:

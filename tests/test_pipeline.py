@@ -27,7 +27,8 @@ def _runs(cand_scores: list[float]) -> dict[str, ConfigRun]:
     n = len(cand_scores)
     base = ConfigRun(config=_cfg("base", "float32"), tasks={"t": task("t", "s", ["ok"] * n, [1.0] * n)},
                      effective={"engine_args": {"dtype": "float32"}}, spec_decode={"spec_decode_num_drafts": 3.0},
-                     cached=["s"], generations={"reused": 0, "generated": n})
+                     cached=["s"], generations={"reused": 0, "generated": n},
+                     device={"platform": "cpu", "cpu": "Test CPU", "isa": ["avx2"]})
     cand = ConfigRun(config=_cfg("cand", "bfloat16"), tasks={"t": task("t", "s", ["x"] * n, cand_scores)},
                      effective={"engine_args": {"dtype": "bfloat16"}})
     return {"baseline": base, "candidate": cand}
@@ -88,7 +89,8 @@ def test_the_manifest_keeps_the_keys_of_the_untyped_dict(tmp_path: Path) -> None
     assert list(data) == ["created", "model", "limit", "versions", "thresholds", "timings", "suites", "baseline",
                           "candidate"]
     assert list(data["baseline"]) == ["name", "path", "expect", "requested", "effective", "spec_decode",
-                                      "evidence_sources", "cached_suites", "generations"]
+                                      "evidence_sources", "cached_suites", "generations", "device"]
+    assert data["baseline"]["device"] == runs["baseline"].device
     assert data["baseline"]["requested"] == runs["baseline"].config.identity()
     assert data["baseline"]["spec_decode"] == {"spec_decode_num_drafts": 3.0}
     assert data["baseline"]["generations"] == {"reused": 0, "generated": 4}

@@ -10,6 +10,7 @@ Modules (each imports vLLM only inside its functions, so the parent may import t
   tokenised as lm-eval's HF backend tokenises them);
 * ``suite_eval``: one suite through lm-eval, logged samples to ``ItemResult``s;
 * ``item_evidence``: decode-time and teacher-forced divergence and speculative-decoding counts per suite;
+* ``device``: the hardware a side runs on (GPU models from ``nvidia-smi``, the CPU's ISA), no CUDA import;
 * ``throughput``: offline throughput with vLLM's own benchmark code;
 * ``protocol``: what parent and worker agree on (exit codes, log tags, journal format), no imports;
 * ``worker``: the worker process's main (``python -m evalgate.runner SPEC`` lands there).
@@ -23,9 +24,10 @@ layers; ``readback.effective_config`` reports what the engine resolved, and the 
 from __future__ import annotations
 
 import functools
-import logging
 import os
 from typing import Any
+
+from evalgate.engine import device
 
 
 def prepare_process_env(env: dict[str, str]) -> None:
@@ -153,14 +155,8 @@ def declare_dtype(dtype: str, hf_config: Any) -> Any:
 
 
 def _has_cuda() -> bool:
-    """A GPU device node exists and ``CUDA_VISIBLE_DEVICES`` (when set) does not hide every GPU ("" or "-1" do, as
-    for CUDA itself); no CUDA import. The variable alone never makes a host without a GPU count as CUDA."""
-    import glob
-
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and (not visible.strip() or visible.strip().startswith("-")):
-        return False
-    return bool(glob.glob("/dev/nvidia[0-9]*"))
+    """``device.has_cuda`` for this process's environment (the name the platform checks and their tests use)."""
+    return device.has_cuda()
 
 
 def triton_rounds_stochastically(capability: tuple[int, int]) -> bool:
@@ -178,44 +174,14 @@ def triton_rounds_stochastically(capability: tuple[int, int]) -> bool:
     return 10 <= capability[0] < 12
 
 
-@functools.lru_cache(maxsize=8)
 def _gpu_capabilities(visible: str) -> tuple[tuple[int, int], ...] | None:
     """The compute capabilities ``(major, minor)`` of the GPUs ``visible`` (a ``CUDA_VISIBLE_DEVICES`` value; "" =
-    all) names, read with ``nvidia-smi --query-gpu=index,uuid,compute_cap`` (no CUDA import in this process).
-
-    Entries are matched as nvidia-smi indices or (prefixes of) ``GPU-`` UUIDs; an entry that names neither (a MIG
-    UUID) widens the answer to every GPU. Returns None when nothing can be read (no CUDA, no ``nvidia-smi``, it fails,
-    ``-1``, no match); nothing is then refused on its account, and an engine that fails is an engine error (exit 3).
-    Cached per value: an ablation checks several configs.
-    """
-    import shutil
-    import subprocess
-
-    if not _has_cuda() or shutil.which("nvidia-smi") is None:
+    all) names (``device.visible_gpus``); None without CUDA or when ``nvidia-smi`` cannot tell: nothing is then
+    refused on its account, and an engine that fails is an engine error (exit 3)."""
+    if not _has_cuda():
         return None
-    cmd = ["nvidia-smi", "--query-gpu=index,uuid,compute_cap", "--format=csv,noheader"]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=True).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        logging.getLogger("evalgate").warning("nvidia-smi gave no compute capability (%s); the platform check "
-                                              "cannot tell whether this GPU has cvt.rs", type(exc).__name__)
-        return None
-    gpus: list[tuple[str, str, tuple[int, int]]] = []
-    for line in out.splitlines():
-        fields = [f.strip() for f in line.split(",")]
-        try:
-            major, minor = fields[2].split(".")
-            gpus.append((fields[0], fields[1], (int(major), int(minor))))
-        except (IndexError, ValueError):  # "N/A", a blank or odd line
-            continue
-    wanted = [e.strip() for e in visible.split(",") if e.strip()]
-    if wanted and not any(e.isdigit() or e.startswith("GPU-") for e in wanted):
-        chosen = [] if any(e.startswith("-") for e in wanted) else gpus  # "-1": no GPU; MIG UUIDs: every GPU
-    elif wanted:
-        chosen = [g for g in gpus if any(e == g[0] if e.isdigit() else g[1].startswith(e) for e in wanted)]
-    else:
-        chosen = gpus
-    return tuple(cap for _, _, cap in chosen) or None
+    gpus = device.visible_gpus(visible)
+    return tuple(g.capability for g in gpus) if gpus else None
 
 
 def has_cuda() -> bool:

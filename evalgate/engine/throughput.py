@@ -115,23 +115,6 @@ def device_info() -> dict[str, Any]:
             return {"device": torch.cuda.get_device_name(0), "isa": [], "cuda": torch.version.cuda}
     except Exception:  # noqa: BLE001 - no torch CUDA: describe the CPU
         pass
+    from evalgate.engine.device import cpu_info
+
     return cpu_info()
-
-
-def cpu_info() -> dict[str, Any]:
-    """CPU model name, logical core count and the ISA flags that decide BF16/FP32 speed (from /proc/cpuinfo)."""
-    import os
-
-    model, flags = "unknown CPU", []
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and model == "unknown CPU":
-                    model = value.strip()
-                elif key.strip() == "flags" and not flags:
-                    flags = value.split()
-    except OSError:
-        pass
-    keep = sorted(f for f in flags if f.startswith(("avx", "amx", "fma", "f16c", "sse4")))
-    return {"device": f"{model} ({os.cpu_count()} logical cores)", "isa": keep}
