@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 import traceback
@@ -409,6 +410,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("evalgate: interrupted", file=sys.stderr)
         return int(ExitCode.INTERRUPTED)
+    except BrokenPipeError:
+        # The reader of stdout went away (a pager or `head` closed the pipe): not an internal error. Point stdout at
+        # /dev/null so the interpreter's final flush does not raise again, and exit as a process killed by SIGPIPE
+        # would; never 0: the output was not all delivered. Files the command wrote are complete (atomic writes).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return int(ExitCode.BROKEN_PIPE)
     except Exception as exc:  # noqa: BLE001 - the boundary: an internal error is exit 3, never a pass
         if args.debug:
             traceback.print_exc()

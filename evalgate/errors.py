@@ -20,6 +20,7 @@ class ExitCode(IntEnum):
     NO_OP = 4  # the candidate's effective engine config equals the baseline's
     INCONCLUSIVE = 5  # too few items to decide (MDE > margin), or undecided; thresholds say "warn"
     INTERRUPTED = 130
+    BROKEN_PIPE = 141  # stdout closed early (``evalgate list | head -1``): 128 + SIGPIPE, as the shell reports it
 
 
 class EvalgateError(Exception):

@@ -128,3 +128,21 @@ def test_list_names_each_baseline_as_run_resolves_it(tmp_path: Path, capsys: pyt
     shipped = {ln.split()[0]: ln.split()[2] for ln in capsys.readouterr().out.splitlines() if " vs " in ln}
     assert shipped["dense/bf16"] == "dense/baseline" and shipped["gdn/mtp1"] == "gdn/baseline"
     assert shipped["mtp1"] == "baseline" and shipped["sr-only"] == "fp16-state-flashinfer"
+
+
+def test_a_closed_stdout_is_exit_141_not_an_internal_error(tmp_path: Path) -> None:
+    """``evalgate list | head -1``: the reader closes the pipe after one line; evalgate exits 141 (128 + SIGPIPE)
+    without a traceback or "internal error" (measured before the fix: exit 3, "internal error: BrokenPipeError")."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    read_fd, write_fd = os.pipe()
+    os.close(read_fd)  # nobody reads: the first write raises BrokenPipeError
+    proc = subprocess.run([sys.executable, "-m", "evalgate", "list"], cwd=root, env=env, stdout=write_fd,
+                          stderr=subprocess.PIPE, text=True, timeout=120)
+    os.close(write_fd)
+    assert proc.returncode == 141, proc.stderr
+    assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr
