@@ -61,7 +61,8 @@ def build_verdict(decision: gate.Decision, comparisons: list[TaskComparison], ma
             first flip was within it (numerics), for lossy configs too.
         speed: the measured ``speed`` block (``speed.speed_block``, or a failed one), None when speed was not
             measured (the verdict then has no ``speed``).
-        speed_floors: ``thresholds.SpeedFloors`` for the candidate; a missed ``min_speedup``/``max_slowdown`` BLOCKs.
+        speed_floors: ``thresholds.SpeedFloors`` for the candidate; a missed ``min_speedup``/``max_slowdown`` or
+            latency objective (serve mode) BLOCKs.
     Raises:
         KeyError: ``manifest`` lacks ``baseline`` or ``candidate``; ValueError: a comparison without items.
     """
@@ -92,7 +93,8 @@ def build_verdict(decision: gate.Decision, comparisons: list[TaskComparison], ma
     }
     if speed is not None:
         doc["speed"] = {**speed, "thresholds": None if speed_floors is None else {
-            "min_speedup": speed_floors.min_speedup, "max_slowdown": speed_floors.max_slowdown}}
+            "min_speedup": speed_floors.min_speedup, "max_slowdown": speed_floors.max_slowdown,
+            **({"slos_ms": speed_floors.slos()} if speed_floors.slos() else {})}}
     return Verdict.model_validate(doc)
 
 

@@ -78,6 +78,27 @@ def compare_latency(metric: str, baseline: list[float], candidate: list[float], 
     return LatencyComparison(metric, tuple(baseline), tuple(candidate), ratio, lo, hi, verdict)
 
 
+def compare_goodput(baseline: list[float | None], candidate: list[float | None], objectives: Mapping[str, float],
+                    level: float) -> dict[str, Any]:
+    """Goodput at one level: per repeat the requests per second meeting every per-request objective
+    (``vllm bench serve --goodput``; ``objectives`` in ms), each side's median, the ratio of medians candidate /
+    baseline and its paired t interval on log ratios (``speed.paired_log_interval``, as for throughput). The ratio
+    and interval are None where undefined: a side whose goodput is 0 in some repeat (no request met the objectives)
+    has no log ratio, and a ratio of 0 is shown as such."""
+    b = [float(x) for x in baseline if x is not None]
+    k = [float(x) for x in candidate if x is not None]
+    out: dict[str, Any] = {"objectives_ms": dict(objectives), "baseline": b, "candidate": k,
+                           "baseline_median": statistics.median(b) if b else None,
+                           "candidate_median": statistics.median(k) if k else None,
+                           "ratio": None, "ci_low": None, "ci_high": None}
+    if b and k and len(b) == len(k) and out["baseline_median"] > 0:
+        out["ratio"] = out["candidate_median"] / out["baseline_median"]
+        if min(b) > 0 and min(k) > 0:
+            lo, hi = paired_log_interval(b, k, level)
+            out["ci_low"], out["ci_high"] = _num(lo), _num(hi)
+    return out
+
+
 def serve_problems(profile: TrafficProfile) -> list[tuple[str, str]]:
     """``(traffic field, message)`` for each part of ``profile`` serve mode cannot measure: ``vllm bench serve``
     here sends vLLM's random dataset only (``prompts: suites`` is an offline-mode feature). Empty when it fits."""
@@ -149,7 +170,7 @@ def measure_serve(sides: Mapping[str, ServeSide], profile: TrafficProfile, *, to
                     server = servers.get(role)
                     runs[role].append(run_bench(server, sides[role].model, input_len=profile.input_len,
                                                 output_len=profile.output_len, num_prompts=profile.prompts_at(c),
-                                                concurrency=c, repeat=i))
+                                                concurrency=c, repeat=i, goodput=profile.goodput))
                 b, k = runs["baseline"][-1], runs["candidate"][-1]
                 say(f"serve c={c} repeat {i + 1}/{profile.repeats}: TTFT p50 {b.ttft_p50_ms:.1f} -> "
                     f"{k.ttft_p50_ms:.1f} ms, TPOT p50 {b.tpot_p50_ms:.2f} -> {k.tpot_p50_ms:.2f} ms, "
@@ -194,14 +215,20 @@ def serve_block(runs: Mapping[str, list[ServeRun]], profile: TrafficProfile,
         b, k = col["baseline"], col["candidate"]
         levels.append(compare_speed(c, b["output_tok_s"], k["output_tok_s"], profile.level,
                                     b["total_tok_s"], k["total_tok_s"], profile.power))
-        extra.append({"latency": {f: compare_latency(f, b[f], k[f], profile.level).as_dict() for f in LATENCY_FIELDS},
-                      "request_s": {role: col[role]["request_s"] for role in ROLES}})
+        more = {"latency": {f: compare_latency(f, b[f], k[f], profile.level).as_dict() for f in LATENCY_FIELDS},
+                "request_s": {role: col[role]["request_s"] for role in ROLES}}
+        if profile.goodput:
+            more["goodput"] = compare_goodput([r.goodput_s for r in per["baseline"]],
+                                              [r.goodput_s for r in per["candidate"]], profile.goodput, profile.level)
+        extra.append(more)
     sides = {role: {**info[role], "runs": [r.as_dict() for r in runs[role]]} for role in ROLES}
     block = speed_block(levels, profile, sides)
     for row, more in zip(block["levels"], extra):
         row["latency"] = more["latency"]
         for role in ROLES:
             row[role]["request_s"] = more["request_s"][role]
+        if "goodput" in more:
+            row["goodput"] = more["goodput"]
     block["latency_method"] = LATENCY_METHOD
     block["latency"] = block["levels"][0]["latency"] if block["levels"] else {}
     return block

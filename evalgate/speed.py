@@ -64,6 +64,9 @@ class TrafficProfile:
             "formats", "concurrency": {"source", ...}}``; after the measurement also the requests sent:
             ``"sent"`` (``engine.replay.load_requests``' summary: count and token-length quantiles) and
             ``"same_requests"`` (both sides sent the same prompts and budgets). Never a request's text.
+        goodput: serve mode with latency objectives (``thresholds.LatencySlos.goodput``): the per-request
+            objectives in ms passed to ``vllm bench serve --goodput`` (``{"ttft": 500.0, "tpot": 50.0}``); None
+            otherwise (not a traffic key: it comes from the thresholds' ``speed`` section).
     """
 
     input_len: int | None
@@ -76,6 +79,7 @@ class TrafficProfile:
     level: float = 0.95
     power: float = PLANNING_POWER
     requests: dict[str, Any] | None = None
+    goodput: dict[str, float] | None = None
 
     def prompts_at(self, concurrency: int) -> int:
         """Requests per repeat at one concurrency level."""
@@ -84,8 +88,9 @@ class TrafficProfile:
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["concurrency"] = list(self.concurrency)
-        if self.requests is None:
-            del d["requests"]  # the keys of a synthetic profile stay as they were
+        for key in ("requests", "goodput"):
+            if d[key] is None:
+                del d[key]  # the keys of a profile without them stay as they were
         return d
 
 

@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping
 from evalgate.errors import ConfigError
 from evalgate.requestlog import FROM_LOG
 from evalgate.speed import TrafficProfile, compare_speed, speed_block
+from evalgate.thresholds import SLO_KEYS
 
 log = logging.getLogger("evalgate")
 WARMUP_OUTPUT_LEN = 16  # tokens: enough to run the decode path at the level's batch size
@@ -119,8 +120,33 @@ def speed_profile(options: Any, thresholds: Any, config_name: str, *, default_on
         for fld, msg in serve_problems(profile):
             path, dotted = traffic_source(thresholds, config_name, fld, options)
             raise ConfigError(msg, path=path, field=dotted)
+    profile = with_latency_slos(profile, thresholds, config_name)
     check_benchmark_code(profile.mode, thresholds, config_name, options, replay=profile.requests is not None)
     return profile
+
+
+def with_latency_slos(profile: TrafficProfile, thresholds: Any, config_name: str) -> TrafficProfile:
+    """``profile`` with the per-request goodput objectives of ``config_name``'s latency SLOs
+    (``thresholds.LatencySlos``: ``speed.max_ttft_p99_ms`` ..., or ``configs.<name>.max_...``) when it is measured in
+    serve mode; unchanged when no SLO is set.
+
+    Raises:
+        ConfigError (exit 2), naming the SLO's file and field: an SLO with ``mode: offline``, which measures
+            throughput only (no per-request latency), so the objective could never be checked.
+    """
+    import dataclasses
+
+    slos = thresholds.speed_floors_for(config_name)
+    if not slos.slos():
+        return profile
+    if profile.mode != "serve":
+        key = next(k for k in SLO_KEYS if getattr(slos, k) is not None)
+        override = thresholds.configs.get(config_name)
+        dotted = f"configs.{config_name}.{key}" if override is not None and getattr(override, key) is not None \
+            else f"speed.{key}"
+        raise ConfigError("a latency objective is measured in serve mode only (offline mode measures throughput, "
+                          "not per-request latency): set traffic.mode: serve", path=thresholds.path, field=dotted)
+    return dataclasses.replace(profile, goodput=slos.goodput() or None)
 
 
 def log_profile(profile: TrafficProfile, fields: dict[str, Any], log_path: str | None, from_log: bool,

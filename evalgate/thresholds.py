@@ -94,6 +94,7 @@ Nats = _number("must be a finite number of nats >= 0", ge=0)
 AcceptanceLength = _number("must be a finite number >= 1 (tokens per target step)", ge=1)
 Speedup = _number("must be a finite ratio > 0 (candidate / baseline throughput)", gt=0)
 Slowdown = _number("must be a fraction with 0 <= max_slowdown < 1 (0.05 = 5 % slower)", ge=0, lt=1)
+Millis = _number("must be a finite number of milliseconds > 0", gt=0)
 Name = Annotated[str, Field(strict=True, min_length=1), rule("keys must be non-empty strings")]
 _Empty = BeforeValidator(lambda v: {} if v is None else v)  # a section written with no keys: its defaults
 _Frozen = AfterValidator(lambda v: MappingProxyType(dict(v)))
@@ -122,8 +123,49 @@ class SpecDecodeFloors(Schema):
         return self.min_acceptance_rate is not None or self.min_mean_acceptance_length is not None
 
 
-class SpeedFloors(Schema):
-    """``speed``: BLOCK thresholds on the measured speed-up of one candidate; unset = report only."""
+class LatencySlos(Schema):
+    """Latency service-level objectives (serve mode, ``traffic.mode: serve``): ceilings in ms on the candidate's
+    latency percentiles at every measured concurrency level, each the median over the level's repeats of one
+    ``vllm bench serve`` pass's percentile; a ceiling missed BLOCKs. The largest TTFT and TPOT ceilings set (p99
+    over p50) are also the per-request objectives of ``vllm bench serve --goodput``: goodput is the requests per
+    second that meet them. Unset = no objective."""
+
+    max_ttft_p50_ms: Millis = None  # type: ignore[assignment]
+    """Median time to first token, ms."""
+    max_ttft_p99_ms: Millis = None  # type: ignore[assignment]
+    """99th-percentile time to first token, ms."""
+    max_tpot_p50_ms: Millis = None  # type: ignore[assignment]
+    """Median time per output token (after the first), ms."""
+    max_tpot_p99_ms: Millis = None  # type: ignore[assignment]
+    """99th-percentile time per output token (after the first), ms."""
+    max_itl_p50_ms: Millis = None  # type: ignore[assignment]
+    """Median inter-token latency, ms."""
+    max_itl_p99_ms: Millis = None  # type: ignore[assignment]
+    """99th-percentile inter-token latency, ms."""
+
+    def goodput(self) -> dict[str, float]:
+        """The per-request objectives of ``vllm bench serve --goodput`` (vLLM's keys ``ttft`` / ``tpot``, ms): each
+        metric's p99 ceiling, else its p50 one; ``{}`` when neither TTFT nor TPOT has a ceiling (ITL has no
+        per-request form in vLLM's goodput)."""
+        out = {}
+        for metric in ("ttft", "tpot"):
+            value = getattr(self, f"max_{metric}_p99_ms")
+            value = value if value is not None else getattr(self, f"max_{metric}_p50_ms")
+            if value is not None:
+                out[metric] = value
+        return out
+
+    def slos(self) -> dict[str, float]:
+        """The ceilings set: ``{"ttft_p99_ms": 500.0, ...}`` (the latency field each one bounds -> ms)."""
+        return {name.removeprefix("max_"): v for name in SLO_KEYS if (v := getattr(self, name)) is not None}
+
+
+SLO_KEYS = tuple(f"max_{m}_p{p}_ms" for m in ("ttft", "tpot", "itl") for p in (50, 99))
+
+
+class SpeedFloors(LatencySlos):
+    """``speed``: BLOCK thresholds on the measured speed-up and (serve mode) latency of one candidate; unset =
+    report only."""
 
     min_speedup: Speedup = None  # type: ignore[assignment]
     """A lossy candidate must show candidate / baseline throughput >= this (the interval's lower end), else BLOCK."""
@@ -132,8 +174,8 @@ class SpeedFloors(Schema):
     1 - max_slowdown, else BLOCK."""
 
     def __init__(self, min_speedup: float | None = None, max_slowdown: float | None = None, **data: Any) -> None:
-        given = {"min_speedup": min_speedup, "max_slowdown": max_slowdown}
-        super().__init__(**{k: v for k, v in given.items() if v is not None}, **data)
+        given = {"min_speedup": min_speedup, "max_slowdown": max_slowdown, **data}
+        super().__init__(**{k: v for k, v in given.items() if v is not None})
 
 
 class TrafficSection(Schema):
@@ -204,7 +246,7 @@ class LevelEntry(Schema):
     """One-sided level for the tasks the entry covers."""
 
 
-class LevelOverride(LevelEntry):
+class LevelOverride(LevelEntry, LatencySlos):
     """A ``configs.<config>`` entry (a candidate config's own thresholds; unset = inherit). ``suites`` and ``tasks``
     entries are :class:`LevelEntry` objects; the flat ``suites``/``tasks`` levels hold those too."""
 
@@ -218,6 +260,7 @@ class LevelOverride(LevelEntry):
     """This config's speed-up floor (over ``speed``)."""
     max_slowdown: Slowdown = None  # type: ignore[assignment]
     """This config's largest slowdown (over ``speed``)."""
+    # The latency objectives (``LatencySlos``' keys: max_ttft_p99_ms, ...): this config's, over ``speed``'s.
     traffic: Annotated[TrafficSection, _Empty] = TrafficSection()
     """This config's traffic keys, over the top-level ``traffic`` key by key."""
     suites: Annotated[dict[Name, LevelEntry], _Empty, _Frozen] = _NONE
@@ -323,13 +366,14 @@ class Thresholds:
         return {**dict(self.traffic or {}), **own}
 
     def speed_floors_for(self, config: str | None) -> SpeedFloors:
-        """``min_speedup`` / ``max_slowdown`` for ``config``: its ``configs.<config>`` entry over ``speed``."""
+        """``min_speedup`` / ``max_slowdown`` and the latency objectives for ``config``: its ``configs.<config>``
+        entry over ``speed``, key by key."""
         override = self.configs.get(config) if config is not None else None
-        lo, slow = self.speed.min_speedup, self.speed.max_slowdown
+        keys = ("min_speedup", "max_slowdown", *SLO_KEYS)
+        merged = {k: getattr(self.speed, k) for k in keys}
         if override is not None:
-            lo = override.min_speedup if override.min_speedup is not None else lo
-            slow = override.max_slowdown if override.max_slowdown is not None else slow
-        return SpeedFloors(min_speedup=lo, max_slowdown=slow)
+            merged.update({k: v for k in keys if (v := getattr(override, k)) is not None})
+        return SpeedFloors(**merged)
 
     def spec_floors_for(self, config: str | None) -> SpecDecodeFloors:
         """Acceptance floors for candidate ``config``: its ``configs.<config>`` entry over ``spec_decode``."""

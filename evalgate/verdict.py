@@ -287,6 +287,8 @@ class SpeedThresholds(_Record):
 
     min_speedup: Number | None = _f("a lossy candidate's interval must lie at or above this ratio")
     max_slowdown: Number | None = _f("a lossless candidate's interval must reach 1 − this share")
+    slos_ms: dict[str, Number] | None = _f("latency objectives (serve mode): latency field, e.g. ``ttft_p99_ms`` -> "
+                                           "ceiling in ms on the candidate's median over repeats; absent when none")
 
 
 class SpeedBlock(_Record):

@@ -103,9 +103,42 @@ def latency_headline(speed: Mapping[str, Any]) -> str:
             ci = f" [{m['ci_low']:.2f}, {m['ci_high']:.2f}]" if m.get("ci_low") is not None else ""
             items.append(f"{name} \u00d7{m['ratio']:.2f}{ci} {m['verdict']} ({m['baseline_median']:.1f} \u2192 "
                          f"{m['candidate_median']:.1f} ms)")
+        gp = goodput_words(row.get("goodput"))
+        if gp:
+            items.append(gp)
         if items:
             parts.append(f"c={row['concurrency']}: " + ", ".join(items))
     return "latency " + "; ".join(parts) if parts else ""
+
+
+def goodput_words(goodput: Any) -> str:
+    """``goodput 3.10 → 2.95 req/s ×0.95 [0.90, 1.01] (TTFT ≤ 500 ms, TPOT ≤ 50 ms per request)`` for one level's
+    ``goodput`` entry (``servespeed.compare_goodput``); "" without one."""
+    if not isinstance(goodput, Mapping) or goodput.get("baseline_median") is None:
+        return ""
+    objectives = ", ".join(f"{k.upper()} \u2264 {v:g} ms" for k, v in (goodput.get("objectives_ms") or {}).items())
+    ratio = f" \u00d7{goodput['ratio']:.2f}" if goodput.get("ratio") is not None else ""
+    ci = f" [{goodput['ci_low']:.2f}, {goodput['ci_high']:.2f}]" if goodput.get("ci_low") is not None else ""
+    return (f"goodput {goodput['baseline_median']:.2f} \u2192 {goodput['candidate_median']:.2f} req/s{ratio}{ci} "
+            f"({objectives} per request)")
+
+
+def slo_rows(speed: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The report's latency-objective table: per measured level and objective set (``speed.thresholds.slos_ms``)
+    ``{"concurrency", "objective" ("TTFT p99"), "ceiling_ms", "baseline_ms", "candidate_ms", "met"}``; ``met`` is
+    False when the candidate's median exceeds the ceiling or was not measured (as ``gate.slo_failures`` decides)."""
+    slos = (speed.get("thresholds") or {}).get("slos_ms") or {}
+    rows = []
+    for row in speed.get("levels", []) if speed.get("status") == "measured" else []:
+        latency = row.get("latency") or {}
+        for fld, ceiling in slos.items():
+            entry = latency.get(fld) or {}
+            cand = entry.get("candidate_median")
+            metric, pct = fld.split("_")[:2]
+            rows.append({"concurrency": row.get("concurrency"), "objective": f"{metric.upper()} {pct}",
+                         "ceiling_ms": ceiling, "baseline_ms": entry.get("baseline_median"), "candidate_ms": cand,
+                         "met": isinstance(cand, (int, float)) and cand <= ceiling})
+    return rows
 
 
 def latency_properties(speed: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -121,4 +154,9 @@ def latency_properties(speed: Mapping[str, Any]) -> list[tuple[str, str]]:
                     (f"{name}_ratio_c{c}_ci", f"[{m.get('ci_low')}, {m.get('ci_high')}]"),
                     (f"{name}_ms_c{c}_baseline", f"{m['baseline_median']:.2f}"),
                     (f"{name}_ms_c{c}_candidate", f"{m['candidate_median']:.2f}")]
+        gp = row.get("goodput")
+        if isinstance(gp, Mapping) and gp.get("baseline_median") is not None:
+            out += [(f"goodput_req_s_c{c}_baseline", f"{gp['baseline_median']:.4f}"),
+                    (f"goodput_req_s_c{c}_candidate", f"{gp['candidate_median']:.4f}"),
+                    (f"goodput_ratio_c{c}", f"{gp['ratio']:.4f}" if gp.get("ratio") is not None else "undefined")]
     return out

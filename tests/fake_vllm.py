@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import http.server
 import json
+import math
 import os
 import signal
 import subprocess
@@ -89,6 +90,7 @@ def bench(argv: list[str]) -> int:
         p.add_argument(name, type=int)
     p.add_argument("--result-dir")
     p.add_argument("--result-filename")
+    p.add_argument("--goodput", nargs="+")
     a, _ = p.parse_known_args(argv)
     mode = os.environ.get("FAKE_BENCH", "ok")
     if mode == "crash":
@@ -113,6 +115,11 @@ def bench(argv: list[str]) -> int:
     for metric, median in (("ttft", ttft), ("tpot", ttft / 10), ("itl", ttft / 10)):
         doc.update({f"mean_{metric}_ms": median, f"median_{metric}_ms": median, f"std_{metric}_ms": 0.0,
                     f"p50_{metric}_ms": median, f"p99_{metric}_ms": 2 * median})
+    if a.goodput:  # as vLLM counts it: a request is good when it meets every objective; here every request's TTFT
+        # is the median and its TPOT a tenth of it
+        slo = {k: float(v) for k, v in (x.split(":") for x in a.goodput)}
+        good = ok if ttft <= slo.get("ttft", math.inf) and ttft / 10 <= slo.get("tpot", math.inf) else 0
+        doc["request_goodput"] = good / duration
     Path(a.result_dir).mkdir(parents=True, exist_ok=True)
     (Path(a.result_dir) / a.result_filename).write_text(json.dumps(doc), encoding="utf-8")
     return 0

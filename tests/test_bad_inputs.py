@@ -225,6 +225,13 @@ CASES: list[Case] = [
     _thr("configs-unknown-config", "configs.no-such-config", "unknown config"),
     _thr("configs-unknown-suite", "configs.cand.suites.nosuch", "unknown suite"),
     _thr("configs-margin-negative", "configs.cand.margin", ">= 0"),
+    # latency objectives (serve mode)
+    _thr("slo-negative", "speed.max_ttft_p99_ms", "milliseconds > 0"),
+    _thr("slo-zero", "speed.max_tpot_p99_ms", "milliseconds > 0"),
+    _thr("slo-string", "speed.max_ttft_p99_ms", "milliseconds > 0"),
+    _thr("slo-unknown-percentile", "speed.max_ttft_p95_ms", "did you mean"),
+    _thr("configs-slo-nan", "configs.cand.max_itl_p99_ms", "milliseconds > 0"),
+    _thr("slo-offline-mode", "speed.max_ttft_p99_ms", "measured in serve mode only"),
     _thr("nested-bomb", None, "values nested too deeply (more than 64 levels)"),
     _thr("traffic-num-prompts-huge", "traffic.num_prompts", "<= 100_000, got 1000000000000"),
     _thr("traffic-repeats-huge", "traffic.repeats", "<= 100, got 1000000000000"),

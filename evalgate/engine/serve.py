@@ -89,8 +89,13 @@ def server_command(model: str, engine_args: Mapping[str, Any], port: int) -> lis
 
 
 def bench_command(model: str, port: int, *, input_len: int, output_len: int, num_prompts: int, concurrency: int,
-                  result_dir: Path, result_file: str) -> list[str]:
-    """The argv of one ``vllm bench serve`` pass (random dataset, request rate inf, ``--save-result`` JSON)."""
+                  result_dir: Path, result_file: str, goodput: Mapping[str, float] | None = None) -> list[str]:
+    """The argv of one ``vllm bench serve`` pass (random dataset, request rate inf, ``--save-result`` JSON).
+
+    ``goodput``: per-request service-level objectives in ms, vLLM's keys ``ttft`` / ``tpot`` / ``e2el`` (e.g.
+    ``{"ttft": 500.0, "tpot": 50.0}``), passed as ``--goodput ttft:500 tpot:50``: vLLM then counts a request as
+    good when it meets every one and reports ``request_goodput`` (good requests per second)."""
+    slo = ["--goodput", *(f"{k}:{v:g}" for k, v in goodput.items())] if goodput else []
     return [sys.executable, *LAUNCHER, "bench", "serve", "--backend", "vllm", "--host", HOST,
             "--port", str(port), "--model", model, "--dataset-name", "random",
             "--random-input-len", str(input_len), "--random-output-len", str(output_len),
@@ -98,7 +103,7 @@ def bench_command(model: str, port: int, *, input_len: int, output_len: int, num
             "--num-warmups", str(concurrency), "--ignore-eos", "--temperature", "1.0", "--top-p", "1.0",
             "--seed", str(PROMPT_SEED), "--percentile-metrics", ",".join(LATENCY_METRICS),
             "--metric-percentiles", ",".join(str(p) for p in PERCENTILES), "--disable-tqdm",
-            "--save-result", "--result-dir", str(result_dir), "--result-filename", result_file]
+            "--save-result", "--result-dir", str(result_dir), "--result-filename", result_file, *slo]
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,8 @@ class ServeRun:
         output_tok_s, total_tok_s: output and prompt + output tokens per second; request_s: requests per second.
         ttft_p50_ms ... itl_p99_ms: time to first token, time per output token (excluding the first) and
             inter-token latency, 50th and 99th percentiles in milliseconds (vLLM's ``p{P}_{metric}_ms``).
+        goodput_s: requests per second that met every per-request objective given (``--goodput``; vLLM's
+            ``request_goodput``), None when none was given.
     """
 
     concurrency: int
@@ -128,18 +135,22 @@ class ServeRun:
     tpot_p99_ms: float
     itl_p50_ms: float
     itl_p99_ms: float
+    goodput_s: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def parse_bench_result(path: Path, *, num_prompts: int, concurrency: int, repeat: int = 0) -> ServeRun:
+def parse_bench_result(path: Path, *, num_prompts: int, concurrency: int, repeat: int = 0,
+                       goodput: bool = False) -> ServeRun:
     """Read the ``--save-result`` JSON of ``vllm bench serve`` (keys from ``vllm/benchmarks/serve.py``:
     ``duration``, ``completed``, ``failed``, ``total_input_tokens``, ``total_output_tokens``,
-    ``request_throughput``, ``output_throughput``, ``total_token_throughput``, ``p50_ttft_ms`` ...).
+    ``request_throughput``, ``output_throughput``, ``total_token_throughput``, ``p50_ttft_ms`` ...; with
+    ``goodput`` (objectives were given), ``request_goodput``).
 
     Raises:
-        ServeError: the file is missing or not JSON, a key is missing, or not every request completed
+        ServeError: the file is missing or not JSON, a key is missing (``request_goodput`` included when objectives
+        were given: a goodput that was asked for is never read as absent), or not every request completed
         (``vllm bench serve`` exits 0 even when all requests failed).
     """
     try:
@@ -159,7 +170,8 @@ def parse_bench_result(path: Path, *, num_prompts: int, concurrency: int, repeat
                         requests=int(completed), prompt_tokens=int(doc["total_input_tokens"]),
                         output_tokens=int(doc["total_output_tokens"]), output_tok_s=float(doc["output_throughput"]),
                         total_tok_s=float(doc["total_token_throughput"]),
-                        request_s=float(doc["request_throughput"]), **lat)
+                        request_s=float(doc["request_throughput"]),
+                        goodput_s=float(doc["request_goodput"]) if goodput else None, **lat)
     except (KeyError, TypeError, ValueError) as e:
         raise ServeError(f"vllm bench serve result {path} lacks {e}") from None
 
@@ -354,9 +366,11 @@ def _term_with_parent() -> None:
 
 
 def run_bench(server: Server, model: str, *, input_len: int, output_len: int, num_prompts: int, concurrency: int,
-              repeat: int = 0, timeout_s: float = BENCH_TIMEOUT_S) -> ServeRun:
+              repeat: int = 0, timeout_s: float = BENCH_TIMEOUT_S,
+              goodput: Mapping[str, float] | None = None) -> ServeRun:
     """One ``vllm bench serve`` pass against ``server`` (a subprocess in its own group, log appended to the
-    server's log path + ``.bench``); returns the parsed result.
+    server's log path + ``.bench``); returns the parsed result. ``goodput``: per-request objectives in ms
+    (``bench_command``).
 
     Raises:
         ServeError: the server died, the benchmark exited non-zero, timed out, or not every request completed.
@@ -366,7 +380,8 @@ def run_bench(server: Server, model: str, *, input_len: int, output_len: int, nu
     bench_log = server.log_path.with_name(server.log_path.name + ".bench")
     with tempfile.TemporaryDirectory(prefix="evalgate-bench-") as tmp:
         argv = bench_command(model, server.port, input_len=input_len, output_len=output_len, num_prompts=num_prompts,
-                             concurrency=concurrency, result_dir=Path(tmp), result_file="result.json")
+                             concurrency=concurrency, result_dir=Path(tmp), result_file="result.json",
+                             goodput=goodput)
         with open(bench_log, "ab") as log:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     env=server.env, start_new_session=True, preexec_fn=_term_with_parent)
@@ -379,7 +394,7 @@ def run_bench(server: Server, model: str, *, input_len: int, output_len: int, nu
         if code != 0:
             raise ServeError(f"vllm bench serve exited with code {code} (log {bench_log}: {log_tail(bench_log)})")
         return parse_bench_result(Path(tmp) / "result.json", num_prompts=num_prompts, concurrency=concurrency,
-                                  repeat=repeat)
+                                  repeat=repeat, goodput=bool(goodput))
 
 
 if __name__ == "__main__":  # spawn-safe: vLLM starts its engine processes with spawn

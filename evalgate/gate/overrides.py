@@ -10,7 +10,9 @@ Applied after :func:`evalgate.gate.decide`, by :func:`overrule`, in this order o
    "Multiple comparisons among means", JASA 56(293), 1961, 52-64). A rise that is not significant is a warning;
 2. speculative-decoding floors (:func:`spec_decode_floor_failures`): acceptance rate and mean acceptance length;
 3. speed floors (:func:`speed_floor_failures`): ``min_speedup`` for a lossy candidate, ``max_slowdown`` for a
-   lossless one.
+   lossless one;
+4. latency service-level objectives (:func:`slo_failures`, serve mode): a ceiling on a latency percentile that the
+   candidate exceeds at some measured concurrency level.
 
 A NO-OP stays NO-OP (nothing changed, nothing to fail).
 """
@@ -25,7 +27,7 @@ from typing import Any
 from evalgate.gate.accuracy import Decision, Verdict
 
 __all__ = ["escalate", "health_alpha", "health_failures", "overrule", "spec_decode_floor_failures",
-           "speed_floor_failures"]
+           "slo_failures", "speed_floor_failures"]
 
 
 def health_alpha(task_alphas: Sequence[float], n_tasks: int, n_indicators: int = 3) -> float:
@@ -135,6 +137,41 @@ def speed_floor_failures(levels: Sequence[Mapping[str, Any]], *, expect: str, mi
     return out
 
 
+SLO_WORDS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL"}
+
+
+def slo_failures(levels: Sequence[Mapping[str, Any]], slos: Mapping[str, float]) -> list[str]:
+    """Sentences for each latency objective the candidate misses (rule 4; empty when none is set or none missed).
+
+    Args:
+        levels: the serve-mode ``speed`` block's rows (``servespeed.serve_block``): ``concurrency`` and ``latency``
+            (field, e.g. ``ttft_p99_ms`` -> ``{"baseline_median", "candidate_median", ...}``: per side the median
+            over the level's repeats of each pass's percentile, ms).
+        slos: latency field -> ceiling in ms (``thresholds.LatencySlos.slos``), e.g. ``{"ttft_p99_ms": 500.0}``.
+    The candidate misses a ceiling when its median exceeds it (the baseline's value is named beside it: an objective
+    the baseline misses too is still missed: the config cannot serve this load within it). A level without that
+    latency measured fails the objective (closed): it cannot be checked.
+    """
+    out = []
+    for row in levels:
+        c = row.get("concurrency")
+        latency = row.get("latency") if isinstance(row.get("latency"), Mapping) else {}
+        for fld, ceiling in slos.items():
+            metric, pct = fld.split("_")[:2]
+            words = f"{SLO_WORDS.get(metric, metric)} {pct}"
+            entry = latency.get(fld) if isinstance(latency.get(fld), Mapping) else {}
+            cand, base = entry.get("candidate_median"), entry.get("baseline_median")
+            if not isinstance(cand, (int, float)) or not math.isfinite(cand):
+                out.append(f"latency SLO: {words} at concurrency {c} was not measured, so max_{fld} {ceiling:g} ms "
+                           f"cannot be checked")
+            elif cand > ceiling:
+                also = (f"; the baseline misses it too ({base:,.1f} ms)" if isinstance(base, (int, float))
+                        and base > ceiling else f"; baseline {base:,.1f} ms" if isinstance(base, (int, float)) else "")
+                out.append(f"latency SLO: {words} {cand:,.1f} ms at concurrency {c} exceeds max_{fld} "
+                           f"{ceiling:g} ms{also}")
+    return out
+
+
 def overrule(decision: Decision, task_failures: Mapping[str, Sequence[str]], *, expect: str,
              spec: Any = None, speculative: bool = False, spec_floors: Any = None,
              speed: Mapping[str, Any] | None = None, speed_floors: Any = None) -> Decision:
@@ -147,7 +184,8 @@ def overrule(decision: Decision, task_failures: Mapping[str, Sequence[str]], *, 
         spec: the candidate's ``evidence.SpecDecodeHealth`` (None: no counters recorded).
         speculative: the candidate's effective engine config runs speculative decoding.
         spec_floors: ``thresholds.SpecDecodeFloors`` (None: no floors).
-        speed: the ``speed`` block (only a ``"measured"`` one is checked); speed_floors: ``thresholds.SpeedFloors``.
+        speed: the ``speed`` block (only a ``"measured"`` one is checked); speed_floors: ``thresholds.SpeedFloors``
+            (speed floors and latency objectives).
     Returns:
         The decision, BLOCK with the failures first among its reasons when any rule fails (NO-OP stays NO-OP).
     """
@@ -164,4 +202,7 @@ def overrule(decision: Decision, task_failures: Mapping[str, Sequence[str]], *, 
                                     max_slowdown=speed_floors.max_slowdown)
         if slow:
             failures["speed"] = slow
+        missed = slo_failures(speed.get("levels", []), speed_floors.slos())
+        if missed:
+            failures["latency"] = missed
     return escalate(decision, failures)
