@@ -1,6 +1,6 @@
 """``traffic.mode: serve`` on the real vLLM CPU engine: ``vllm serve`` on the embedded hybrid with the fp16-state
-config's engine args, one tiny ``vllm bench serve`` pass (16 in / 8 out, 8 prompts, concurrency 2), then the
-server's whole process group is gone. One engine start (~60 s on a 2-core CPU)."""
+config's engine args, tiny ``vllm bench serve`` passes (16 in / 8 out, 8 prompts, concurrency 2; one plain, two with
+goodput objectives), then the server's whole process group is gone. One engine start (~60 s on a 2-core CPU)."""
 
 from __future__ import annotations
 
@@ -43,6 +43,12 @@ def test_vllm_serve_on_the_hybrid_is_measured_by_vllm_bench_serve_and_stopped(tm
         assert len(_group_members(pgid)) >= 2  # the API server and vLLM's engine-core process
         run = serve.run_bench(srv, model, input_len=IN_LEN, output_len=OUT_LEN, num_prompts=PROMPTS,
                               concurrency=CONCURRENCY)
+        # Goodput as vLLM counts it (--goodput, per-request objectives in ms): every request meets a day-long
+        # objective, none a TTFT of a microsecond.
+        everyone = serve.run_bench(srv, model, input_len=IN_LEN, output_len=OUT_LEN, num_prompts=PROMPTS,
+                                   concurrency=CONCURRENCY, goodput={"ttft": 8.64e7, "tpot": 8.64e7})
+        nobody = serve.run_bench(srv, model, input_len=IN_LEN, output_len=OUT_LEN, num_prompts=PROMPTS,
+                                 concurrency=CONCURRENCY, goodput={"ttft": 0.001})
     assert _group_members(pgid) == [] and not srv.alive()
     assert run.requests == PROMPTS and run.output_tokens == PROMPTS * OUT_LEN  # --ignore-eos: exactly output_len
     assert run.prompt_tokens == PROMPTS * IN_LEN
@@ -50,7 +56,9 @@ def test_vllm_serve_on_the_hybrid_is_measured_by_vllm_bench_serve_and_stopped(tm
     assert run.tpot_p50_ms > 0 and run.tpot_p99_ms >= run.tpot_p50_ms
     assert run.itl_p50_ms > 0 and run.request_s > 0 and run.output_tok_s > 0
     assert run.output_tok_s == pytest.approx(run.output_tokens / run.elapsed_s)
-    assert run.request_s == pytest.approx(PROMPTS / run.elapsed_s)
+    assert run.request_s == pytest.approx(PROMPTS / run.elapsed_s) and run.goodput_s is None
+    assert everyone.goodput_s == pytest.approx(PROMPTS / everyone.elapsed_s)
+    assert nobody.goodput_s == 0.0 and nobody.requests == PROMPTS
     parsed = logged_args(log)["non_default_args"]  # vLLM's own record of the flags it parsed
     assert "'mamba_ssm_cache_dtype': 'float16'" in parsed and "'dtype': 'float32'" in parsed
     assert "'host': '127.0.0.1'" in parsed and f"'port': {port}" in parsed
