@@ -21,7 +21,7 @@ def test_a_serve_mode_run_that_breaks_a_latency_slo_is_blocked(tmp_path: Path) -
     thr = tmp_path / "thresholds.yaml"
     thr.write_text(THRESHOLDS_FILE.read_text(encoding="utf-8")
                    + "traffic: {mode: serve, input_len: 16, output_len: 8, concurrency: 2, num_prompts: 4, repeats: 2}\n"
-                   + "configs: {fp16-state: {max_ttft_p99_ms: 0.001, max_tpot_p99_ms: 86400000}}\n",
+                   + "speed: {max_ttft_p99_ms: 0.001, max_tpot_p99_ms: 86400000}\n",
                    encoding="utf-8")
     out = tmp_path / "run"
     code = main(["run", "--config", "fp16-state", "--limit", "2", "--suites", "docparse", "--logprob-items", "0",
