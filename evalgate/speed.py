@@ -348,15 +348,17 @@ def profile_words(p: dict[str, Any]) -> str:
     return text
 
 
-def repeats_words(p: dict[str, Any]) -> str:
-    """The profile's repeats in words: ``3 repeats``; with ``traffic.precision`` ``3 to 10 pairs, target ±2 %``
-    (Stein's first stage, then up to the cap: ``precision.pair_cap``)."""
+def repeats_words(p: dict[str, Any], interleaved: bool = False) -> str:
+    """The profile's repeats in words: ``3 repeats`` (with ``interleaved``: ``3 interleaved repeats per side``); with
+    ``traffic.precision`` ``3 to 10 pairs, target ±2 %`` (``3 to 10 interleaved pairs, ...``): Stein's first stage,
+    then up to the cap (``precision.pair_cap``), and the ``max_seconds`` budget when set."""
     from evalgate.precision import pair_cap
 
     n = p.get("repeats")
     if p.get("precision") is None or not isinstance(n, int):
-        return f"{n} repeats"
-    text = f"{n} to {pair_cap(n, p.get('max_repeats'))} pairs, target \u00b1{100 * float(p['precision']):g} %"
+        return f"{n} interleaved repeats per side" if interleaved else f"{n} repeats"
+    text = (f"{n} to {pair_cap(n, p.get('max_repeats'))} {'interleaved ' if interleaved else ''}pairs, target "
+            f"\u00b1{100 * float(p['precision']):g} %")
     return text + (f" within {float(p['max_seconds']):g} s" if p.get("max_seconds") is not None else "")
 
 
