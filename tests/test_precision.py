@@ -313,3 +313,48 @@ def test_the_profile_takes_precision_from_file_config_and_command_line(tmp_path)
         _profile(tmp_path, "traffic: {concurrency: 4, precision: 0.03}\n", repeats=6, max_repeats=5)
     with pytest.raises(ConfigError, match="traffic.precision: a precision target .* offline mode only"):
         _profile(tmp_path, "traffic: {concurrency: 4, precision: 0.03, mode: serve}\n")
+
+
+# ------------------------------------------------------------------------------------------ the real engine
+
+
+@pytest.mark.engine
+def test_a_real_run_with_a_precision_target_records_pairs_consistent_with_its_spread(tmp_path) -> None:
+    """The embedded hybrid on vLLM's CPU engine, fp16-state against its baseline, a tiny profile with a ±5 % target
+    after a first stage of 3 pairs, at most 5: the record's pairs, stop reason, pairs needed, half-width and the
+    level's interval must follow from the throughputs the run measured (recomputed here, the t quantile from a
+    table)."""
+    pytest.importorskip("vllm", reason="needs vLLM (pip install 'evalgate[cpu]')")
+    import json
+
+    from evalgate.cli import THRESHOLDS_FILE, main
+
+    n0, cap, target = 3, 5, 0.05
+    thr = tmp_path / "thresholds.yaml"
+    thr.write_text(THRESHOLDS_FILE.read_text(encoding="utf-8") + "traffic: {input_len: 32, output_len: 16, "
+                   f"concurrency: 4, num_prompts: 4, repeats: {n0}, precision: {target}, max_repeats: {cap}}}\n",
+                   encoding="utf-8")
+    out = tmp_path / "run"
+    main(["run", "--config", "fp16-state", "--limit", "2", "--suites", "docparse", "--logprob-items", "0",
+          "--thresholds", str(thr), "--out", str(out)])
+    speed = json.loads((out / "verdict.json").read_text())["speed"]
+    assert speed["status"] == "measured" and "Stein" in speed["method"]
+    (row,) = speed["levels"]
+    b, c = row["baseline"]["output_tok_s"], row["candidate"]["output_tok_s"]
+    d = [math.log(y / x) for x, y in zip(b, c)]
+    mean0 = sum(d[:n0]) / n0
+    s0 = math.sqrt(sum((x - mean0) ** 2 for x in d[:n0]) / (n0 - 1))
+    need = max(n0, math.ceil((T_975_DF2 * s0 / math.log1p(target)) ** 2 * (1 - 1e-12)))
+    pairs = min(need, cap)
+    rec = row["precision"]
+    assert (rec["target"], rec["pairs_needed"], rec["pairs"]) == (target, need, pairs)
+    assert rec["stopped"] == ("met" if need <= cap else "max_repeats")
+    assert len(b) == len(c) == pairs and all(v > 0 for v in b + c)
+    half = T_975_DF2 * s0 / math.sqrt(pairs)
+    assert rec["achieved_half_width"] == pytest.approx(math.expm1(half))
+    assert (rec["achieved_half_width"] <= target) == (rec["stopped"] == "met")
+    mean = sum(d) / pairs
+    assert (row["ci_low"], row["ci_high"]) == (pytest.approx(math.exp(mean - half)), pytest.approx(math.exp(mean + half)))
+    runs = speed["sides"]["candidate"]["runs"]
+    assert [r["stage"] for r in runs] == [1] * n0 + [2] * (pairs - n0)
+    assert precision_note(rec) in (out / "summary.md").read_text()
