@@ -278,6 +278,15 @@ def test_the_record_reaches_every_output() -> None:
     assert ("speed_c4_precision", note) in speed_properties(sb)
     assert note in render_table([{"label": "fp16", "kind": "alone", "skipped": None, "verdict": "PASS",
                                   "speed": block["levels"], "tasks": []}])
+    from evalgate.report import render_html, render_terminal
+    from test_speed import _doc_with_speed
+
+    doc = _doc_with_speed()
+    doc["speed"] = {**block, "thresholds": None}
+    html = render_html(doc)
+    assert note in html and "3 to 5 interleaved pairs, target \u00b12 %" in html
+    assert "Stein&#39;s two-stage interval" in html
+    assert note in render_terminal(doc)
     # without precision: no record, and the words stay as they were
     plain, _, _ = _run(d, TrafficProfile(8, 8, (4,), repeats=3))
     assert "precision" not in plain["levels"][0] and "precision" not in plain["profile"]
