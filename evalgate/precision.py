@@ -36,8 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DEFAULT_MAX_REPEATS", "MET", "STOPPED", "SteinPlan", "pair_cap", "precision_note", "precision_record",
-           "stein_interval", "stein_plan"]
+__all__ = ["DEFAULT_MAX_REPEATS", "MET", "STOPPED", "SteinPlan", "log_ratios", "pair_cap", "precision_note",
+           "precision_problems", "precision_record", "stein_interval", "stein_plan"]
 
 DEFAULT_MAX_REPEATS = 10  # pairs in all when traffic.max_repeats is unset (at least traffic.repeats)
 MET, BY_REPEATS, BY_SECONDS = "met", "max_repeats", "max_seconds"
