@@ -174,7 +174,7 @@ def precision_note(record: Any) -> str:
         return ""
     if stopped == MET:
         return f"{_pct(got)} (target {_pct(target)}, {pairs} pairs)"
-    return (f"target {_pct(target)} not met: {_pct(got)} after {pairs} pairs ({stopped}); \u2248{need} pairs "
+    return (f"target {_pct(target)} not met: {_pct(got)} after {pairs} pairs ({stopped}); \u2248{need:,} pairs "
             f"needed")
 
 
