@@ -213,7 +213,10 @@ def render_table(rows: list[dict[str, Any]]) -> str:
 def _speed_cell(s: dict[str, Any]) -> str:
     lo, hi = s.get("ci_low"), s.get("ci_high")
     ci = f"[{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "[n/a]"
-    return f"c={s['concurrency']} \u00d7{s['ratio']:.2f} {ci}"
+    from evalgate.precision import precision_note
+
+    prec = precision_note(s.get("precision"))
+    return f"c={s['concurrency']} \u00d7{s['ratio']:.2f} {ci}" + (f" ({prec})" if prec else "")
 
 
 def render_html(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
@@ -224,7 +227,8 @@ def render_html(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 
     from evalgate.outputs import pts
     from evalgate.plot import sweep_plot, tradeoff_plot
-    from evalgate.speed import repeats_note
+    from evalgate.precision import precision_note
+    from evalgate.speed import repeats_note, repeats_words
     from evalgate.wording import speed_mde_note
 
     points, sweep = [], []
@@ -241,6 +245,8 @@ def render_html(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                       trim_blocks=True, lstrip_blocks=True)
     env.filters["pts"] = pts
     env.globals["repeats_note"] = repeats_note
+    env.globals["precision_note"] = precision_note
+    env.globals["repeats_words"] = repeats_words
     levels = sorted({s["concurrency"] for r in rows for s in r.get("speed") or []})
     return env.get_template("ablation.html.j2").render(
         rows=rows, meta=meta, tradeoff=tradeoff_plot(points, title="each switch: speed-up against each task's \u0394"),
@@ -279,6 +285,7 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
     from evalgate.suites import check_datasets
     from evalgate.model import check_home, evalgate_home
     from evalgate.paths import check_writable_dir
+    from evalgate.precision import METHOD as PRECISION_METHOD
     from evalgate.speed import METHOD
     from evalgate.store import ResultStore
 
@@ -310,7 +317,9 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
     info = dict(base_worker.info)
     meta = {"recipe": recipe.name, "baseline": base.name, "model": recipe.model, "limit": options.limit,
             "profile": None if profile is None else profile.as_dict(), "device": info.get("device", "?"),
-            "isa": info.get("isa", []), "method": METHOD, "versions": info.get("versions", {}), "created": stamp,
+            "isa": info.get("isa", []),
+            "method": METHOD if profile is None or profile.precision is None else f"{METHOD}; {PRECISION_METHOD}",
+            "versions": info.get("versions", {}), "created": stamp,
             "complete": False, "stopped": ""}
     docs: dict[str, Any] = {}
     failed: dict[str, str] = {}

@@ -294,6 +294,12 @@ def _gate_args(p: argparse.ArgumentParser, *, config: str, out: str, thresholds:
     p.add_argument("--concurrency", type=_concurrency_list, default=option_default("concurrency"), metavar="C[,C...]",
                    help=option_help("concurrency"))
     p.add_argument("--repeats", type=int, default=option_default("repeats"), metavar="N", help=option_help("repeats"))
+    p.add_argument("--precision", type=float, default=option_default("precision"), metavar="P",
+                   help=option_help("precision"))
+    p.add_argument("--max-repeats", type=int, default=option_default("max_repeats"), metavar="N",
+                   help=option_help("max_repeats"))
+    p.add_argument("--max-seconds", type=float, default=option_default("max_seconds"), metavar="S",
+                   help=option_help("max_seconds"))
     return p
 
 

@@ -33,6 +33,13 @@ class RunOptions(BaseModel):
     concurrency: list[int] | None = Field(
         None, description="requests in flight, one level or a sweep, e.g. 1,16,256 (implies --speed)")
     repeats: int | None = Field(None, description="timed passes per side and level (default 3, at most 100; >= 2 for an interval)")
+    precision: float | None = Field(None, description=(
+        "target half-width of the speed-up's 95 percent interval as a share of it, 0 < P < 1 (0.02 = +-2 percent): "
+        "--repeats pairs, then the pairs Stein's two-stage rule asks for (implies --speed; as traffic.precision)"))
+    max_repeats: int | None = Field(None, description="with --precision: interleaved pairs in all at most (default "
+                                                      "max(10, repeats), at most 100)")
+    max_seconds: float | None = Field(None, description="with --precision: wall-clock budget of the speed phase, "
+                                                        "seconds (default: none)")
 
     @classmethod
     def from_args(cls, args: Any) -> RunOptions:
@@ -49,8 +56,9 @@ class RunOptions(BaseModel):
         """Refuse values out of range, naming the option as the field (exit 2).
 
         Raises:
-            ConfigError: ``--limit`` < 1, ``--logprob-items`` < 0, ``--repeats`` outside 1..100, ``--no-speed`` with a speed
-                option, ``--timeout`` not a finite number > 0.
+            ConfigError: ``--limit`` < 1, ``--logprob-items`` < 0, ``--repeats`` outside 1..100, ``--precision``
+                outside (0, 1), ``--max-repeats`` outside 2..100, ``--max-seconds`` not a finite number > 0,
+                ``--no-speed`` with a speed option, ``--timeout`` not a finite number > 0.
         """
         if self.limit is not None and self.limit < 1:
             raise ConfigError(f"must be >= 1, got {self.limit}", field="--limit")
@@ -60,15 +68,26 @@ class RunOptions(BaseModel):
             raise ConfigError(f"must be >= 1, got {self.repeats}", field="--repeats")
         if self.repeats is not None and self.repeats > MAX_TRAFFIC_REPEATS:  # as traffic.repeats in thresholds.yaml
             raise ConfigError(f"must be <= {MAX_TRAFFIC_REPEATS}, got {self.repeats}", field="--repeats")
-        if self.no_speed and (self.speed or self.concurrency or self.repeats is not None):
-            raise ConfigError("--no-speed contradicts --speed / --concurrency / --repeats", field="--no-speed")
+        if self.precision is not None and not (0 < self.precision < 1):  # as traffic.precision; also rejects nan
+            raise ConfigError(f"must be a number with 0 < precision < 1 (0.02 = \u00b12 %), got {self.precision}",
+                              field="--precision")
+        if self.max_repeats is not None and not (2 <= self.max_repeats <= MAX_TRAFFIC_REPEATS):
+            raise ConfigError(f"must be an integer with 2 <= max_repeats <= {MAX_TRAFFIC_REPEATS}, got "
+                              f"{self.max_repeats}", field="--max-repeats")
+        if self.max_seconds is not None and not (0 < self.max_seconds < math.inf):
+            raise ConfigError(f"must be a finite number of seconds > 0, got {self.max_seconds}", field="--max-seconds")
+        if self.no_speed and self.wants_speed:
+            raise ConfigError("--no-speed contradicts --speed / --concurrency / --repeats / --precision / "
+                              "--max-repeats / --max-seconds", field="--no-speed")
         if not (0 < self.timeout < math.inf):  # also rejects nan
             raise ConfigError(f"must be a number of seconds > 0, got {self.timeout}", field="--timeout")
 
     @property
     def wants_speed(self) -> bool:
-        """Whether the command line asks for a speed measurement (``--speed``, ``--concurrency``, ``--repeats``)."""
-        return self.speed or bool(self.concurrency) or self.repeats is not None
+        """Whether the command line asks for a speed measurement (``--speed``, ``--concurrency``, ``--repeats``,
+        ``--precision``, ``--max-repeats``, ``--max-seconds``)."""
+        return (self.speed or bool(self.concurrency) or self.repeats is not None or self.precision is not None
+                or self.max_repeats is not None or self.max_seconds is not None)
 
 
 def default(name: str) -> Any:

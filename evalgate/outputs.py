@@ -22,7 +22,8 @@ from typing import Any
 
 from evalgate.fmt import MINUS, pts
 from evalgate.report import render_html
-from evalgate.speed import profile_words, repeats_note
+from evalgate.precision import precision_note
+from evalgate.speed import profile_words, repeats_note, repeats_words
 from evalgate.verdict import SpeedBlock, TaskVerdict, Verdict, as_task, as_verdict
 from evalgate.wording import (FLOOR_NOTE, NO_OP_NOTE, SPEC_SOURCE_NOTE, floor_note, items_needed_short,
                               latency_headline, latency_properties, shown_verdict, spec_decode_line, speed_mde_note)
@@ -117,8 +118,8 @@ def speed_properties(speed: SpeedBlock | None) -> list[tuple[str, Any]]:
         return [("speed", f"failed: {speed.error}")]
     p = speed.profile
     out: list[tuple[str, Any]] = [("speed_profile", f"{profile_words(p)}, "
-                                   f"concurrency {','.join(map(str, p.get('concurrency', [])))}, {p.get('repeats')} "
-                                   f"repeats, {p.get('mode')}")]
+                                   f"concurrency {','.join(map(str, p.get('concurrency', [])))}, {repeats_words(p)}, "
+                                   f"{p.get('mode')}")]
     for row in speed.levels:
         c = row.concurrency
         out += [(f"speedup_c{c}", f"{row.ratio:.4f}"), (f"speedup_c{c}_ci", f"[{row.ci_low}, {row.ci_high}]"),
@@ -128,6 +129,8 @@ def speed_properties(speed: SpeedBlock | None) -> list[tuple[str, Any]]:
             out.append((f"speedup_c{c}_mde", f"{row.mde_ratio:.4f}"))
         if row.repeats_needed is not None:
             out.append((f"speed_c{c}_repeats_needed", row.repeats_needed))
+        if row.precision is not None:
+            out.append((f"speed_c{c}_precision", precision_note(row.precision)))
     out += latency_properties(speed.model_dump(exclude_unset=True))
     return out
 
@@ -247,8 +250,8 @@ def speed_markdown(speed: SpeedBlock) -> list[str]:
         return [f"**Speed**: not measured: {_md(speed.error)}"]
     p = speed.profile
     device = speed.sides.get("candidate", {}).get("device", "?")
-    out = [f"**Speed** ({_md(profile_words(p))}{'' if p.get('requests') else ' tokens'}, {p.get('repeats')} interleaved "
-           f"repeats per side, {_md(p.get('mode'))}, {_md(device)}):",
+    out = [f"**Speed** ({_md(profile_words(p))}{'' if p.get('requests') else ' tokens'}, {_md(repeats_words(p, True))}, "
+           f"{_md(p.get('mode'))}, {_md(device)}):",
            "", "| concurrency | baseline output tok/s | candidate output tok/s | speed-up | interval | MDE | "
                "CV base / cand | |",
            "|--:|--:|--:|--:|--:|--:|--:|---|"]
@@ -258,9 +261,9 @@ def speed_markdown(speed: SpeedBlock) -> list[str]:
         ci = f"{100 * level:.0f}% [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "n/a"
         cv = "/".join("n/a" if side.cv is None else f"{100 * side.cv:.1f}%" for side in (r.baseline, r.candidate))
         mde = "n/a" if r.mde_ratio is None else f"\u00d7{r.mde_ratio:.2f}"
-        need = repeats_note(r.repeats_needed)
+        need = "; ".join(x for x in (repeats_note(r.repeats_needed), precision_note(r.precision)) if x)
         out.append(f"| {r.concurrency} | {r.baseline.median:,.0f} | {r.candidate.median:,.0f} | "
-                   f"\u00d7{r.ratio:.2f} | {ci} | {mde} | {cv} | {_md(r.verdict)}{'; ' + need if need else ''} |")
+                   f"\u00d7{r.ratio:.2f} | {ci} | {mde} | {cv} | {_md(r.verdict)}{'; ' + _md(need) if need else ''} |")
     dumped = speed.model_dump(exclude_unset=True)
     note = speed_mde_note(dumped)
     out += ["", f"_{_md(note)}._"] if note else []

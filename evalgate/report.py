@@ -17,7 +17,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from evalgate.engine.device import describe as describe_device
 from evalgate.fmt import pts
 from evalgate.plot import delta_plot, kl_curve, sweep_plot, tradeoff_plot
-from evalgate.speed import repeats_note
+from evalgate.precision import precision_note
+from evalgate.speed import repeats_note, repeats_words
 from evalgate.verdict import Verdict, as_verdict
 from evalgate.wording import (NO_OP_NOTE, SPEC_SOURCE_NOTE, floor_note, goodput_words, items_needed_short,
                               latency_headline, shown_verdict, slo_rows, speed_mde_note)
@@ -56,7 +57,8 @@ def _env() -> Environment:
         sweep_plot=sweep_plot, tradeoff_points=tradeoff_points, sweep_rows=sweep_rows, review_items=review_items,
         items_needed_short=items_needed_short, floor_note=floor_note, shown_verdict=shown_verdict,
         NO_OP_NOTE=NO_OP_NOTE, spec_source_note=SPEC_SOURCE_NOTE, speed_mde_note=speed_mde_note,
-        repeats_note=repeats_note, describe_device=describe_device, slo_rows=slo_rows, goodput_words=goodput_words)
+        repeats_note=repeats_note, repeats_words=repeats_words, precision_note=precision_note,
+        describe_device=describe_device, slo_rows=slo_rows, goodput_words=goodput_words)
     return env
 
 

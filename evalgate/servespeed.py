@@ -101,7 +101,11 @@ def compare_goodput(baseline: list[float | None], candidate: list[float | None],
 
 def serve_problems(profile: TrafficProfile) -> list[tuple[str, str]]:
     """``(traffic field, message)`` for each part of ``profile`` serve mode cannot measure: ``vllm bench serve``
-    here sends vLLM's random dataset only (``prompts: suites`` is an offline-mode feature). Empty when it fits."""
+    here sends vLLM's random dataset only (``prompts: suites`` is an offline-mode feature), and its repeats are a fixed
+    count (``traffic.precision``'s two-stage rule is an offline-mode feature). Empty when it fits."""
+    if profile.precision is not None:
+        return [("precision", "a precision target (Stein's two-stage rule) is measured in offline mode only (serve "
+                              "mode runs a fixed number of repeats); set traffic.mode: offline or use repeats")]
     if profile.requests is not None:  # traffic.from: the rendered requests live in the offline worker only
         return [("from", "a request log is replayed in offline mode only (serve mode sends vLLM's random dataset); "
                          "set traffic.mode: offline")]

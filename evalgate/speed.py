@@ -36,6 +36,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalgate.precision import METHOD as PRECISION_METHOD
+from evalgate.precision import precision_note
+
 __all__ = ["CPU_PROFILE", "CUDA_PROFILE", "SpeedComparison", "TrafficProfile", "compare_speed", "coefficient_of_variation",
            "describe", "detectable_ratio", "paired_t_power", "repeats_needed", "speed_block"]
 
@@ -59,6 +62,11 @@ class TrafficProfile:
         mode: ``offline`` (``vllm.LLM`` in the engine worker) or ``serve`` (``vllm serve`` + ``vllm bench serve``).
         level: the confidence level of the speed-up interval (two-sided).
         power: the power of the speed-up's MDE and repeats needed (the thresholds' ``power``; not a traffic key).
+        precision: ``traffic.precision``: the target half-width of the speed-up's interval as a share of the ratio
+            (0.02 = ±2 %), reached by Stein's two-stage rule (``evalgate.precision``; ``repeats`` is then the first
+            stage, >= 2); None: ``repeats`` pairs, no target.
+        max_repeats: with ``precision``, the pairs in all at most (None: ``precision.pair_cap``'s default).
+        max_seconds: with ``precision``, the speed phase's wall-clock budget in seconds (None: no budget).
         requests: with ``traffic.from`` (``prompts: log``, ``input_len`` None, ``output_len`` the budget of a record
             without one): what the gate read of the request log, ``{"path", "sha256", "requests" (in the log),
             "formats", "concurrency": {"source", ...}}``; after the measurement also the requests sent:
@@ -80,6 +88,9 @@ class TrafficProfile:
     power: float = PLANNING_POWER
     requests: dict[str, Any] | None = None
     goodput: dict[str, float] | None = None
+    precision: float | None = None
+    max_repeats: int | None = None
+    max_seconds: float | None = None
 
     def prompts_at(self, concurrency: int) -> int:
         """Requests per repeat at one concurrency level."""
@@ -88,7 +99,7 @@ class TrafficProfile:
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["concurrency"] = list(self.concurrency)
-        for key in ("requests", "goodput"):
+        for key in ("requests", "goodput", "precision", "max_repeats", "max_seconds"):
             if d[key] is None:
                 del d[key]  # the keys of a profile without them stay as they were
         return d
@@ -122,6 +133,9 @@ class SpeedComparison:
             spread, at the profile's power (``detectable_ratio``); NaN with fewer than 2 pairs or no spread.
         repeats_needed: for ``no measurable speed-up`` only, the repeats that would resolve the observed ratio
             (``repeats_needed``); None when measurable or not estimable, ``MAX_REPEATS + 1`` for more than the cap.
+        precision: with ``traffic.precision``, ``precision.precision_record``'s ``{"target",
+            "achieved_half_width", "pairs", "stopped", "pairs_needed"}`` (``ci_low`` / ``ci_high`` are then Stein's
+            interval); None otherwise.
     """
 
     concurrency: int
@@ -138,6 +152,7 @@ class SpeedComparison:
     total_candidate: tuple[float, ...] = field(default=())
     mde_ratio: float = math.nan
     repeats_needed: int | None = None
+    precision: dict[str, Any] | None = None
 
 
 def _log_ratios(baseline: Sequence[float], candidate: Sequence[float]) -> list[float] | None:
@@ -279,13 +294,15 @@ def speed_block(levels: Sequence[SpeedComparison], profile: TrafficProfile, meas
         rows.append({
             "concurrency": s.concurrency, "ratio": _num(s.ratio), "ci_low": _num(s.ci_low), "ci_high": _num(s.ci_high),
             "level": s.level, "verdict": s.verdict, "mde_ratio": _num(s.mde_ratio), "repeats_needed": s.repeats_needed,
+            **({"precision": s.precision} if s.precision is not None else {}),
             "baseline": {"output_tok_s": list(s.baseline), "median": statistics.median(s.baseline),
                          "total_tok_s": list(s.total_baseline), "cv": _num(s.cv_baseline)},
             "candidate": {"output_tok_s": list(s.candidate), "median": statistics.median(s.candidate),
                           "total_tok_s": list(s.total_candidate), "cv": _num(s.cv_candidate)},
         })
     head = rows[0] if rows else {}
-    return {"status": "measured", "method": METHOD, "profile": profile.as_dict(), "levels": rows,
+    method = METHOD if profile.precision is None else f"{METHOD}; {PRECISION_METHOD}"
+    return {"status": "measured", "method": method, "profile": profile.as_dict(), "levels": rows,
             "ratio": head.get("ratio"), "ci_low": head.get("ci_low"), "ci_high": head.get("ci_high"),
             "verdict": head.get("verdict"), "concurrency": head.get("concurrency"), "sides": measurements}
 
@@ -304,9 +321,11 @@ def headline(speed: dict[str, Any]) -> str:
         ci = f" [{lo:.2f}, {hi:.2f}] ({100 * row.get('level', 0.95):.0f}%)" if lo is not None and hi is not None \
             else " [no interval: < 2 repeats]"
         need = repeats_note(row.get("repeats_needed"))
-        parts.append(f"c={row['concurrency']}: \u00d7{row['ratio']:.2f}{ci}, {row['verdict']}{', ' + need if need else ''} "
+        prec = precision_note(row.get("precision"))
+        parts.append(f"c={row['concurrency']}: \u00d7{row['ratio']:.2f}{ci}, {row['verdict']}{', ' + need if need else ''}"
+                     f"{', ' + prec if prec else ''} "
                      f"({row['baseline']['median']:,.0f} \u2192 {row['candidate']['median']:,.0f} output tok/s)")
-    head = f"speed ({profile_words(p)}, {p.get('repeats')} repeats, {p.get('mode', 'offline')}):"
+    head = f"speed ({profile_words(p)}, {repeats_words(p)}, {p.get('mode', 'offline')}):"
     # A sweep gets one line per level: three levels on one line outgrow any terminal.
     return f"{head} {parts[0]}" if len(parts) == 1 else head + "".join(f"\n  {x}" for x in parts)
 
@@ -333,6 +352,20 @@ def profile_words(p: dict[str, Any]) -> str:
     return text
 
 
+def repeats_words(p: dict[str, Any], interleaved: bool = False) -> str:
+    """The profile's repeats in words: ``3 repeats`` (with ``interleaved``: ``3 interleaved repeats per side``); with
+    ``traffic.precision`` ``3 to 10 pairs, target ±2 %`` (``3 to 10 interleaved pairs, ...``): Stein's first stage,
+    then up to the cap (``precision.pair_cap``), and the ``max_seconds`` budget when set."""
+    from evalgate.precision import pair_cap
+
+    n = p.get("repeats")
+    if p.get("precision") is None or not isinstance(n, int):
+        return f"{n} interleaved repeats per side" if interleaved else f"{n} repeats"
+    text = (f"{n} to {pair_cap(n, p.get('max_repeats'))} {'interleaved ' if interleaved else ''}pairs, target "
+            f"\u00b1{100 * float(p['precision']):g} %")
+    return text + (f" within {float(p['max_seconds']):g} s" if p.get("max_seconds") is not None else "")
+
+
 def repeats_note(need: int | None) -> str:
     """``needs ≈6 repeats in all`` (``repeats_needed`` of an unresolved level, at this spread), ``needs > 100
     repeats`` past the cap, or "" when there is nothing to say (resolved, not estimable, or not an integer)."""
@@ -342,10 +375,11 @@ def repeats_note(need: int | None) -> str:
 
 
 def resolve_profile(fields: dict[str, Any] | None, *, cuda: bool, concurrency: Sequence[int] | None = None,
-                    repeats: int | None = None, power: float = PLANNING_POWER) -> TrafficProfile:
+                    repeats: int | None = None, power: float = PLANNING_POWER, precision: float | None = None,
+                    max_repeats: int | None = None, max_seconds: float | None = None) -> TrafficProfile:
     """The traffic profile to measure: the platform's default (``CUDA_PROFILE`` / ``CPU_PROFILE``), then the
     thresholds' ``traffic`` fields (validated by ``thresholds``), then the command line's ``--concurrency`` /
-    ``--repeats``. A default ``num_prompts`` of the CPU profile is kept only while its concurrency is. ``power``: the
+    ``--repeats`` / ``--precision`` / ``--max-repeats`` / ``--max-seconds``. A default ``num_prompts`` of the CPU profile is kept only while its concurrency is. ``power``: the
     thresholds' ``power``, for the speed-up's MDE (not a traffic key)."""
     base = CUDA_PROFILE if cuda else CPU_PROFILE
     merged = base.as_dict()
@@ -359,6 +393,9 @@ def resolve_profile(fields: dict[str, Any] | None, *, cuda: bool, concurrency: S
             merged["num_prompts"] = None
     if repeats is not None:
         merged["repeats"] = repeats
+    for key, value in (("precision", precision), ("max_repeats", max_repeats), ("max_seconds", max_seconds)):
+        if value is not None:
+            merged[key] = value
     merged["concurrency"] = tuple(merged["concurrency"])
     merged["power"] = power
     return TrafficProfile(**merged)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -24,20 +25,31 @@ WARMUP_OUTPUT_LEN = 16  # tokens: enough to run the decode path at the level's b
 
 
 def measure_speed(workers: Mapping[str, Any], profile: TrafficProfile,
-                  progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                  progress: Callable[[str], None] | None = None,
+                  clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
     """Measure ``profile`` on both sides and compare; ``workers`` maps ``baseline``/``candidate`` to an object with
     ``measure(command) -> result`` (``throughput.measure``'s fields) and ``info`` (its ``ready`` reply).
 
+    Without ``profile.precision``: ``repeats`` interleaved pairs per level. With it (Stein's two-stage rule,
+    ``evalgate.precision``): ``repeats`` pairs (the first stage), then the pairs ``stein_plan`` asks for, still
+    interleaved, until that count, ``precision.pair_cap`` pairs in all, or the ``max_seconds`` budget ends; the
+    level's interval is then Stein's (``stein_interval``) and its row records ``precision``. The budget (seconds,
+    from this call's start, by ``clock``) is shared out: each level may use an equal share of what is left when it
+    starts; a second-stage pair is not started when the mean duration of the level's pairs so far would take it past
+    that share (the first stage always runs).
+
     Returns:
-        The ``speed`` block (``speed.speed_block``) with every raw repeat under ``sides.<role>.runs``.
+        The ``speed`` block (``speed.speed_block``) with every raw repeat under ``sides.<role>.runs`` (with
+        ``precision``, each marked ``stage`` 1 or 2).
     Raises:
         SpeedError (from a worker): a measurement failed.
     """
     say = progress or log.info
+    start = clock()
     runs: dict[str, list[dict[str, Any]]] = {"baseline": [], "candidate": []}
     levels = []
     sent: dict[str, Any] = {}
-    for c in profile.concurrency:
+    for k, c in enumerate(profile.concurrency):
         n = profile.prompts_at(c)
         cmd = {"input_len": profile.input_len, "output_len": profile.output_len, "num_prompts": n,
                "prompts": profile.prompts, "concurrency": c}
@@ -47,29 +59,83 @@ def measure_speed(workers: Mapping[str, Any], profile: TrafficProfile,
             cmd = {"log": {"path": profile.requests["path"], "sha256": profile.requests["sha256"], "num_prompts": n,
                            "output_len": profile.output_len}, "concurrency": c}
             warm = {**cmd, "warmup": True, "label": "warm-up"}
+        level_start = clock()
         for role in ("baseline", "candidate"):
             r = workers[role].measure(warm)
             if "requests_summary" in r:
                 sent[role] = r["requests_summary"]
         out: dict[str, list[float]] = {"baseline": [], "candidate": []}
         total: dict[str, list[float]] = {"baseline": [], "candidate": []}
-        for i in range(profile.repeats):
+        pair_seconds: list[float] = []
+
+        def pair(i: int, planned: int, stage: int | None) -> None:
+            t0 = clock()
             order = ("baseline", "candidate") if i % 2 == 0 else ("candidate", "baseline")
             for role in order:
-                r = workers[role].measure({**cmd, "label": f"repeat {i + 1}/{profile.repeats}"})
+                r = workers[role].measure({**cmd, "label": f"repeat {i + 1}/{planned}"})
                 r.pop("requests_summary", None)  # the warm-up's reply recorded it
                 out[role].append(float(r["output_tok_s"]))
                 total[role].append(float(r["total_tok_s"]))
-                runs[role].append({"concurrency": c, "repeat": i, **r})
-            say(f"speed c={c} repeat {i + 1}/{profile.repeats}: baseline {out['baseline'][-1]:,.0f}, candidate "
+                runs[role].append({"concurrency": c, "repeat": i, **({"stage": stage} if stage else {}), **r})
+            pair_seconds.append(clock() - t0)
+            say(f"speed c={c} repeat {i + 1}/{planned}: baseline {out['baseline'][-1]:,.0f}, candidate "
                 f"{out['candidate'][-1]:,.0f} output tok/s")
-        levels.append(compare_speed(c, out["baseline"], out["candidate"], profile.level,
-                                    total["baseline"], total["candidate"], profile.power))
+
+        stage1 = 1 if profile.precision is not None else None
+        for i in range(profile.repeats):
+            pair(i, profile.repeats, stage1)
+        comp = compare_speed(c, out["baseline"], out["candidate"], profile.level, total["baseline"],
+                             total["candidate"], profile.power)
+        if profile.precision is not None:
+            deadline = None
+            if profile.max_seconds is not None:  # this level's share of the budget left when it started
+                left = start + profile.max_seconds - level_start
+                deadline = level_start + left / (len(profile.concurrency) - k)
+            comp = _second_stage(comp, profile, out, total, pair, pair_seconds, deadline, clock, say)
+        levels.append(comp)
     sides = {role: {**{k: v for k, v in (workers[role].info or {}).items() if k != "event"}, "runs": runs[role]}
              for role in ("baseline", "candidate")}
     if profile.requests is not None:
         profile = with_sent_requests(profile, sent)
     return speed_block(levels, profile, sides)
+
+
+def _second_stage(first: Any, profile: TrafficProfile, out: dict[str, list[float]], total: dict[str, list[float]],
+                  pair: Callable[[int, int, int | None], None], pair_seconds: list[float], deadline: float | None,
+                  clock: Callable[[], float], say: Callable[[str], None]) -> Any:
+    """Stein's second stage at one level (``measure_speed``): plan from the first stage's pairs, measure the pairs it
+    asks for (``pair(i, planned, 2)`` appends one interleaved pair to ``out``/``total``) within the pair cap and the
+    level's ``deadline``, and return ``first`` (a ``SpeedComparison`` of the first stage) recomputed over all pairs
+    with Stein's interval, its reading and the ``precision`` record."""
+    import dataclasses
+
+    from evalgate.precision import BY_REPEATS, BY_SECONDS, MET, pair_cap, precision_record, stein_interval, stein_plan
+    from evalgate.speed import UNMEASURABLE, describe, repeats_needed
+
+    plan = stein_plan(out["baseline"], out["candidate"], profile.precision, profile.level)
+    cap = pair_cap(profile.repeats, profile.max_repeats)
+    planned = min(plan.pairs_needed, cap)
+    if plan.pairs_needed > profile.repeats:
+        say(f"speed c={first.concurrency}: first-stage spread {plan.sd:.4f} (log ratio) needs {plan.pairs_needed} "
+            f"pairs in all for \u00b1{100 * profile.precision:g} %; measuring up to {planned}")
+    stopped, i = MET, profile.repeats
+    while i < plan.pairs_needed:
+        if i >= cap:
+            stopped = BY_REPEATS
+            break
+        if deadline is not None and clock() + sum(pair_seconds) / len(pair_seconds) > deadline:
+            stopped = BY_SECONDS
+            break
+        pair(i, planned, 2)
+        i += 1
+    comp = compare_speed(first.concurrency, out["baseline"], out["candidate"], profile.level, total["baseline"],
+                         total["candidate"], profile.power)
+    lo, hi = stein_interval(out["baseline"], out["candidate"], plan)
+    verdict = describe(lo, hi)
+    need = repeats_needed(out["baseline"], out["candidate"], profile.level, profile.power) \
+        if verdict == UNMEASURABLE else None
+    return dataclasses.replace(comp, ci_low=lo, ci_high=hi, verdict=verdict, repeats_needed=need,
+                               precision=precision_record(profile.precision, plan, i, stopped))
 
 
 def with_sent_requests(profile: TrafficProfile, sent: Mapping[str, dict[str, Any]]) -> TrafficProfile:
@@ -91,10 +157,10 @@ def with_sent_requests(profile: TrafficProfile, sent: Mapping[str, dict[str, Any
 def speed_profile(options: Any, thresholds: Any, config_name: str, *, default_on: bool = False) -> Any:
     """The traffic profile to measure, or None: speed is measured when the thresholds file has a ``traffic``
     section (or ``configs.<name>.traffic``), the command line asks for it (``--speed``/``--concurrency``/
-    ``--repeats``) or ``default_on`` (ablate), and never with ``--no-speed``.
+    ``--repeats``/``--precision``/...) or ``default_on`` (ablate), and never with ``--no-speed``.
 
     Raises:
-        ConfigError: the profile is invalid, asks ``mode: serve`` for what serve mode cannot measure
+        ConfigError: the profile is invalid (also its precision keys together: ``precision.precision_problems``), asks ``mode: serve`` for what serve mode cannot measure
             (``servespeed.serve_problems``), or the installed vLLM lacks the benchmark code the mode calls
             (``check_benchmark_code``).
     """
@@ -110,7 +176,15 @@ def speed_profile(options: Any, thresholds: Any, config_name: str, *, default_on
     if from_log:
         fields.pop("concurrency")
     profile = resolve_profile(fields, cuda=has_cuda(), concurrency=options.concurrency, repeats=options.repeats,
-                              power=thresholds.power)  # the speed MDE at the quality side's power
+                              power=thresholds.power,  # the speed MDE at the quality side's power
+                              precision=getattr(options, "precision", None),
+                              max_repeats=getattr(options, "max_repeats", None),
+                              max_seconds=getattr(options, "max_seconds", None))
+    from evalgate.precision import precision_problems
+
+    for fld, msg in precision_problems(profile.repeats, profile.precision, profile.max_repeats, profile.max_seconds):
+        path, dotted = traffic_source(thresholds, config_name, fld, options)
+        raise ConfigError(msg, path=path, field=dotted)
     if log_path is not None or from_log:
         profile = log_profile(profile, fields, log_path, from_log and not options.concurrency, thresholds,
                               config_name, options)
@@ -219,11 +293,11 @@ def check_benchmark_code(mode: str, thresholds: Any, config_name: str, options: 
 
 def traffic_source(thresholds: Any, config: str | None, fld: str, options: Any = None) -> tuple[Any, str]:
     """``(file, dotted field)`` that set traffic field ``fld`` of ``config``'s profile, for an error message: the
-    command line (``--concurrency`` / ``--repeats``: no file), ``configs.<config>.traffic.<fld>``, else
+    command line (``--concurrency`` / ``--repeats`` / ``--precision`` / ``--max-repeats`` / ``--max-seconds``: no file), ``configs.<config>.traffic.<fld>``, else
     ``traffic.<fld>`` (also when the value is the platform's default)."""
-    flag = {"concurrency": "concurrency", "repeats": "repeats"}.get(fld)
+    flag = fld if fld in ("concurrency", "repeats", "precision", "max_repeats", "max_seconds") else None
     if options is not None and flag and getattr(options, flag, None) not in (None, [], ()):
-        return None, f"--{flag}"
+        return None, f"--{flag.replace('_', '-')}"
     override = thresholds.configs.get(config) if config is not None else None
     if override is not None and fld in override.traffic.fields():
         return thresholds.path, f"configs.{config}.traffic.{fld}"
@@ -249,10 +323,10 @@ def measure_speed_safely(workers: dict[str, Any], profile: Any) -> dict[str, Any
     measurement failed: the quality verdict is still written (the run then exits 3)."""
     from evalgate.runner import SpeedError
 
-    from evalgate.speed import profile_words
+    from evalgate.speed import profile_words, repeats_words
 
-    log.info("speed: %s, concurrency %s, %s repeats per side, interleaved", profile_words(profile.as_dict()),
-             ",".join(map(str, profile.concurrency)), profile.repeats)
+    log.info("speed: %s, concurrency %s, %s per side, interleaved", profile_words(profile.as_dict()),
+             ",".join(map(str, profile.concurrency)), repeats_words(profile.as_dict()))
     try:
         return measure_speed(workers, profile)
     except SpeedError as exc:

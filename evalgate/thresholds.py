@@ -195,7 +195,19 @@ class TrafficSection(Schema):
     """Requests per repeat and level, 1..100_000; null: = the level's concurrency (one wave); with ``from``: the
     log's first ``num_prompts`` requests (null: all of them)."""
     repeats: _integer(1, MAX_TRAFFIC_REPEATS) = None  # type: ignore[valid-type]
-    """Interleaved timed passes per side, 1..100 (>= 2 for an interval)."""
+    """Interleaved timed passes per side, 1..100 (>= 2 for an interval); with ``precision``: the first stage's
+    pairs (>= 2)."""
+    precision: _number("must be a number with 0 < precision < 1 (the interval's half-width as a share of the "
+                       "speed-up: 0.02 = \u00b12 %)", gt=0, lt=1) = None  # type: ignore[valid-type]
+    """Target half-width of the speed-up's 95 % interval as a share of the ratio, 0 < precision < 1 (0.02 = ±2 %):
+    after ``repeats`` pairs, Stein's two-stage rule adds the interleaved pairs that spread needs (up to
+    ``max_repeats`` / ``max_seconds``) and the interval uses the first stage's spread (exact coverage; docs: the
+    speed guide). Offline mode only. Unset: ``repeats`` pairs, no target."""
+    max_repeats: _integer(2, MAX_TRAFFIC_REPEATS) = None  # type: ignore[valid-type]
+    """With ``precision``: interleaved pairs in all at most, ``repeats``..100; unset: max(10, repeats)."""
+    max_seconds: _number("must be a finite number of seconds > 0", gt=0) = None  # type: ignore[valid-type]
+    """With ``precision``: wall-clock budget in seconds of the speed phase (all levels; the first stage always runs;
+    a pair that would end past a level's share of what is left is not started); unset: no budget."""
     prompts: choice("random", "suites") = None  # type: ignore[valid-type]
     """random (vLLM's RandomDataset) or suites (the suites' own prompts)."""
     from_: Annotated[str, Field(strict=True, min_length=1, alias="from"),

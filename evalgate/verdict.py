@@ -263,6 +263,16 @@ class SpeedSide(_Record):
     cv: Number | None = _f("coefficient of variation of the repeats")
 
 
+class SpeedPrecision(_Record):
+    """A level's precision target and what Stein's two-stage rule reached (``precision.precision_record``)."""
+
+    target: Number | None = _f("``traffic.precision``: the wanted half-width of the interval, share of the ratio")
+    achieved_half_width: Number | None = _f("the interval's half-width reached (upper half, share of the ratio)")
+    pairs: int | None = _f("interleaved pairs measured in all (first stage included)")
+    stopped: str | None = _f("``met`` (target reached), ``max_repeats`` or ``max_seconds`` (capped short of it)")
+    pairs_needed: int | None = _f("pairs in all Stein's rule asked for: max(n0, ceil(t\u00b2 s0\u00b2 / h\u00b2))")
+
+
 class SpeedLevel(_Record):
     """Speed-up at one concurrency level."""
 
@@ -278,6 +288,8 @@ class SpeedLevel(_Record):
     repeats_needed: int | None = Field(default=None, ge=2, description=(
         "an unresolved level's repeats in all that would resolve the observed ratio at this spread "
         "(``speed.repeats_needed``; 101 = more than 100); None otherwise"))
+    precision: SpeedPrecision | None = _f("with ``traffic.precision``: target, half-width reached, pairs, why it "
+                                          "stopped, pairs needed (the interval is then Stein's); None otherwise")
     baseline: SpeedSide = Field(default_factory=SpeedSide, description="the baseline's throughput")
     candidate: SpeedSide = Field(default_factory=SpeedSide, description="the candidate's throughput")
 

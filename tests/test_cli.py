@@ -35,13 +35,23 @@ def test_run_options_from_arguments() -> None:
     opts = RunOptions.from_args(args)
     assert (opts.limit, opts.logprob_items, opts.concurrency, opts.repeats, opts.timeout) == (5, 0, [1, 16], 4, 60.0)
     assert opts.wants_speed and not RunOptions().wants_speed
+    opts = RunOptions.from_args(_parse("run", "--config", "x", "--precision", "0.02", "--max-repeats", "30",
+                                       "--max-seconds", "900"))
+    assert (opts.precision, opts.max_repeats, opts.max_seconds, opts.repeats) == (0.02, 30, 900.0, None)
+    assert opts.wants_speed  # a precision target implies --speed
 
 
 @pytest.mark.parametrize(("extra", "field", "message"), [
     (["--limit", "0"], "--limit", "must be >= 1, got 0"),
     (["--logprob-items", "-1"], "--logprob-items", "must be >= 0, got -1"),
     (["--repeats", "0"], "--repeats", "must be >= 1, got 0"),
-    (["--no-speed", "--speed"], "--no-speed", "--no-speed contradicts --speed / --concurrency / --repeats"),
+    (["--no-speed", "--speed"], "--no-speed", "--no-speed contradicts --speed / --concurrency / --repeats / "
+                                              "--precision / --max-repeats / --max-seconds"),
+    (["--no-speed", "--precision", "0.02"], "--no-speed", "--no-speed contradicts --speed / --concurrency / "
+                                                          "--repeats / --precision / --max-repeats / --max-seconds"),
+    (["--precision", "1.5"], "--precision", "must be a number with 0 < precision < 1 (0.02 = \u00b12 %), got 1.5"),
+    (["--max-repeats", "101"], "--max-repeats", "must be an integer with 2 <= max_repeats <= 100, got 101"),
+    (["--max-seconds", "inf"], "--max-seconds", "must be a finite number of seconds > 0, got inf"),
     (["--timeout", "nan"], "--timeout", "must be a number of seconds > 0, got nan"),
 ])
 def test_out_of_range_options_are_one_line_errors(extra: list[str], field: str, message: str,
