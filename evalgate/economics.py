@@ -28,7 +28,8 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["SECONDS_PER_HOUR", "TOKENS_PER_MILLION", "break_even_utilisation", "cost_ratio_interval",
-           "economics_block", "economics_lines", "economics_properties", "engine_gpus", "usd_per_mtok"]
+           "economics_block", "economics_lines", "economics_properties", "engine_gpus", "pct", "usd", "usd_per_mtok",
+           "utilisation"]
 
 SECONDS_PER_HOUR = 3600.0
 TOKENS_PER_MILLION = 1e6
@@ -144,7 +145,7 @@ def economics_block(speed: Mapping[str, Any] | None, settings: Mapping[str, Any]
     return {"gpu_hour_usd": price, "api_usd_per_mtok": api, "gpus": gpus, "gpus_source": source, "levels": levels}
 
 
-def _pct(x: float | None) -> str:
+def pct(x: float | None) -> str:
     """A signed share as a percentage with the typographic minus: ``−26 %``, ``+4 %``."""
     if x is None:
         return "n/a"
@@ -152,9 +153,13 @@ def _pct(x: float | None) -> str:
     return s.replace("-", "\u2212")
 
 
-def _usd(x: float) -> str:
-    """Dollars with two significant decimals, more for sub-cent figures: ``$0.42``, ``$0.0031``."""
-    return f"${x:,.2f}" if abs(x) >= 0.1 else f"${x:.2g}" if x else "$0"
+def usd(x: float | None) -> str:
+    """Dollars with two decimals, two significant digits below $0.10: ``$0.42``, ``$0.0031``, ``−$1.20``; ``n/a``
+    for None."""
+    if x is None:
+        return "n/a"
+    sign, a = ("\u2212" if x < 0 else ""), abs(x)
+    return f"{sign}${a:,.2f}" if a >= 0.1 else f"{sign}${a:.2g}" if a else "$0"
 
 
 def economics_lines(block: Mapping[str, Any] | None) -> list[str]:
@@ -171,14 +176,21 @@ def economics_lines(block: Mapping[str, Any] | None) -> list[str]:
     out = [head + ", at full load):"]
     for lv in block.get("levels") or []:
         b, c = lv["baseline"], lv["candidate"]
-        ci = (f" [{_pct(lv['cost_change_low'])}, {_pct(lv['cost_change_high'])}]"
+        ci = (f" [{pct(lv['cost_change_low'])}, {pct(lv['cost_change_high'])}]"
               if lv.get("cost_change_low") is not None else "")
-        line = (f"c={lv['concurrency']}: {_usd(b['usd_per_mtok'])} \u2192 {_usd(c['usd_per_mtok'])} per M output tokens "
-                f"({_pct(lv['cost_change'])}{ci})")
+        line = (f"c={lv['concurrency']}: {usd(b['usd_per_mtok'])} \u2192 {usd(c['usd_per_mtok'])} per M output tokens "
+                f"({pct(lv['cost_change'])}{ci})")
         if api:
             line += "; " + _api_words(b, c)
         out.append(line)
     return out
+
+
+def utilisation(u: float | None) -> str:
+    """A break-even utilisation in words: ``below 38 %``; ``never (API cheaper even at 100 %)`` above 1."""
+    if u is None:
+        return "n/a"
+    return "never (API cheaper even at 100 %)" if u > 1 else f"{100 * u:.0f} %"
 
 
 def _api_words(b: Mapping[str, Any], c: Mapping[str, Any]) -> str:

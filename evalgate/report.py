@@ -14,6 +14,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from evalgate.economics import economics_lines, pct, usd, utilisation
 from evalgate.fmt import pts
 from evalgate.plot import delta_plot, kl_curve, sweep_plot, tradeoff_plot
 from evalgate.speed import repeats_note
@@ -55,7 +56,7 @@ def _env() -> Environment:
         sweep_plot=sweep_plot, tradeoff_points=tradeoff_points, sweep_rows=sweep_rows, review_items=review_items,
         items_needed_short=items_needed_short, floor_note=floor_note, shown_verdict=shown_verdict,
         NO_OP_NOTE=NO_OP_NOTE, spec_source_note=SPEC_SOURCE_NOTE, speed_mde_note=speed_mde_note,
-        repeats_note=repeats_note)
+        repeats_note=repeats_note, usd=usd, pct=pct, utilisation=utilisation)
     return env
 
 
@@ -114,6 +115,9 @@ def render_terminal(doc: Doc) -> str:
 
         dumped = doc.speed.model_dump(exclude_unset=True)
         lines.extend(x for x in (headline(dumped), latency_headline(dumped)) if x)
+    if doc.economics is not None:
+        cost = economics_lines(doc.economics.model_dump())
+        lines += cost[:1] + [f"  {x}" for x in cost[1:]]
     lines.append("")
     lines.append(f"VERDICT: {doc.verdict}")
     lines.extend(f"  - {r}" for r in doc.reasons)
