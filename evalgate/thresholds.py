@@ -187,7 +187,8 @@ class EconomicsSection(Schema):
     """Optional: an API's price per million output tokens, US dollars (> 0), to compare self-hosting against: the
     break-even utilisation (the share of the hour the GPUs must be busy for self-hosting to be cheaper) and the
     saving at full load."""
-    gpus: _integer(1) = None  # type: ignore[valid-type]
+    gpus: Annotated[int, Field(strict=True, ge=1),
+                    rule("must be an integer >= 1 (GPUs one engine occupies)")] = None  # type: ignore[assignment]
     """GPUs one engine occupies (an integer >= 1); unset: tensor_parallel_size * pipeline_parallel_size of each
     side's engine_args, else 1."""
 
