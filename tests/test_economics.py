@@ -155,7 +155,7 @@ def test_config_keys_over_top_level_keys(tmp_path: Path) -> None:
     ("economics: {gpu_hour_usd: -2.5}", "economics.gpu_hour_usd", "got -2.5"),
     ("economics: {gpu_hour_usd: cheap}", "economics.gpu_hour_usd", "got 'cheap'"),
     ("economics: {gpu_hour_usd: 2, api_usd_per_mtok: 0}", "economics.api_usd_per_mtok", "> 0"),
-    ("economics: {gpu_hour_usd: 2, gpus: 0}", "economics.gpus", "integer >= 1, got 0"),
+    ("economics: {gpu_hour_usd: 2, gpus: 0}", "economics.gpus", "integer >= 1 (GPUs one engine occupies), got 0"),
     ("economics: {gpu_hour_usd: 2, gpus: 1.5}", "economics.gpus", "integer >= 1"),
     ("economics: {gpu_hour_usd: 2, gpu: 1}", "economics.gpu", "did you mean 'gpus'"),
     ("economics: {api_usd_per_mtok: 2}", "economics.gpu_hour_usd", "required"),
