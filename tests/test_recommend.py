@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from evalgate import ablate
 from evalgate.recommend import recommend, recommendation_lines
 
@@ -113,3 +115,66 @@ def test_ablation_rows_carry_the_verdicts_costs() -> None:
     assert row["economics"] == [{"concurrency": 16, "candidate": {"usd_per_mtok": 0.8}}]
     (row,) = ablate.ablation_rows([v], {"r~k": {**doc, "economics": None}})
     assert row["economics"] == []
+
+
+def test_ablate_command_writes_costs_and_the_recommendation(monkeypatch, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Through ``evalgate ablate`` with fake engines (baseline 100 output tok/s, every variant 150): each variant's
+    verdict.json has its costs, ablation.json its recommendation, and the terminal table both."""
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from runfixtures import task
+
+    from evalgate import cli, engine, runner
+    from evalgate.runner import ConfigRun
+
+    class Fake:
+        def __init__(self, speed: float) -> None:
+            self.speed = speed
+            self.info = {"event": "ready", "device": "fake CPU", "isa": ["avx2"], "versions": {}}
+
+        def measure(self, cmd: dict) -> dict:
+            return {"output_tok_s": self.speed, "total_tok_s": 2 * self.speed}
+
+        def close(self) -> None:
+            pass
+
+        kill = close
+
+    def start(cfg, suites, **kw):  # type: ignore[no-untyped-def]
+        n = 40
+        t = {"t": task("t", "docparse", ["ok"] * n, [1.0] * n)}
+        eff = {"engine_args": dict(cfg.engine_args), "env": dict(cfg.env)}
+        return Fake(100.0 if cfg.name == "baseline" else 150.0), ConfigRun(
+            config=cfg, tasks=t, effective=eff, journal=str(tmp_path / f"{cfg.name.replace('/', '_')}.jsonl"))
+
+    monkeypatch.setattr(runner, "start_config", start)
+    monkeypatch.setattr(runner, "check_engine_values", lambda cfg, log, timeout: {"max_model_len": 2048,
+                                                                                 "max_num_seqs": 256})
+    monkeypatch.setattr(engine, "_has_cuda", lambda: False)
+    (tmp_path / "t.yaml").write_text("alpha: 0.05\ndefault: {margin: 10.0}\nbootstrap_resamples: 1000\n"
+                                     "traffic: {input_len: 8, output_len: 8, concurrency: 4, repeats: 2}\n"
+                                     "economics: {gpu_hour_usd: 3.6, api_usd_per_mtok: 20}\n")
+    out = tmp_path / "ab"
+    assert cli.main(["ablate", "--config", "cline-recipe", "--suites", "docparse", "--kind", "alone", "--thresholds",
+                     str(tmp_path / "t.yaml"), "--out", str(out)]) == 0
+    # $3.60/GPU-hour: baseline 100 tok/s = $10.00/M, a variant at 150 tok/s = $6.67/M; break-even 1/3 at $20/M.
+    verdict = json.loads((out / "variants" / "fp16-state" / "verdict.json").read_text())
+    (lv,) = verdict["economics"]["levels"]
+    assert lv["baseline"]["usd_per_mtok"] == pytest.approx(10.0)
+    assert lv["candidate"]["usd_per_mtok"] == pytest.approx(10.0 / 1.5)
+    assert lv["candidate"]["break_even_utilisation"] == pytest.approx(1 / 3)
+    saved = json.loads((out / "ablation.json").read_text())
+    ran = [r for r in saved["rows"] if not r["skipped"]]
+    assert all(r["economics"][0]["candidate"]["usd_per_mtok"] == pytest.approx(10.0 / 1.5) for r in ran)
+    (rec,) = saved["recommendation"]
+    # Every variant that ran is x1.50; the tie goes to the first PASS row (all have one switch).
+    first_pass = next(r for r in ran if r["verdict"] == "PASS")
+    assert rec["concurrency"] == 4 and rec["config"] == first_pass["config"] and rec["ratio"] == pytest.approx(1.5)
+    assert rec["usd_per_mtok"] == pytest.approx(10.0 / 1.5)
+    table = capsys.readouterr().out
+    assert "c=4 \u00d71.50 [1.50, 1.50] $6.67/M" in table
+    assert f"  c=4: recommend {first_pass['label']} (config {first_pass['config']})" in table
+    assert 'id="recommendation"' in (out / "ablation.html").read_text()
