@@ -234,6 +234,7 @@ def test_economics_reaches_every_output() -> None:
     html = render_html(doc)
     assert 'id="economics"' in html and "<td>$1.00</td><td>$0.80</td><td>$0.20</td><td>\u221220 %</td>" in html
     assert "95% [\u221229 %, \u22129 %]" in html and "<td>50 % / 40 %</td>" in html
+    assert "<td>$1.20 (60 %) below the API</td>" in html and "engine <span class=\"muted\">(" in html
     # Without the section: no cost anywhere.
     plain = _doc(economics=None)
     assert "cost (" not in render_terminal(plain) and "**Cost**" not in render_markdown(plain)
