@@ -272,3 +272,16 @@ def test_pipeline_passes_the_configs_economics(tmp_path: Path) -> None:
     # $7.20 (the config's) at 1,000 tok/s = $2.00/M.
     assert doc["economics"]["levels"][0]["baseline"]["usd_per_mtok"] == pytest.approx(2.0)
     assert (tmp_path / "run" / "verdict.json").is_file()
+
+
+def test_a_stored_verdict_with_costs_rerenders(tmp_path: Path) -> None:
+    """``evalgate report RUN_DIR`` reads the block back (typed) and renders the same lines."""
+    from evalgate.runs import read_verdict, rerender
+    from evalgate.store import write_json_atomic
+
+    doc = _doc(economics={"gpu_hour_usd": 3.6, "api_usd_per_mtok": 2.0})
+    write_json_atomic(tmp_path / "verdict.json", doc)
+    verdict = read_verdict(tmp_path / "verdict.json")
+    assert verdict.economics is not None and verdict.to_dict() == doc
+    _, paths = rerender(tmp_path, None)
+    assert "c=16: $1.00 \u2192 $0.80 per M output tokens" in paths["markdown"].read_text(encoding="utf-8")
