@@ -172,7 +172,8 @@ def plan_variants(base: Any, recipe: Any, known: dict[str, Any], refuse: Any) ->
 
 
 def ablation_rows(variants: list[Variant], docs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per variant: ``label``, ``kind``, ``config``, ``verdict``, ``speed`` rows and the per-task Δ."""
+    """One row per variant: ``label``, ``kind``, ``config``, ``verdict``, ``speed`` rows, ``economics`` rows (the
+    verdict's cost per concurrency level; empty without an ``economics`` section) and the per-task Δ."""
     rows = []
     for v in variants:
         doc = docs.get(v.config.name) if not v.skipped else None
@@ -181,7 +182,7 @@ def ablation_rows(variants: list[Variant], docs: dict[str, dict[str, Any]]) -> l
         if doc is not None:
             sp = doc.get("speed") or {}
             row.update(verdict=doc["verdict"], speed=sp.get("levels", []), speed_status=sp.get("status"),
-                       speed_error=sp.get("error"),
+                       speed_error=sp.get("error"), economics=(doc.get("economics") or {}).get("levels", []),
                        tasks=[{k: t.get(k) for k in ("suite", "task", "delta", "ci_low", "ci_high", "verdict")}
                               for t in doc["tasks"]])
         rows.append(row)
@@ -189,9 +190,12 @@ def ablation_rows(variants: list[Variant], docs: dict[str, dict[str, Any]]) -> l
 
 
 def render_table(rows: list[dict[str, Any]]) -> str:
-    """The ablation as a plain-text table: switch, speed-up [interval] per concurrency, Δ [interval] per task, verdict
-    (a skipped or not-run row: why, on one line)."""
+    """The ablation as a plain-text table: switch, speed-up [interval] per concurrency (and the candidate's $ per
+    million output tokens with an ``economics`` section), Δ [interval] per task, verdict (a skipped or not-run row:
+    why, on one line); then, when some speed was measured, the recommendation per concurrency
+    (``recommend.recommend``)."""
     from evalgate.outputs import pts
+    from evalgate.recommend import recommend, recommendation_lines
 
     lines = []
     width = max((len(r["label"]) for r in rows), default=0)  # whole labels: cumulative ones differ at their ends
@@ -202,32 +206,48 @@ def render_table(rows: list[dict[str, Any]]) -> str:
         if r.get("pending"):
             lines.append(f"{r['kind']:10} {r['label']:{width}} not run: {r['not_run']}")
             continue
-        speed = "; ".join(_speed_cell(s) for s in r.get("speed") or []) or (
+        speed = "; ".join(_speed_cell(s, r.get("economics")) for s in r.get("speed") or []) or (
             f"speed {r.get('speed_status') or 'not measured'}")
         deltas = ", ".join(f"{t['task']} {pts(t['delta'])} [{pts(t['ci_low'])}, {pts(t['ci_high'])}]"
                            for t in r.get("tasks", []))
         lines.append(f"{r['kind']:10} {r['label']:{width}} {r.get('verdict', '?'):12} {speed} | {deltas}")
+    recs = recommendation_lines(recommend(rows))
+    if recs:
+        lines += ["", "recommendation (fastest PASS variant whose speed-up's lower bound is > 1):",
+                  *[f"  {x}" for x in recs]]
     return "\n".join(lines)
 
 
-def _speed_cell(s: dict[str, Any]) -> str:
-    lo, hi = s.get("ci_low"), s.get("ci_high")
-    ci = f"[{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "[n/a]"
+def _cost_at(economics: list[dict[str, Any]] | None, c: int) -> float | None:
+    """The candidate's $ per million output tokens at concurrency ``c`` from a row's ``economics`` levels."""
+    lv = next((e for e in economics or [] if e.get("concurrency") == c), None)
+    return None if lv is None else (lv.get("candidate") or {}).get("usd_per_mtok")
+
+
+def _speed_cell(s: dict[str, Any], economics: list[dict[str, Any]] | None = None) -> str:
+    from evalgate.economics import usd
     from evalgate.precision import precision_note
 
+    lo, hi = s.get("ci_low"), s.get("ci_high")
+    ci = f"[{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "[n/a]"
     prec = precision_note(s.get("precision"))
-    return f"c={s['concurrency']} \u00d7{s['ratio']:.2f} {ci}" + (f" ({prec})" if prec else "")
+    cost = _cost_at(economics, s["concurrency"])
+    return (f"c={s['concurrency']} \u00d7{s['ratio']:.2f} {ci}" + (f" ({prec})" if prec else "")
+            + ("" if cost is None else f" {usd(cost)}/M"))
 
 
 def render_html(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
-    """``ablation.html``: the table, the trade-off plot (each variant's headline speed-up against each task's Δ) and,
+    """``ablation.html``: the table (with the candidate's $ per million output tokens under each speed-up when the
+    verdicts carry costs), the recommendation per concurrency (``recommend.recommend``), the trade-off plot (each variant's headline speed-up against each task's Δ) and,
     for a sweep, speed-up by concurrency per variant; unless ``meta["complete"]``, a line at the top saying how many
     rows are missing. Self-contained, no scripts, autoescaped."""
     from jinja2 import Environment, PackageLoader, select_autoescape
 
+    from evalgate.economics import usd
     from evalgate.outputs import pts
     from evalgate.plot import sweep_plot, tradeoff_plot
     from evalgate.precision import precision_note
+    from evalgate.recommend import recommend
     from evalgate.speed import repeats_note, repeats_words
     from evalgate.wording import speed_mde_note
 
@@ -244,12 +264,11 @@ def render_html(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     env = Environment(loader=PackageLoader("evalgate", "templates"), autoescape=select_autoescape(default=True),
                       trim_blocks=True, lstrip_blocks=True)
     env.filters["pts"] = pts
-    env.globals["repeats_note"] = repeats_note
-    env.globals["precision_note"] = precision_note
-    env.globals["repeats_words"] = repeats_words
+    env.globals.update(repeats_note=repeats_note, precision_note=precision_note, repeats_words=repeats_words,
+                       usd=usd, cost_at=_cost_at)
     levels = sorted({s["concurrency"] for r in rows for s in r.get("speed") or []})
     return env.get_template("ablation.html.j2").render(
-        rows=rows, meta=meta, tradeoff=tradeoff_plot(points, title="each switch: speed-up against each task's \u0394"),
+        rows=rows, meta=meta, recommendation=recommend(rows), tradeoff=tradeoff_plot(points, title="each switch: speed-up against each task's \u0394"),
         sweep=sweep_plot(sweep) if len(levels) > 1 else "", levels=levels,
         mde_note=speed_mde_note({"levels": [s for r in rows for s in r.get("speed") or []],
                                  "profile": meta.get("profile") or {}}))
@@ -370,7 +389,8 @@ def _write_files(out: Path, variants: list[Variant], docs: dict[str, Any], faile
 
     A variant vLLM refused is skipped, a failed one's row says why; every row has ``pending`` (its config, in
     ``pending``, is not gated yet) and a pending row ``not_run``: "pending" while the ablation runs, else (once
-    ``meta["stopped"]`` says why it stopped) that it stopped first."""
+    ``meta["stopped"]`` says why it stopped) that it stopped first. ``ablation.json`` also holds the
+    ``recommendation`` per concurrency (``recommend.recommend``) over the rows done so far."""
     from evalgate.store import write_json_atomic
 
     variants = [dataclasses.replace(v, skipped=v.skipped or refused.get(v.config.name, "")) for v in variants]
@@ -381,7 +401,9 @@ def _write_files(out: Path, variants: list[Variant], docs: dict[str, Any], faile
         r["pending"] = not r["skipped"] and r["config"] in pending
         if r["pending"]:
             r["not_run"] = "the ablation stopped before this row finished" if meta["stopped"] else "pending"
-    write_json_atomic(out / "ablation.json", {"meta": meta, "rows": rows})
+    from evalgate.recommend import recommend
+
+    write_json_atomic(out / "ablation.json", {"meta": meta, "rows": rows, "recommendation": recommend(rows)})
     html, tmp = out / "ablation.html", out / ".ablation.html.tmp"
     tmp.write_text(render_html(rows, meta), encoding="utf-8")
     os.replace(tmp, html)

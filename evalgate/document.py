@@ -11,6 +11,7 @@ from typing import Any
 
 from evalgate import gate
 from evalgate.compare import TaskComparison
+from evalgate.economics import economics_block
 from evalgate.evidence import HEALTH_INDICATORS, HealthShift, SpecDecodeHealth, as_dict, spec_decode_health, task_facts
 from evalgate.fmt import json_number as _num
 from evalgate.power import items_needed_basis
@@ -47,7 +48,7 @@ def task_evidence(pairs: Sequence[tuple[ItemResult, ItemResult]], spec: SpecDeco
 
 def build_verdict(decision: gate.Decision, comparisons: list[TaskComparison], manifest: dict[str, Any], *,
                   spec_floors: Any = None, near_tie: float = 0.0, speed: dict[str, Any] | None = None,
-                  speed_floors: Any = None) -> Verdict:
+                  speed_floors: Any = None, economics: dict[str, Any] | None = None) -> Verdict:
     """The verdict of a run: ``decision`` overruled by the evidence rules (``gate.overrule``), with every task's
     statistics, changed items and evidence.
 
@@ -63,6 +64,9 @@ def build_verdict(decision: gate.Decision, comparisons: list[TaskComparison], ma
             measured (the verdict then has no ``speed``).
         speed_floors: ``thresholds.SpeedFloors`` for the candidate; a missed ``min_speedup``/``max_slowdown`` or
             latency objective (serve mode) BLOCKs.
+        economics: ``thresholds.Thresholds.economics_for(config)`` (None: not set): the verdict gets an ``economics``
+            block (``economics.economics_block``) when speed was measured. It is computed after the decision and
+            never changes it.
     Raises:
         KeyError: ``manifest`` lacks ``baseline`` or ``candidate``; ValueError: a comparison without items.
     """
@@ -95,6 +99,10 @@ def build_verdict(decision: gate.Decision, comparisons: list[TaskComparison], ma
         doc["speed"] = {**speed, "thresholds": None if speed_floors is None else {
             "min_speedup": speed_floors.min_speedup, "max_slowdown": speed_floors.max_slowdown,
             **({"slos_ms": speed_floors.slos()} if speed_floors.slos() else {})}}
+    cost = economics_block(speed, economics, {role: (manifest[role].get("requested") or {}).get("engine_args")
+                                              for role in ("baseline", "candidate")})
+    if cost is not None:
+        doc["economics"] = cost
     return Verdict.model_validate(doc)
 
 

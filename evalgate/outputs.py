@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from evalgate.economics import economics_lines, economics_properties
 from evalgate.fmt import MINUS, pts
 from evalgate.report import render_html
 from evalgate.precision import precision_note
@@ -95,7 +96,8 @@ def render_junit(doc: Doc) -> str:
         ts = ET.SubElement(root, "testsuite", name=f"evalgate.{suite}", time=f"{secs:.3f}")
         props = ET.SubElement(ts, "properties")
         for k, v in (("verdict", doc.verdict), ("baseline", base), ("candidate", cand),
-                     ("model", doc.manifest.get("model")), *speed_properties(doc.speed)):
+                     ("model", doc.manifest.get("model")), *speed_properties(doc.speed),
+                     *economics_properties(None if doc.economics is None else doc.economics.model_dump())):
             ET.SubElement(props, "property", name=k, value=str(v))
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
         for t in tasks:
@@ -142,11 +144,12 @@ def _speed_junit(root: ET.Element, doc: Verdict, totals: dict[str, int], cand: s
     speed = doc.speed
     ts = ET.SubElement(root, "testsuite", name="evalgate.speed", tests="1", errors="0", skipped="0", time="0")
     props = ET.SubElement(ts, "properties")
-    for k, v in speed_properties(speed):
+    cost = None if doc.economics is None else doc.economics.model_dump()
+    for k, v in [*speed_properties(speed), *economics_properties(cost)]:
         ET.SubElement(props, "property", name=k, value=str(v))
     case = ET.SubElement(ts, "testcase", classname=f"evalgate.{cand}.speed", name="throughput", time="0")
     dumped = speed.model_dump(exclude_unset=True)
-    line = "\n".join(x for x in (headline(dumped), latency_headline(dumped)) if x)
+    line = "\n".join(x for x in (headline(dumped), latency_headline(dumped), *economics_lines(cost)) if x)
     missed = [r for r in doc.reasons if r.startswith("speed: ")]
     failed = speed.status != "measured"
     if failed:
@@ -217,6 +220,10 @@ def _md_tail(doc: Verdict) -> list[str]:
         out += ["", _md(spec_decode_line(doc))]
     if doc.speed is not None:
         out += ["", *speed_markdown(doc.speed)]
+    if doc.economics is not None:
+        cost = economics_lines(doc.economics.model_dump())
+        out += ["", f"**Cost** ({_md(cost[0].removeprefix('cost (').removesuffix('):'))}; report only, never changes "
+                "the verdict):", *[f"- {_md(x)}" for x in cost[1:]]]
     out += ["", "**Effective engine config** (as the engine applied it), baseline \u2192 candidate:"]
     out += [f"- {_md(r.key)}: {_md(r.baseline)} \u2192 {_md(r.candidate)}" for r in doc.effective_diff] or \
         ["- no difference: the engine applied the same configuration to both sides"]

@@ -143,7 +143,7 @@ def decide_and_render(comparisons: list[Any], sides: Evaluated, thresholds: Any,
     manifest = sides.manifest.as_json()
     verdict = build_verdict(decision, comparisons, manifest, spec_floors=thresholds.spec_floors_for(name),
                             near_tie=thresholds.near_tie_logprob, speed=sides.speed,
-                            speed_floors=thresholds.speed_floors_for(name))
+                            speed_floors=thresholds.speed_floors_for(name), economics=thresholds.economics_for(name))
     doc = verdict.to_dict()
     for filename, obj in sides.files.items():
         write_json_atomic(out / filename, obj)

@@ -14,6 +14,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from evalgate.economics import economics_lines, pct, usd, utilisation
 from evalgate.engine.device import describe as describe_device
 from evalgate.fmt import pts
 from evalgate.plot import delta_plot, kl_curve, sweep_plot, tradeoff_plot
@@ -58,7 +59,8 @@ def _env() -> Environment:
         items_needed_short=items_needed_short, floor_note=floor_note, shown_verdict=shown_verdict,
         NO_OP_NOTE=NO_OP_NOTE, spec_source_note=SPEC_SOURCE_NOTE, speed_mde_note=speed_mde_note,
         repeats_note=repeats_note, repeats_words=repeats_words, precision_note=precision_note,
-        describe_device=describe_device, slo_rows=slo_rows, goodput_words=goodput_words)
+        describe_device=describe_device, slo_rows=slo_rows, goodput_words=goodput_words,
+        usd=usd, pct=pct, utilisation=utilisation)
     return env
 
 
@@ -117,6 +119,9 @@ def render_terminal(doc: Doc) -> str:
 
         dumped = doc.speed.model_dump(exclude_unset=True)
         lines.extend(x for x in (headline(dumped), latency_headline(dumped)) if x)
+    if doc.economics is not None:
+        cost = economics_lines(doc.economics.model_dump())
+        lines += cost[:1] + [f"  {x}" for x in cost[1:]]
     lines.append("")
     lines.append(f"VERDICT: {doc.verdict}")
     lines.extend(f"  - {r}" for r in doc.reasons)

@@ -14,7 +14,8 @@ Precedence for a task's margin and alpha, lowest to highest (the most specific e
 
 ``min_identical_share``: ``configs.<config>`` > ``lossless``; ``near_tie_logprob`` and ``max_kl_mean`` are set under
 ``lossless`` only. Acceptance floors: ``configs.<config>`` > ``spec_decode``; speed floors: ``configs.<config>`` >
-``speed``; traffic: ``configs.<config>.traffic`` over ``traffic``, key by key. Every problem raises
+``speed``; traffic: ``configs.<config>.traffic`` over ``traffic``, key by key; economics: ``configs.<config>.economics``
+over ``economics``, key by key (report only: it never changes a verdict). Every problem raises
 ``ConfigError(message, path=file, field=dotted.field)`` with a one-line message; nothing is silently defaulted or
 ignored (unknown and duplicate keys are errors; ``check_names`` rejects names that match no suite, task or config).
 """
@@ -34,7 +35,7 @@ from evalgate.requestlog import FROM_LOG
 from evalgate.schema import SCHEMA_VERSION, Schema, choice, problem, rule, show, suggest, validate
 from evalgate.yamlio import Wording, read_mapping
 
-__all__ = ["LevelOverride", "SpecDecodeFloors", "SpeedFloors", "TaskThreshold", "Thresholds", "ThresholdsFile",
+__all__ = ["EconomicsSection", "LevelOverride", "SpecDecodeFloors", "SpeedFloors", "TaskThreshold", "Thresholds", "ThresholdsFile",
            "load_thresholds"]
 
 MAX_MARGIN = 100.0  # points: a margin above the whole scale gates nothing
@@ -95,6 +96,7 @@ AcceptanceLength = _number("must be a finite number >= 1 (tokens per target step
 Speedup = _number("must be a finite ratio > 0 (candidate / baseline throughput)", gt=0)
 Slowdown = _number("must be a fraction with 0 <= max_slowdown < 1 (0.05 = 5 % slower)", ge=0, lt=1)
 Millis = _number("must be a finite number of milliseconds > 0", gt=0)
+Price = _number("must be a finite number > 0 (US dollars)", gt=0)
 Name = Annotated[str, Field(strict=True, min_length=1), rule("keys must be non-empty strings")]
 _Empty = BeforeValidator(lambda v: {} if v is None else v)  # a section written with no keys: its defaults
 _Frozen = AfterValidator(lambda v: MappingProxyType(dict(v)))
@@ -227,6 +229,28 @@ class TrafficSection(Schema):
         return self.model_dump(exclude_unset=True, by_alias=True)
 
 
+class EconomicsSection(Schema):
+    """``economics``: what the measured throughput costs (``evalgate.economics``), shown beside the speed-up in
+    ``verdict.json``, the reports and ``ablate``. Report only: it never changes a verdict. Needs a speed measurement;
+    ``gpu_hour_usd`` must be set (here or in every ``configs.<config>.economics`` that has the section)."""
+
+    gpu_hour_usd: Price = None  # type: ignore[assignment]
+    """Price of one GPU-hour, US dollars (> 0): cost per million output tokens = gpu_hour_usd * gpus * 1e6 /
+    (output tok/s * 3600)."""
+    api_usd_per_mtok: Price = None  # type: ignore[assignment]
+    """Optional: an API's price per million output tokens, US dollars (> 0), to compare self-hosting against: the
+    break-even utilisation (the share of the hour the GPUs must be busy for self-hosting to be cheaper) and the
+    saving at full load."""
+    gpus: Annotated[int, Field(strict=True, ge=1),
+                    rule("must be an integer >= 1 (GPUs one engine occupies)")] = None  # type: ignore[assignment]
+    """GPUs one engine occupies (an integer >= 1); unset: tensor_parallel_size * pipeline_parallel_size of each
+    side's engine_args, else 1."""
+
+    def fields(self) -> dict[str, Any]:
+        """The keys the file set."""
+        return self.model_dump(exclude_unset=True)
+
+
 class LosslessSection(Schema):
     """``lossless``: what configs with ``expect: lossless`` (spec decoding, async scheduling) must keep."""
 
@@ -275,6 +299,8 @@ class LevelOverride(LevelEntry, LatencySlos):
     # The latency objectives (``LatencySlos``' keys: max_ttft_p99_ms, ...): this config's, over ``speed``'s.
     traffic: Annotated[TrafficSection, _Empty] = TrafficSection()
     """This config's traffic keys, over the top-level ``traffic`` key by key."""
+    economics: Annotated[EconomicsSection, _Empty] = None  # type: ignore[assignment]
+    """This config's economics keys, over the top-level ``economics`` key by key."""
     suites: Annotated[dict[Name, LevelEntry], _Empty, _Frozen] = _NONE
     """This config's own suite entries (beat every flat entry)."""
     tasks: Annotated[dict[Name, LevelEntry], _Empty, _Frozen] = _NONE
@@ -308,6 +334,8 @@ class ThresholdsFile(Schema):
     """Measure speed after the suites (absent: only when the command line asks)."""
     speed: Annotated[SpeedFloors, _Empty] = SpeedFloors()
     """BLOCK thresholds on the measured speed-up."""
+    economics: Annotated[EconomicsSection, _Empty] = None  # type: ignore[assignment]
+    """What the measured throughput costs per million output tokens (absent: no cost shown)."""
     suites: Annotated[dict[Name, LevelEntry], _Empty, _Frozen] = _NONE
     """Per suite (folder name)."""
     tasks: Annotated[dict[Name, LevelEntry], _Empty, _Frozen] = _NONE
@@ -367,6 +395,17 @@ class Thresholds:
     spec_decode: SpecDecodeFloors = SpecDecodeFloors()
     traffic: Mapping[str, Any] | None = None  # the ``traffic`` keys the file set; None: section absent
     speed: SpeedFloors = SpeedFloors()
+    economics: Mapping[str, Any] | None = None  # the ``economics`` keys the file set; None: section absent
+
+    def economics_for(self, config: str | None) -> dict[str, Any] | None:
+        """The ``economics`` keys for candidate ``config``: ``configs.<config>.economics`` over ``economics``, key by
+        key (``gpu_hour_usd``, ``api_usd_per_mtok``, ``gpus``, each only when set); None when neither section is
+        there (no cost is then computed). ``load_thresholds`` made sure that ``gpu_hour_usd`` is set when either is."""
+        override = self.configs.get(config) if config is not None else None
+        own = override.economics.fields() if override is not None and override.economics is not None else None
+        if self.economics is None and own is None:
+            return None
+        return {**dict(self.economics or {}), **(own or {})}
 
     def traffic_for(self, config: str | None) -> dict[str, Any] | None:
         """The ``traffic`` fields for candidate ``config``: ``configs.<config>.traffic`` over ``traffic``, field by
@@ -469,6 +508,7 @@ def load_thresholds(path: Path) -> Thresholds:
     """
     path = Path(path)
     doc: ThresholdsFile = validate(ThresholdsFile, read_mapping(path, WORDING), path)
+    _check_economics(doc, path)
     return Thresholds(
         alpha=doc.alpha, default_margin=doc.default.margin, suites=doc.suites, tasks=doc.tasks,
         bootstrap_resamples=doc.bootstrap_resamples, seed=doc.seed, path=path, power=doc.power,
@@ -476,4 +516,18 @@ def load_thresholds(path: Path) -> Thresholds:
         configs=doc.configs, near_tie_logprob=doc.lossless.near_tie_logprob, max_kl_mean=doc.lossless.max_kl_mean,
         spec_decode=doc.spec_decode, speed=doc.speed,
         traffic=None if doc.traffic is None else MappingProxyType(doc.traffic.fields()),
+        economics=None if doc.economics is None else MappingProxyType(doc.economics.fields()),
     )
+
+
+def _check_economics(doc: ThresholdsFile, path: Path) -> None:
+    """Raise ConfigError when an ``economics`` section would have no GPU-hour price: the top-level one must set
+    ``gpu_hour_usd``, and a ``configs.<config>.economics`` must set it when the top level has none."""
+    top = doc.economics
+    if top is not None and top.gpu_hour_usd is None:
+        raise ConfigError("gpu_hour_usd is required in an economics section (US dollars per GPU-hour, e.g. 2.5)",
+                          path=path, field="economics.gpu_hour_usd")
+    for name, cfg in doc.configs.items():
+        if cfg.economics is not None and cfg.economics.gpu_hour_usd is None and top is None:
+            raise ConfigError("gpu_hour_usd is required (no top-level economics section sets it)", path=path,
+                              field=f"configs.{name}.economics.gpu_hour_usd")
