@@ -50,6 +50,21 @@ def document(base: dict[str, TaskResult], cand: dict[str, TaskResult], *, same_c
     return gate_document(decision, comps, manifest(b, c, sorted(base)))
 
 
+def equal_sides_document(*, cand_args: dict[str, Any] | None = None, **options: Any) -> dict[str, Any]:
+    """The verdict document of one task ``t`` (40 items) both sides score 1.0 on (margin 10: PASS), the candidate a
+    bfloat16 config (plus ``cand_args`` in its requested engine args); ``options`` go to ``gate_document`` (e.g.
+    ``speed=``, ``speed_floors=``, ``economics=``)."""
+    n = 40
+    sides = {"t": task("t", "s", ["ok"] * n, [1.0] * n)}
+    thr = Thresholds(alpha=0.05, default_margin=10.0, bootstrap_resamples=1000)
+    comps = compare_tasks(sides, sides, thr)
+    b, c = side("baseline", "float32"), side("cand", "bfloat16")
+    c["requested"]["engine_args"].update(cand_args or {})
+    decision = decide([(x.suite, x.task, x.comparison) for x in comps], thr, baseline_effective=b["effective"],
+                      candidate_effective=c["effective"])
+    return gate_document(decision, comps, manifest(b, c, ["t"]), **options)
+
+
 def blocking_document() -> dict[str, Any]:
     """Task ``t`` (40 items) regresses on items 0-9 (item 0's output is a script) and improves on item 10: a
     shown loss beyond the margin, BLOCK. Task ``u`` passes with one output changed at the same score."""

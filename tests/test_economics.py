@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from runfixtures import EVIL_SCRIPT, manifest, side, task  # noqa: E402
+from runfixtures import EVIL_SCRIPT, equal_sides_document, manifest, side, task  # noqa: E402
 
 from evalgate.economics import (break_even_utilisation, cost_ratio_interval, economics_block,  # noqa: E402
                                 economics_lines, engine_gpus, usd_per_mtok)
@@ -176,22 +176,10 @@ def test_bad_economics_names_the_field(tmp_path: Path, text: str, field: str, fr
 
 def _doc(*, economics: dict[str, Any] | None, min_speedup: float | None = None,
          cand_args: dict[str, Any] | None = None, ci: tuple[float, float] = (1.1, 1.4)) -> dict[str, Any]:
-    from evalgate.compare import compare_tasks
-    from evalgate.document import gate_document
-    from evalgate.gate import decide
-    from evalgate.thresholds import SpeedFloors, Thresholds
+    from evalgate.thresholds import SpeedFloors
 
-    n = 40
-    base = {"t": task("t", "s", ["ok"] * n, [1.0] * n)}
-    cand = {"t": task("t", "s", ["ok"] * n, [1.0] * n)}
-    thr = Thresholds(alpha=0.05, default_margin=10.0, bootstrap_resamples=1000)
-    comps = compare_tasks(base, cand, thr)
-    b, c = side("baseline", "float32"), side("cand", "bfloat16")
-    c["requested"]["engine_args"].update(cand_args or {})
-    decision = decide([(x.suite, x.task, x.comparison) for x in comps], thr, baseline_effective=b["effective"],
-                      candidate_effective=c["effective"])
-    return gate_document(decision, comps, manifest(b, c, ["t"]), speed=_speed(_level(16, 1000.0, 1250.0, *ci)),
-                         speed_floors=SpeedFloors(min_speedup=min_speedup), economics=economics)
+    return equal_sides_document(cand_args=cand_args, speed=_speed(_level(16, 1000.0, 1250.0, *ci)),
+                                speed_floors=SpeedFloors(min_speedup=min_speedup), economics=economics)
 
 
 def test_verdict_block_and_absence() -> None:

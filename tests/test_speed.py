@@ -324,28 +324,16 @@ def _doc_with_speed(min_speedup: float | None = None, evil: bool = False) -> dic
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from runfixtures import EVIL_SCRIPT, manifest, side, task
+    from runfixtures import EVIL_SCRIPT, equal_sides_document
 
-    from evalgate.compare import compare_tasks
-    from evalgate.gate import decide
-    from evalgate.document import gate_document
-    from evalgate.thresholds import SpeedFloors, Thresholds
+    from evalgate.thresholds import SpeedFloors
 
-    n = 40
-    base = {"t": task("t", "s", ["ok"] * n, [1.0] * n)}
-    cand = {"t": task("t", "s", ["ok"] * n, [1.0] * n)}
-    thr = Thresholds(alpha=0.05, default_margin=10.0, bootstrap_resamples=1000)
-    comps = compare_tasks(base, cand, thr)
-    b, c = side("baseline", "float32"), side("cand", "bfloat16")
-    decision = decide([(x.suite, x.task, x.comparison) for x in comps], thr, baseline_effective=b["effective"],
-                      candidate_effective=c["effective"])
     workers = {"baseline": FakeWorker("baseline", {16: [100, 104, 98]}, []),
                "candidate": FakeWorker("candidate", {16: [101, 103, 99]}, [])}
     if evil:
         workers["candidate"].info["device"] = EVIL_SCRIPT
     block = measure_speed(workers, TrafficProfile(8, 8, (16,), repeats=3), progress=lambda _: None)
-    return gate_document(decision, comps, manifest(b, c, ["t"]), speed=block,
-                         speed_floors=SpeedFloors(min_speedup=min_speedup))
+    return equal_sides_document(speed=block, speed_floors=SpeedFloors(min_speedup=min_speedup))
 
 
 def test_speed_reaches_every_output() -> None:
