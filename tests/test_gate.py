@@ -420,3 +420,11 @@ def test_overall_of_no_verdicts_fails_closed() -> None:
 ])
 def test_shows_non_inferiority(lb: float, margin: float, mde: float, shown: bool) -> None:
     assert shows_non_inferiority(lb, margin, mde) is shown
+
+
+def test_the_evidence_counts_changed_scores_in_words(thresholds: Thresholds) -> None:
+    """One changed score reads "1 score changed", none "0 scores changed", several "7 scores changed"."""
+    for improved, regressed, words in ((1, 0, "1 score changed"), (0, 0, "0 scores changed"),
+                                       (3, 4, "7 scores changed")):
+        d = _one(replace(cmp(-1.0), n_improved=improved, n_regressed=regressed), thresholds)
+        assert f"n=40, {words}, MDE {MDE})" in d.tasks[0].reason

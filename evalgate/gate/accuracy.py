@@ -153,8 +153,9 @@ class Decision:
 def _evidence(cmp: PairedComparison, alpha: float, task_mde: float) -> str:
     """The parenthesised evidence every task reason ends with: Δ, its interval, n, changed scores, MDE."""
     level = f"{100.0 * (1.0 - 2.0 * alpha):.4g}%"
+    changed = cmp.n_regressed + cmp.n_improved
     text = (f"(\u0394 {num(cmp.delta)}, {level} CI [{num(cmp.ci_low)}, {num(cmp.ci_high)}], n={cmp.n}, "
-            f"{cmp.n_regressed + cmp.n_improved} scores changed, MDE {num(task_mde, signed=False)})")
+            f"{changed} score{'' if changed == 1 else 's'} changed, MDE {num(task_mde, signed=False)})")
     if cmp.n and cmp.baseline_mean == 0 and cmp.candidate_mean == 0:
         # A task the baseline fails on every item cannot show a loss: its PASS/MDE say nothing about the change.
         text += "; note: both sides score 0 on every item, so this task cannot show a loss"
