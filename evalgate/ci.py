@@ -30,13 +30,19 @@ def git_changed_files(base: str, head: str = "HEAD", cwd: Path | None = None) ->
     """
     def git(*args: str) -> str:
         proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            msg = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        if proc.returncode != 0:  # git's first line says what failed ("fatal: ..."); the rest is usage advice
+            msg = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[0]
             raise ConfigError(f"git {' '.join(args)} failed: {msg} (in CI check out the base branch too, "
                               "e.g. actions/checkout with fetch-depth: 0)", field="--base")
         return proc.stdout
 
     root = Path(git("rev-parse", "--show-toplevel").strip())
+    for flag, rev in (("--base", base), ("--head", head)):
+        found = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], cwd=cwd,
+                               capture_output=True, text=True, check=False)
+        if found.returncode != 0:
+            raise ConfigError(f"unknown git revision {rev!r} (in CI check out the base branch too, e.g. "
+                              "actions/checkout with fetch-depth: 0)", field=flag)
     out = git("diff", "--name-status", "--no-renames", "-z", f"{base}...{head}")
     fields = out.split("\0")
     changed = []

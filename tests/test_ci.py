@@ -96,7 +96,9 @@ def test_no_relevant_change_lists_nothing(repo: Path, capsys: pytest.CaptureFixt
 
 def test_unknown_base_is_a_usage_error(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _changed(repo, capsys, base="origin/nope")
-    assert code == 2 and err.startswith("evalgate: error: --base: git diff") and "fetch-depth: 0" in err
+    assert code == 2 and err.startswith("evalgate: error: --base: unknown git revision 'origin/nope' (in CI check "
+                                        "out the base branch too") and "fetch-depth: 0" in err
+    assert err.count("\n") == 1  # one line, without git's usage advice
 
 
 def _gate_script(tmp_path: Path, env: dict[str, str], cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
