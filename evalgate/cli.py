@@ -293,6 +293,8 @@ def _gate_args(p: argparse.ArgumentParser, *, config: str, out: str, thresholds:
     p.add_argument("--concurrency", type=_concurrency_list, default=option_default("concurrency"), metavar="C[,C...]",
                    help=option_help("concurrency"))
     p.add_argument("--repeats", type=int, default=option_default("repeats"), metavar="N", help=option_help("repeats"))
+    p.add_argument("--placement", choices=("auto", "together", "alternate"), default=option_default("placement"),
+                   help=option_help("placement"))
     return p
 
 

@@ -33,6 +33,9 @@ class RunOptions(BaseModel):
     concurrency: list[int] | None = Field(
         None, description="requests in flight, one level or a sweep, e.g. 1,16,256 (implies --speed)")
     repeats: int | None = Field(None, description="timed passes per side and level (default 3, at most 100; >= 2 for an interval)")
+    placement: str | None = Field(
+        None, description="where the two engines live on one GPU: auto, together or alternate (sleep mode, one awake "
+                          "at a time; CUDA only); overrides the candidate config's placement")
 
     @classmethod
     def from_args(cls, args: Any) -> RunOptions:
