@@ -21,7 +21,7 @@ from evalgate.errors import StoreError
 from evalgate.manifest import Manifest
 from evalgate.options import RunOptions
 from evalgate.pipeline import Evaluated, evaluated_runs, load_suites, run_manifest, stamp_now
-from evalgate.placement import placement_record
+from evalgate.placement import placement_record, summary_line
 from evalgate.speedrun import check_profile, measure_speed_safely, speed_profile
 from evalgate.store import write_json_atomic
 
@@ -150,10 +150,13 @@ class EngineJob:
             for w in [*workers.values(), *alt.workers.values()]:
                 w.kill()
             raise
+        record = placement_record(self.placement, alt)
         for w in alt.workers.values():
             w.close()
+        if alternate and alt.stats:
+            log.info("%s", summary_line(record))
         manifest = run_manifest(runs, thresholds, self.suites, limit=self.options.limit, stamp=self.stamp,
-                                timings=self.timings, placement=placement_record(self.placement, alt))
+                                timings=self.timings, placement=record)
         return evaluated_runs(runs, manifest, speed=speed)
 
     def _restart(self, role: str) -> Any:
@@ -289,6 +292,8 @@ class VariantJob:
         finally:
             alt.restart = restart_baseline
         record = placement_record(self.placement, alt) if self.placement is not None else None
+        if alternate and record is not None:
+            log.info("%s", summary_line(record))
         alt.workers.get("candidate", worker).close()
         alt.stopped("candidate")
         runs = {"baseline": base_run, "candidate": run}

@@ -338,3 +338,16 @@ def placement_record(placement: Placement, alternation: Alternation | None = Non
     for key in ("sleeps", "wakes", "restarts"):
         out[key] = sum(int(s.get(key, 0)) for s in sides.values())
     return out
+
+
+def summary_line(record: dict[str, Any]) -> str:
+    """One line for the terminal from a ``placement_record``: the mode, and in ``alternate`` each side's sleeps and
+    wakes (count, slowest seconds) and restarts."""
+    line = f"placement {record['mode']}"
+    parts = []
+    for role, s in (record.get("sides") or {}).items():
+        sl, wk = s.get("sleep_s") or [], s.get("wake_s") or []
+        parts.append(f"{role} {s.get('sleeps', 0)} sleeps" + (f" (max {max(sl):.2f} s)" if sl else "")
+                     + f", {s.get('wakes', 0)} wakes" + (f" (max {max(wk):.2f} s)" if wk else "")
+                     + f", {s.get('restarts', 0)} restarts")
+    return line + (": " + "; ".join(parts) if parts and record["mode"] == "alternate" else "")
