@@ -58,15 +58,19 @@ def utilization(engine_args: dict[str, Any]) -> float:
 
 def decide(requested: str, *, source: str, cuda: bool, sleep_problem: str | None,
            utilizations: tuple[float, float], weight_bytes: tuple[int | None, int | None] = (None, None),
-           gpu_bytes: int | None = None, path: Any = None, fld: str = "placement") -> Placement:
+           gpu_bytes: int | None = None, kv_bytes: tuple[int | None, int | None] = (None, None),
+           path: Any = None, fld: str = "placement") -> Placement:
     """Decide where the baseline and candidate engines live (pure: every fact is an argument).
 
     Rule: ``together`` is honoured as asked; ``alternate`` needs sleep mode (``sleep_problem`` None); ``auto`` is
     ``together`` on CPU (vLLM's CPU build has no sleep mode and ``gpu_memory_utilization`` is a share of host RAM),
-    else ``alternate`` when both sides cannot be resident at once: their ``gpu_memory_utilization`` summed exceeds
-    ``RESIDENT_LIMIT`` (0.95; vLLM's default 0.9 each when unset), or their weights summed exceed ``RESIDENT_LIMIT``
-    of the GPU's memory; else ``together``. An ``auto`` that would alternate on a vLLM without sleep mode stays
-    ``together`` and says why (the engines may then run out of memory: an engine error, exit 3).
+    else ``alternate`` when both sides cannot be resident at once, else ``together``. Both fit when the share of the
+    GPU the baseline holds plus the share the candidate asks for stays within ``RESIDENT_LIMIT`` (0.95): vLLM's
+    worker refuses to start unless ``gpu_memory_utilization`` x total memory is free (``request_memory`` in
+    ``vllm/v1/worker/utils.py``, 0.26.0 and 0.32), and an engine then holds that share, except one whose KV cache is
+    sized by ``kv_cache_memory_bytes``, which holds its weights plus those bytes (its share when both are known);
+    and when both sides' weights together exceed ``RESIDENT_LIMIT`` of the GPU. An ``auto`` that would alternate on
+    a vLLM without sleep mode stays ``together`` and says why (the second engine may then fail to start: exit 3).
 
     Args:
         requested: ``auto``, ``together`` or ``alternate``. source: where it came from (for the record and errors).
@@ -74,16 +78,24 @@ def decide(requested: str, *, source: str, cuda: bool, sleep_problem: str | None
         utilizations: (baseline, candidate) ``gpu_memory_utilization`` (``utilization``), fractions 0-1.
         weight_bytes: (baseline, candidate) checkpoint bytes (``weight_bytes``), None where unknown.
         gpu_bytes: the GPU's total memory in bytes, None where unknown (CPU, no ``nvidia-smi``).
+        kv_bytes: (baseline, candidate) ``kv_cache_memory_bytes``, None where unset.
         path, fld: the file and field named in an error (``--placement`` has no file).
     Returns:
         The ``Placement``.
     Raises:
         ConfigError (exit 2): ``alternate`` asked where sleep mode is unavailable (CPU, or a vLLM without it).
     """
-    total_util = round(sum(utilizations), 6)
+    def held(i: int) -> float:  # the share of the GPU side i holds once started
+        if kv_bytes[i] and weight_bytes[i] is not None and gpu_bytes:
+            return (kv_bytes[i] + weight_bytes[i]) / gpu_bytes
+        return utilizations[i]
+
+    base_held, cand_asks = held(0), max(utilizations[1], held(1))
+    total = round(base_held + cand_asks, 3)
     weights = None if None in weight_bytes else sum(w or 0 for w in weight_bytes)
-    figures = {"gpu_memory_utilization": list(utilizations), "weight_bytes": list(weight_bytes),
-               "gpu_bytes": gpu_bytes}
+    figures = {"gpu_memory_utilization": list(utilizations), "kv_cache_memory_bytes": list(kv_bytes),
+               "weight_bytes": list(weight_bytes), "gpu_bytes": gpu_bytes,
+               "baseline_share": round(base_held, 4), "candidate_share": round(cand_asks, 4)}
     if requested == "together":
         return Placement("together", requested, source, "asked for: both engines resident at once", figures)
     if requested == "alternate":
@@ -94,16 +106,15 @@ def decide(requested: str, *, source: str, cuda: bool, sleep_problem: str | None
     if not cuda:
         return Placement("together", requested, source, "CPU: vLLM's CPU build has no sleep mode; both engines share "
                                                         "host memory", figures)
+    shares = f"GPU share {base_held:.3g} (baseline) + {cand_asks:.3g} (candidate) = {total:.3g}"
     why = []
-    if total_util > RESIDENT_LIMIT:
-        why.append(f"gpu_memory_utilization {utilizations[0]:g} + {utilizations[1]:g} = {total_util:g} > "
-                   f"{RESIDENT_LIMIT:g}")
+    if total > RESIDENT_LIMIT:
+        why.append(f"{shares} > {RESIDENT_LIMIT:g}")
     if weights is not None and gpu_bytes and weights > RESIDENT_LIMIT * gpu_bytes:
         why.append(f"both sides' weights ({weights / 2**30:.1f} GiB) exceed {RESIDENT_LIMIT:g} of the GPU's "
                    f"{gpu_bytes / 2**30:.1f} GiB")
     if not why:
-        held = f"gpu_memory_utilization {utilizations[0]:g} + {utilizations[1]:g} = {total_util:g} <= {RESIDENT_LIMIT:g}"
-        return Placement("together", requested, source, f"both fit at once ({held})", figures)
+        return Placement("together", requested, source, f"both fit at once ({shares} <= {RESIDENT_LIMIT:g})", figures)
     if sleep_problem:
         return Placement("together", requested, source, f"both cannot be resident ({'; '.join(why)}), but "
                                                         f"{sleep_problem}: together anyway", figures)
@@ -136,7 +147,14 @@ def resolve(base: Any, cand: Any, override: str | None = None) -> Placement:
     return decide(requested, source=source, cuda=cuda, sleep_problem=problem,
                   utilizations=(utilization(base.engine_args), utilization(cand.engine_args)),
                   weight_bytes=(_model_bytes(base), _model_bytes(cand)), gpu_bytes=gpu_memory_bytes(
-                      cand.env.get("CUDA_VISIBLE_DEVICES")), path=path, fld=fld)
+                      cand.env.get("CUDA_VISIBLE_DEVICES")), kv_bytes=(_kv_bytes(base), _kv_bytes(cand)),
+                  path=path, fld=fld)
+
+
+def _kv_bytes(cfg: Any) -> int | None:
+    """``cfg``'s ``kv_cache_memory_bytes`` (an int), None when unset or not a number."""
+    value = cfg.engine_args.get("kv_cache_memory_bytes")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _model_bytes(cfg: Any) -> int | None:

@@ -24,11 +24,11 @@ GiB = 2**30
         # CPU: together, whatever the utilizations (vLLM's CPU build has no sleep mode)
         ("auto", False, "no sleep", (0.9, 0.9), (None, None), None, "together", "CPU"),
         # CUDA, vLLM's defaults on both sides (0.9 + 0.9 = 1.8 > 0.95): alternate
-        ("auto", True, None, (0.9, 0.9), (None, None), 140 * GiB, "alternate", "0.9 + 0.9 = 1.8 > 0.95"),
+        ("auto", True, None, (0.9, 0.9), (None, None), 140 * GiB, "alternate", "0.9 (baseline) + 0.9 (candidate) = 1.8 > 0.95"),
         # 0.45 + 0.45 = 0.9 fits, small weights: together
-        ("auto", True, None, (0.45, 0.45), (10 * GiB, 10 * GiB), 140 * GiB, "together", "0.45 + 0.45 = 0.9 <= 0.95"),
+        ("auto", True, None, (0.45, 0.45), (10 * GiB, 10 * GiB), 140 * GiB, "together", "0.45 (baseline) + 0.45 (candidate) = 0.9 <= 0.95"),
         # exactly 0.95 still fits (the limit is "above 0.95")
-        ("auto", True, None, (0.5, 0.45), (None, None), 140 * GiB, "together", "0.5 + 0.45 = 0.95 <= 0.95"),
+        ("auto", True, None, (0.5, 0.45), (None, None), 140 * GiB, "together", "0.5 (baseline) + 0.45 (candidate) = 0.95 <= 0.95"),
         # the utilizations fit but the two checkpoints (2 x 70 GiB) exceed 0.95 of 140 GiB: alternate
         ("auto", True, None, (0.45, 0.45), (70 * GiB, 70 * GiB), 140 * GiB, "alternate", "140.0 GiB"),
         # one weight size unknown: decided on the utilizations only
@@ -48,6 +48,24 @@ def test_decide_table(requested, cuda, problem, utils, weights, gpu, mode, why) 
     rec = got.as_dict()
     assert rec["mode"] == mode and rec["figures"]["gpu_memory_utilization"] == list(utils)
     assert ("sleep_level" in rec) == (mode == "alternate")
+
+
+def test_kv_cache_bytes_bound_what_a_side_holds() -> None:
+    """A side whose KV cache is sized by ``kv_cache_memory_bytes`` holds its weights plus those bytes, not its
+    ``gpu_memory_utilization``: the shipped baseline (1 GiB KV cache, a tiny model) beside a candidate at vLLM's 0.9
+    fits (0.0075 + 0.9); an 8B-shaped pair at 0.8 each does not; with the baseline's weights unknown its utilization
+    counts."""
+    tiny = pl.decide("auto", source="default", cuda=True, sleep_problem=None, utilizations=(0.9, 0.9),
+                     weight_bytes=(20 * 2**20, 20 * 2**20), gpu_bytes=140 * GiB, kv_bytes=(GiB, GiB))
+    assert tiny.mode == "together"
+    assert tiny.figures["baseline_share"] == pytest.approx((GiB + 20 * 2**20) / (140 * GiB), abs=1e-4)
+    assert tiny.figures["candidate_share"] == 0.9
+    big = pl.decide("auto", source="default", cuda=True, sleep_problem=None, utilizations=(0.8, 0.8),
+                    gpu_bytes=140 * GiB)
+    assert big.mode == "alternate" and "0.8 (baseline) + 0.8 (candidate) = 1.6 > 0.95" in big.reason
+    unknown = pl.decide("auto", source="default", cuda=True, sleep_problem=None, utilizations=(0.9, 0.9),
+                        weight_bytes=(None, 20 * 2**20), gpu_bytes=140 * GiB, kv_bytes=(GiB, GiB))
+    assert unknown.mode == "alternate"
 
 
 def test_alternate_without_sleep_mode_is_refused_naming_the_field(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -325,8 +343,8 @@ def fake_cuda(monkeypatch, tmp_path):  # type: ignore[no-untyped-def]
 
 
 def test_run_alternate_records_placement(fake_cuda, tmp_path, caplog) -> None:  # type: ignore[no-untyped-def]
-    """``evalgate run`` on a (fake) CUDA host with vLLM's default utilizations: auto -> alternate; both workers started
-    in sleep mode, the candidate only after the baseline slept; the manifest, verdict and report say so."""
+    """``evalgate run --placement alternate`` on a (fake) CUDA host: both workers started in sleep mode, the
+    candidate only after the baseline slept; the manifest, verdict and report say so."""
     import logging
 
     from evalgate import cli
@@ -335,14 +353,14 @@ def test_run_alternate_records_placement(fake_cuda, tmp_path, caplog) -> None:  
     out = tmp_path / "run"
     with caplog.at_level(logging.INFO, logger="evalgate"):
         code = cli.main(["run", "--config", "fp16-state", "--suites", "docparse", "--thresholds",
-                         str(tmp_path / "t.yaml"), "--out", str(out)])
+                         str(tmp_path / "t.yaml"), "--out", str(out), "--placement", "alternate"])
     assert code in (0, 5)
     assert started == [("baseline", True), ("fp16-state", True)] and gpu.most_awake == 1
     assert gpu.calls[:3] == [("baseline", "start"), ("baseline", "sleep"), ("candidate", "start")]
     man = json.loads((out / "manifest.json").read_text())
     p = man["placement"]
-    assert p["mode"] == "alternate" and p["requested"] == "auto" and p["source"] == "default"
-    assert "0.9 + 0.9 = 1.8 > 0.95" in p["reason"] and p["sleep_level"] == 1
+    assert p["mode"] == "alternate" and p["requested"] == "alternate" and p["source"] == "--placement"
+    assert p["reason"] == "asked for: one engine awake at a time (sleep mode, level 1)" and p["sleep_level"] == 1
     # warm-up B,C; repeats B C | C B: the baseline slept after start + 2 more times, woke 3 times; the candidate
     # slept 3 times, woke twice (it was awake after its start)
     assert p["sides"]["baseline"]["sleeps"] == 3 and p["sides"]["baseline"]["wakes"] == 3
@@ -352,22 +370,30 @@ def test_run_alternate_records_placement(fake_cuda, tmp_path, caplog) -> None:  
     assert "enable_sleep_mode" not in json.dumps(man["candidate"]["requested"])  # not part of the identity
     assert json.loads((out / "verdict.json").read_text())["manifest"]["placement"]["mode"] == "alternate"
     html = (out / "report.html").read_text()
-    assert "<b>alternate</b> (asked: auto, from default)" in html and "6 sleeps, 5 wakes, 0 restarts" in html
-    assert "placement: alternate (both cannot be resident at once" in caplog.text
+    assert "<b>alternate</b> (asked: alternate, from --placement)" in html and "6 sleeps, 5 wakes, 0 restarts" in html
+    assert "placement: alternate (asked for" in caplog.text
     assert "placement alternate: baseline 3 sleeps" in caplog.text
 
 
-def test_run_together_flag_overrides(fake_cuda, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_run_auto_keeps_the_shipped_configs_together(fake_cuda, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The shipped baseline sizes its KV cache (1 GiB) and the embedded model is tiny: on a 140 GiB GPU it holds
+    under 1 %, so the candidate's 0.9 fits beside it: auto -> together, nothing sleeps."""
     from evalgate import cli
+    from evalgate.model import resolve_model
 
     gpu, started = fake_cuda
     gpu.exclusive = False
     out = tmp_path / "run"
     assert cli.main(["run", "--config", "fp16-state", "--suites", "docparse", "--thresholds", str(tmp_path / "t.yaml"),
-                     "--out", str(out), "--placement", "together"]) in (0, 5)
+                     "--out", str(out)]) in (0, 5)
     assert started == [("baseline", False), ("fp16-state", False)] and gpu.most_awake == 2
     p = json.loads((out / "manifest.json").read_text())["placement"]
-    assert (p["mode"], p["source"], p["sleeps"], p["wakes"]) == ("together", "--placement", 0, 0)
+    assert (p["mode"], p["requested"], p["source"], p["sleeps"], p["wakes"]) == ("together", "auto", "default", 0, 0)
+    weights = pl.weight_bytes(resolve_model("embedded:nemotron-h-tiny"))
+    assert weights and p["figures"]["weight_bytes"] == [weights, weights]
+    share = (2**30 + weights) / (140 * GiB)
+    assert p["figures"]["baseline_share"] == pytest.approx(share, abs=1e-4)
+    assert p["reason"] == f"both fit at once (GPU share {share:.3g} (baseline) + 0.9 (candidate) = {share + 0.9:.3g} <= 0.95)"
 
 
 def test_ablate_keeps_the_baseline_asleep_between_variants(fake_cuda, tmp_path) -> None:  # type: ignore[no-untyped-def]
