@@ -289,7 +289,6 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
         check_writable_dir(out, field="--out", what="the ablation's output directory")
     recipe, base, thresholds, suites, known = _load(config, configs_dir, suites_dir, thresholds_path, suite_names)
     placement = resolve_placement(base, recipe, options.placement)  # before any engine starts: exit 2 here
-    log.info("placement: %s (%s)", placement.mode, placement.reason)
     # As for a run: every task's data at hand, each task built by lm-eval and item 0 scored, before the baseline's
     # engine starts (a suite error is exit 2 here, not a worker traceback).
     os.environ.update(check_datasets(suites))
@@ -309,6 +308,7 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
         limits = {"baseline": runner.check_engine_values(base, out / "logs" / "baseline-check.log", options.timeout)}
         check_profile(profile, {"baseline": base}, limits, thresholds, config=recipe.name, options=options)
     alternate = placement.mode == "alternate"
+    log.info("placement: %s (%s)", placement.mode, placement.reason)
 
     def start_baseline(log_name: str) -> Any:
         return runner.start_config(base, suites, limit=options.limit, store=ResultStore(evalgate_home() / "store"),

@@ -70,8 +70,7 @@ class EngineJob:
         self.base = config_mod.load_baseline(self.cand, self.configs_dir)
         for cfg in (self.base, self.cand):
             check_platform(cfg.engine_args, cfg.path, cfg.env)
-        self.placement = resolve_placement(self.base, self.cand, self.options.placement)
-        log.info("placement: %s (%s)", self.placement.mode, self.placement.reason)
+        self.placement = resolve_placement(self.base, self.cand, self.options.placement)  # said once engines start
         thresholds = load_thresholds(self.thresholds_path)
         self.suites = load_suites(self.suites_dir, self.suite_names)
         every = list_suites(self.suites_dir)
@@ -134,6 +133,7 @@ class EngineJob:
         workers: dict[str, Any] = {}
         speed = None
         alternate = self.placement.mode == "alternate"
+        log.info("placement: %s (%s)", self.placement.mode, self.placement.reason)
         self.alternation = alt = Alternation(self.placement.mode, restart=self._restart if alternate else None)
         self._runs = runs
         try:
