@@ -10,7 +10,8 @@ minus what this platform cannot run"). A value vLLM rejects at engine start skip
 rows that keep it. Variants with the same requested config are evaluated once, and every
 suite result comes from the store when an earlier run (``evalgate run`` of the same config, or a previous ablation)
 computed it. Speed: the baseline's engine stays up for the whole ablation; each variant's engine is measured
-against it in interleaved repeats, then stopped.
+against it in interleaved repeats, then stopped. With ``placement: alternate`` (``evalgate.placement``) the baseline
+sleeps before each variant's engine starts and between variants; a speed pass wakes its side only.
 
 Nothing finished is lost: ``ablation.json`` and ``ablation.html`` are rewritten (atomically) after every variant and
 when the ablation is left by an exception (Ctrl-C, a CI cancel, any error), the rows not yet run marked
@@ -304,6 +305,8 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
     from evalgate.suites import check_datasets
     from evalgate.model import check_home, evalgate_home
     from evalgate.paths import check_writable_dir
+    from evalgate.placement import Alternation, placement_record
+    from evalgate.placement import resolve as resolve_placement
     from evalgate.precision import METHOD as PRECISION_METHOD
     from evalgate.speed import METHOD
     from evalgate.store import ResultStore
@@ -311,6 +314,7 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
     if out is not None:
         check_writable_dir(out, field="--out", what="the ablation's output directory")
     recipe, base, thresholds, suites, known = _load(config, configs_dir, suites_dir, thresholds_path, suite_names)
+    placement = resolve_placement(base, recipe, options.placement)  # before any engine starts: exit 2 here
     # As for a run: every task's data at hand, each task built by lm-eval and item 0 scored, before the baseline's
     # engine starts (a suite error is exit 2 here, not a worker traceback).
     os.environ.update(check_datasets(suites))
@@ -329,17 +333,27 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
     if profile is not None:
         limits = {"baseline": runner.check_engine_values(base, out / "logs" / "baseline-check.log", options.timeout)}
         check_profile(profile, {"baseline": base}, limits, thresholds, config=recipe.name, options=options)
-    base_worker, base_run = runner.start_config(base, suites, limit=options.limit,
-                                                store=ResultStore(evalgate_home() / "store"),
-                                                log_path=out / "logs" / "baseline.log", timeout_s=options.timeout,
-                                                logprob_items=options.logprob_items)
+    alternate = placement.mode == "alternate"
+    log.info("placement: %s (%s)", placement.mode, placement.reason)
+
+    def start_baseline(log_name: str) -> Any:
+        return runner.start_config(base, suites, limit=options.limit, store=ResultStore(evalgate_home() / "store"),
+                                   log_path=out / "logs" / log_name, timeout_s=options.timeout,
+                                   logprob_items=options.logprob_items, sleep_mode=alternate)
+
+    def restart_baseline(role: str) -> Any:  # suites from the store: the new worker only serves speed passes
+        return start_baseline(f"baseline.restart{alt.stats.get('baseline', {}).get('restarts', 0)}.log")[0]
+
+    alt = Alternation(placement.mode, restart=restart_baseline if alternate else None)
+    base_worker, base_run = start_baseline("baseline.log")
+    alt.started("baseline", base_worker)
     info = dict(base_worker.info)
     meta = {"recipe": recipe.name, "baseline": base.name, "model": recipe.model, "limit": options.limit,
             "profile": None if profile is None else profile.as_dict(), "device": info.get("device", "?"),
             "isa": info.get("isa", []),
             "method": METHOD if profile is None or profile.precision is None else f"{METHOD}; {PRECISION_METHOD}",
             "versions": info.get("versions", {}), "created": stamp,
-            "complete": False, "stopped": ""}
+            "complete": False, "stopped": "", "placement": placement_record(placement)}
     docs: dict[str, Any] = {}
     failed: dict[str, str] = {}
     refused: dict[str, str] = {}
@@ -351,12 +365,15 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
                     variant=v.config, baseline=(base_worker, base_run), thresholds=thresholds, suites=suites,
                     options=options, profile=profile, stamp=stamp,
                     gate_name=v.config.name if v.config.name in known else recipe.name,
-                    out=out / "variants" / _slug(v.config.name), log_path=out / "logs" / f"{_slug(v.config.name)}.log"),
+                    out=out / "variants" / _slug(v.config.name), log_path=out / "logs" / f"{_slug(v.config.name)}.log",
+                    alternation=alt, placement=placement),
                     docs, failed, refused)
                 pending.discard(v.config.name)
+                meta["placement"] = placement_record(placement, alt)
                 _save_progress(out, variants, docs, failed, refused, meta, pending)
     except BaseException as exc:
-        base_worker.kill()
+        for w in {id(w): w for w in (base_worker, *alt.workers.values())}.values():
+            w.kill()
         meta["stopped"] = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         _save_progress(out, variants, docs, failed, refused, meta, pending)
         raise
@@ -364,7 +381,7 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
     try:
         rows = _write_files(out, variants, docs, failed, refused, meta, pending)
     finally:
-        base_worker.close()
+        alt.workers.get("baseline", base_worker).close()
     print(render_table(rows))
     print(f"report: {out / 'ablation.html'}")
     if failed:

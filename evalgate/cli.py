@@ -300,6 +300,8 @@ def _gate_args(p: argparse.ArgumentParser, *, config: str, out: str, thresholds:
                    help=option_help("max_repeats"))
     p.add_argument("--max-seconds", type=float, default=option_default("max_seconds"), metavar="S",
                    help=option_help("max_seconds"))
+    p.add_argument("--placement", choices=("auto", "together", "alternate"), default=option_default("placement"),
+                   help=option_help("placement"))
     return p
 
 

@@ -120,6 +120,12 @@ class ConfigLayer(Schema):
     """Environment variables of the engine process (strings or numbers); a null value removes the parent's."""
     sampling: dict[str, Any] | None = None
     """Sampling parameters (keys below), merged key by key over the parent's; a null value removes the parent's."""
+    placement: choice("auto", "together", "alternate") = "auto"  # type: ignore[valid-type]
+    """Where the two sides' engines live on one GPU while both are up (the speed phase): together (both resident),
+    alternate (both started with vLLM's sleep mode, one awake at a time; CUDA only) or auto (alternate when both
+    sides' gpu_memory_utilization, vLLM's 0.9 when unset, sum above 0.95 or their weights exceed the GPU, else
+    together; together on CPU). The candidate's setting applies; ``--placement`` overrides it. Not part of the
+    config's identity: it does not change outputs."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +143,8 @@ class EngineConfig:
         expect: "lossy" or "lossless".
         description: free text.
         chain: the files of the inheritance chain, child first.
+        placement: ``auto``, ``together`` or ``alternate`` (``evalgate.placement``); not in ``identity``.
+        placement_from: the file that set it (None: the default).
     """
 
     name: str
@@ -149,6 +157,8 @@ class EngineConfig:
     expect: str = ConfigLayer.model_fields["expect"].default
     description: str = ConfigLayer.model_fields["description"].default
     chain: tuple[Path, ...] = field(default_factory=tuple)
+    placement: str = ConfigLayer.model_fields["placement"].default
+    placement_from: Path | None = None  # the file of the chain that set ``placement`` (None: the default)
 
     def identity(self) -> dict[str, Any]:
         """The requested configuration as plain JSON-able data (used in store keys and reports)."""
@@ -358,7 +368,8 @@ def _build(merged: dict[str, Any], chain: list[tuple[Path, ConfigLayer]], config
                         baseline=child.baseline if "baseline" in child.model_fields_set else child.extends,
                         expect=merged.get("expect", EngineConfig.expect),
                         description=merged.get("description", EngineConfig.description),
-                        chain=tuple(p for p, _ in chain))
+                        chain=tuple(p for p, _ in chain), placement=merged.get("placement", EngineConfig.placement),
+                        placement_from=next((p for p, layer in chain if "placement" in layer.model_fields_set), None))
 
 
 def config_key_rows() -> list[tuple[str, str, str]]:

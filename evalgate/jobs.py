@@ -21,6 +21,7 @@ from evalgate.errors import StoreError
 from evalgate.manifest import Manifest
 from evalgate.options import RunOptions
 from evalgate.pipeline import Evaluated, evaluated_runs, load_suites, run_manifest, stamp_now
+from evalgate.placement import placement_record, summary_line
 from evalgate.speedrun import check_profile, measure_speed_safely, speed_profile
 from evalgate.store import write_json_atomic
 
@@ -58,6 +59,7 @@ class EngineJob:
         from evalgate.engine.device import check_same_hardware
         from evalgate.model import check_home
         from evalgate.paths import check_writable_dir
+        from evalgate.placement import resolve as resolve_placement
         from evalgate.preflight import check_suites
         from evalgate.suites import check_datasets, list_suites
         from evalgate.thresholds import load_thresholds
@@ -70,6 +72,7 @@ class EngineJob:
         for cfg in (self.base, self.cand):
             check_platform(cfg.engine_args, cfg.path, cfg.env)
         check_same_hardware(self.base, self.cand)
+        self.placement = resolve_placement(self.base, self.cand, self.options.placement)  # said once engines start
         thresholds = load_thresholds(self.thresholds_path)
         self.suites = load_suites(self.suites_dir, self.suite_names)
         every = list_suites(self.suites_dir)
@@ -122,26 +125,57 @@ class EngineJob:
 
     def evaluate(self, thresholds: Any) -> Evaluated:
         """Baseline, then candidate (with the baseline as reference), each side's results written as it finishes;
-        then the speed phase on both warm workers. The workers are killed on any error or interrupt."""
+        then the speed phase on both warm workers. With ``placement: alternate`` both start in sleep mode, the
+        baseline sleeps before the candidate's worker starts and the speed phase wakes one side at a time
+        (``placement.Alternation``: the one place that keeps the rule, and restarts a side whose sleep, wake or pass
+        failed). The workers are killed on any error or interrupt."""
+        from evalgate.placement import Alternation
+
         runs: dict[str, Any] = {}
         workers: dict[str, Any] = {}
         speed = None
+        alternate = self.placement.mode == "alternate"
+        log.info("placement: %s (%s)", self.placement.mode, self.placement.reason)
+        self.alternation = alt = Alternation(self.placement.mode, restart=self._restart if alternate else None)
+        self._runs = runs
         try:
             for role, cfg in (("baseline", self.base), ("candidate", self.cand)):
+                alt.before_start(role)  # alternate: the baseline sleeps before the candidate's worker starts
                 runs[role] = self._evaluate_side(role, cfg, runs.get("baseline"), workers)
+                if role in workers:
+                    alt.started(role, workers[role])
             if self.profile is not None:
                 t0 = time.monotonic()
-                speed = self._measure(workers)
+                speed = self._measure({role: alt.proxy(role) for role in workers})
                 self.timings["speed"] = time.monotonic() - t0
         except BaseException:  # an error or Ctrl-C: stop the engines now (they run in sessions of their own)
-            for w in workers.values():
+            for w in [*workers.values(), *alt.workers.values()]:
                 w.kill()
             raise
-        for w in workers.values():
+        record = placement_record(self.placement, alt)
+        for w in alt.workers.values():
             w.close()
+        if alternate and alt.stats:
+            log.info("%s", summary_line(record))
         manifest = run_manifest(runs, thresholds, self.suites, limit=self.options.limit, stamp=self.stamp,
-                                timings=self.timings)
+                                timings=self.timings, placement=record)
         return evaluated_runs(runs, manifest, speed=speed)
+
+    def _restart(self, role: str) -> Any:
+        """A new worker for ``role`` after its engine failed in the speed phase: every suite result comes from the
+        store (nothing is recomputed), its log ``logs/<role>.restart<n>.log``."""
+        from evalgate import runner
+        from evalgate.model import evalgate_home
+        from evalgate.store import ResultStore
+
+        cfg = self.base if role == "baseline" else self.cand
+        n = self.alternation.stats.get(role, {}).get("restarts", 0)
+        worker, _ = runner.start_config(
+            cfg, self.suites, limit=self.options.limit, store=ResultStore(evalgate_home() / "store"),
+            log_path=self.out / "logs" / f"{role}.restart{n}.log", timeout_s=self.options.timeout,
+            reference=self._runs.get("baseline") if role == "candidate" else None,
+            logprob_items=self.options.logprob_items, sleep_mode=True)
+        return worker
 
     def _measure(self, workers: dict[str, Any]) -> dict[str, Any]:
         """The speed block: offline on the two warm workers, or (``traffic.mode: serve``) ``vllm serve`` +
@@ -169,7 +203,8 @@ class EngineJob:
             if self.profile is None or self.profile.mode == "serve":  # serve mode starts servers of its own
                 run = runner.evaluate_config(cfg, self.suites, **kwargs)
             else:  # the engine stays up for the speed phase, after both sides' suites
-                workers[role], run = runner.start_config(cfg, self.suites, **kwargs)
+                workers[role], run = runner.start_config(cfg, self.suites, **kwargs,
+                                                         sleep_mode=self.placement.mode == "alternate")
         self.timings[f"{role}:total"] = time.monotonic() - t0
         self.timings.update({f"{role}:{k}": v for k, v in run.timings.items()})
         write_json_atomic(self.out / f"{role}.json", {"config": cfg.name, "effective": run.effective,
@@ -186,7 +221,8 @@ class VariantJob:
     Attributes:
         variant: the variant's config. baseline: ``(worker, ConfigRun)`` of the baseline. thresholds, suites,
         options, profile (None: no speed), stamp: the ablation's. gate_name: whose thresholds apply. out: the
-        variant's run directory; log_path: its engine log.
+        variant's run directory; log_path: its engine log. alternation, placement: the ablation's
+        (``placement.Alternation`` holding the baseline's worker, and its ``Placement``); None: both resident.
     """
 
     variant: Any
@@ -199,6 +235,8 @@ class VariantJob:
     gate_name: str
     out: Path
     log_path: Path
+    alternation: Any = None  # placement.Alternation of the ablation (None: both resident)
+    placement: Any = None    # placement.Placement of the ablation (None: not recorded)
 
     def load(self) -> Any:
         """Nothing to load: the ablation loaded and checked everything; returns its thresholds."""
@@ -206,30 +244,63 @@ class VariantJob:
 
     def evaluate(self, thresholds: Any) -> Evaluated:
         """The variant's suites (the baseline's run as reference), then its speed against the baseline's worker;
-        the variant's worker is stopped either way. Raises ConfigError (vLLM refused a value), EngineError."""
+        the variant's worker is stopped either way. With ``alternation`` in ``alternate`` mode the baseline sleeps
+        before the variant's worker starts and stays asleep between variants; each speed pass wakes its side only
+        (``placement.Alternation``). Raises ConfigError (vLLM refused a value), EngineError."""
         from evalgate import runner
         from evalgate.model import evalgate_home
+        from evalgate.placement import Alternation, placement_record
         from evalgate.store import ResultStore
 
         base_worker, base_run = self.baseline
-        worker, run = runner.start_config(self.variant, self.suites, limit=self.options.limit,
-                                          store=ResultStore(evalgate_home() / "store"), log_path=self.log_path,
-                                          timeout_s=self.options.timeout, reference=base_run,
-                                          logprob_items=self.options.logprob_items)
+        alt = self.alternation
+        if alt is None:  # a caller without an alternation: both resident, as before placement existed
+            alt = Alternation("together")
+            alt.started("baseline", base_worker)
+        alternate = alt.mode == "alternate"
+        store = ResultStore(evalgate_home() / "store")
+
+        def start(log_path: Path) -> Any:
+            worker, run = runner.start_config(self.variant, self.suites, limit=self.options.limit, store=store,
+                                              log_path=log_path, timeout_s=self.options.timeout, reference=base_run,
+                                              logprob_items=self.options.logprob_items, sleep_mode=alternate)
+            return worker, run
+
+        restart_baseline = alt.restart
+
+        def restart(role: str) -> Any:  # the variant's own restarts; the baseline's are the ablation's
+            if role == "baseline":
+                return restart_baseline("baseline")  # type: ignore[misc]
+            n = alt.stats.get("candidate", {}).get("restarts", 0)
+            return start(self.log_path.with_suffix(f".restart{n}.log"))[0]
+
+        alt.stats.pop("candidate", None)  # this variant's sleeps and wakes only (the baseline's are cumulative)
+        alt.before_start("candidate")
+        worker, run = start(self.log_path)
+        alt.started("candidate", worker)
+        if alternate and restart_baseline is not None:
+            alt.restart = restart
         timings: dict[str, float] = {}
         try:
             speed = None
             if self.profile is not None:
                 t0 = time.monotonic()
-                speed = measure_speed_safely({"baseline": base_worker, "candidate": worker}, self.profile)
+                speed = measure_speed_safely({r: alt.proxy(r) for r in ("baseline", "candidate")}, self.profile)
                 timings["speed"] = time.monotonic() - t0
         except BaseException:
-            worker.kill()
+            alt.workers.get("candidate", worker).kill()
+            alt.stopped("candidate")
             raise
-        worker.close()
+        finally:
+            alt.restart = restart_baseline
+        record = placement_record(self.placement, alt) if self.placement is not None else None
+        if alternate and record is not None:
+            log.info("%s", summary_line(record))
+        alt.workers.get("candidate", worker).close()
+        alt.stopped("candidate")
         runs = {"baseline": base_run, "candidate": run}
         manifest = run_manifest(runs, thresholds, self.suites, limit=self.options.limit, stamp=self.stamp,
-                                timings=timings)
+                                timings=timings, placement=record)
         return evaluated_runs(runs, manifest, gate_name=self.gate_name, speed=speed)
 
 

@@ -58,6 +58,9 @@ class Manifest(BaseModel):
     timings: dict[str, Any] = Field(description="seconds by phase, e.g. load, baseline:total, compare")
     suites: list[SuiteEntry] = Field(description="the suites run")
     compared_runs: dict[str, str] | None = Field(None, description="evalgate compare: the two run directories")
+    placement: dict[str, Any] | None = Field(
+        None, description="where the two engines lived (evalgate.placement): mode together/alternate, requested, "
+                          "source, reason, figures; per side the sleep mode applied, sleeps, wakes, restarts")
     baseline: Side = Field(description="the baseline side")
     candidate: Side = Field(description="the candidate side")
 

@@ -40,6 +40,9 @@ class RunOptions(BaseModel):
                                                       "max(10, repeats), at most 100)")
     max_seconds: float | None = Field(None, description="with --precision: wall-clock budget of the speed phase, "
                                                         "seconds (default: none)")
+    placement: str | None = Field(
+        None, description="where the two engines live on one GPU: auto, together or alternate (sleep mode, one awake "
+                          "at a time; CUDA only); overrides the candidate config's placement")
 
     @classmethod
     def from_args(cls, args: Any) -> RunOptions:

@@ -158,11 +158,13 @@ def stamp_now() -> str:
 
 
 def run_manifest(runs: dict[str, Any], thresholds: Any, suites: list[Any], *, limit: int | None, stamp: str,
-                 timings: dict[str, float]) -> Manifest:
-    """The manifest of two evaluated configs (``runs``: role -> ``runner.ConfigRun``)."""
+                 timings: dict[str, float], placement: dict[str, Any] | None = None) -> Manifest:
+    """The manifest of two evaluated configs (``runs``: role -> ``runner.ConfigRun``); ``placement``: the
+    ``placement.placement_record`` (None: not written)."""
     from evalgate.runner import versions
 
-    return Manifest(created=stamp, model=runs["candidate"].config.model, limit=limit, versions=versions(),
+    extra = {} if placement is None else {"placement": placement}
+    return Manifest(**extra, created=stamp, model=runs["candidate"].config.model, limit=limit, versions=versions(),
                     thresholds=str(thresholds.path), timings=timings,
                     suites=[SuiteEntry(name=s.name, tasks=list(s.tasks), content_hash=s.content_hash) for s in suites],
                     baseline=side(runs["baseline"]), candidate=side(runs["candidate"]))

@@ -118,9 +118,11 @@ def evaluate_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None
 
 def start_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: ResultStore, log_path: Path,
                  timeout_s: float, reference: ConfigRun | None = None,
-                 logprob_items: int = LOGPROB_ITEMS) -> tuple[Worker, ConfigRun]:
+                 logprob_items: int = LOGPROB_ITEMS, sleep_mode: bool = False) -> tuple[Worker, ConfigRun]:
     """Like ``evaluate_config``, but the worker stays alive after its suites (always started, even when every suite
-    is stored) to take speed-measurement commands (``Worker.measure``); the caller closes it.
+    is stored) to take speed-measurement commands (``Worker.measure``); the caller closes it. ``sleep_mode``
+    (``placement: alternate``) starts the engine with vLLM's ``enable_sleep_mode``, outside the config's identity and
+    store keys (it does not change outputs), so the worker also takes ``Worker.sleep`` / ``Worker.wake``.
 
     Returns:
         ``(worker, run)``: the live worker and the config's suite results (already in the store).
@@ -130,6 +132,7 @@ def start_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, s
     plan = _plan(cfg, suites, limit=limit, store=store, reference=reference, logprob_items=logprob_items)
     plan.spec["suites"] = [s for s in plan.spec["suites"] if s["name"] in {m.name for m in plan.missing}]
     plan.spec["serve_commands"] = True
+    plan.spec["sleep_mode"] = sleep_mode
     worker = Worker(plan.spec, cfg, log_path, timeout_s)
     try:
         worker.wait_ready()
@@ -303,6 +306,36 @@ class Worker:
             raise SpeedError(f"throughput measurement of {self.cfg.name} failed: {reply.get('message')} "
                              f"(log: {self.log_path})")
         return reply["result"]
+
+    def sleep(self, level: int = 1) -> float:
+        """Put the engine to sleep (vLLM's ``LLM.sleep(level)``); returns the seconds the worker took.
+
+        Raises:
+            SpeedError: the worker reported a failure, died or timed out.
+        """
+        return self._command({"sleep": level}, f"sleeping (level {level})")
+
+    def wake(self) -> float:
+        """Wake the engine (``LLM.wake_up()``, then ``LLM.reset_prefix_cache()``); returns the seconds it took.
+
+        Raises:
+            SpeedError: the worker reported a failure, died or timed out.
+        """
+        return self._command({"wake": True}, "waking up")
+
+    def _command(self, command: dict[str, Any], doing: str) -> float:
+        try:
+            self.proc.stdin.write(json.dumps(command) + "\n")  # type: ignore[union-attr]
+            self.proc.stdin.flush()  # type: ignore[union-attr]
+        except (BrokenPipeError, OSError):
+            pass  # the worker is gone: _reply reports how it ended
+        try:
+            reply = self._reply(doing)
+        except EngineError as exc:
+            raise SpeedError(str(exc)) from None
+        if reply.get("event") == "error":
+            raise SpeedError(f"{self.cfg.name} failed while {doing}: {reply.get('message')} (log: {self.log_path})")
+        return float(reply.get("seconds", 0.0))
 
     def close(self) -> None:
         """Ask the worker to exit; kill its process group if it does not within 60 s."""

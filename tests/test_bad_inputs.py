@@ -149,6 +149,9 @@ CASES: list[Case] = [
     _cfg("nested-deep", "description[0]", "values nested too deeply (more than 64 levels)", uses=PARENT),
     _cfg("nested-bomb", None, "values nested too deeply (more than 64 levels)"),
     _cfg("expect-invalid", "expect", "lossless", uses=PARENT),
+    _cfg("placement-sideways", "placement", "must be one of auto, together, alternate", uses=PARENT),
+    # alternate needs vLLM's sleep mode: this CPU host (no GPU device node) has none
+    _cfg("placement-alternate-cpu", "placement", "sleep mode", uses=PARENT),
     _cfg("description-list", "description", "string", uses=PARENT),
     _cfg("engine-arg-not-identifier", "engine_args.max model len", "identifier", uses=PARENT),
     _cfg("engine-arg-int-key", "engine_args.1", "identifier", uses=PARENT),
@@ -371,6 +374,8 @@ CASES: list[Case] = [
     Case("concurrency-empty-element", {"--concurrency": ",4"}, None, "--concurrency", "integers separated by commas"),
     Case("concurrency-trailing-comma", {"--concurrency": "1,16,"}, None, "--concurrency",
          "integers separated by commas"),
+    Case("placement-flag-sideways", {"--placement": "sideways"}, None, "--placement", "invalid choice"),
+    Case("placement-flag-alternate-cpu", {"--placement": "alternate"}, None, "--placement", "CPU"),
     Case("repeats-zero", {"--repeats": "0"}, None, "--repeats", ">= 1"),
     Case("repeats-over-100", {"--repeats": "101"}, None, "--repeats", "must be <= 100, got 101"),
     Case("precision-zero", {"--precision": "0"}, None, "--precision", "0 < precision < 1"),

@@ -157,3 +157,23 @@ def test_serve_mode_measures_latency_with_vllm_serve_on_cuda(tmp_path: Path) -> 
         assert len(runs) == 2 and all(r["ttft_p50_ms"] > 0 and r["tpot_p50_ms"] > 0 for r in runs)
         assert all(r["output_tokens"] == 8 * 32 for r in runs)  # --ignore-eos: exactly output_len each
     assert set(level["latency"]) >= {"ttft_p50_ms", "tpot_p50_ms"}
+
+
+def test_alternate_placement_sleeps_and_wakes_on_cuda(tmp_path: Path) -> None:
+    """``--placement alternate`` on the embedded hybrid: both engines started with vLLM's sleep mode (read back), the
+    baseline asleep before the candidate starts, the speed phase waking one side per pass; a verdict and a measured
+    speed block, never an error."""
+    out = tmp_path / "run"
+    code = main(["run", "--config", "fp16-state", "--out", str(out), *ARGS, "--placement", "alternate",
+                 "--concurrency", "16", "--repeats", "2"])
+    assert code not in (2, 3), f"exit {code}; see {out}/logs"
+    doc = json.loads((out / "verdict.json").read_text())
+    assert code == GATED[doc["verdict"]]
+    placement = json.loads((out / "manifest.json").read_text())["placement"]
+    assert placement["mode"] == "alternate" and placement["restarts"] == 0
+    for role in ("baseline", "candidate"):
+        side = placement["sides"][role]
+        assert side["sleep_mode"] is True and side["sleeps"] > 0
+        assert len(side["sleep_s"]) == side["sleeps"] and len(side["wake_s"]) == side["wakes"]
+    assert placement["sides"]["baseline"]["wakes"] > 0 and placement["sides"]["candidate"]["wakes"] > 0
+    assert doc["speed"]["status"] == "measured" and len(doc["speed"]["levels"]) == 1

@@ -184,6 +184,46 @@ def _gpu_capabilities(visible: str) -> tuple[tuple[int, int], ...] | None:
     return tuple(g.capability for g in gpus) if gpus else None
 
 
+def sleep_mode_problem() -> str | None:
+    """Why ``placement: alternate`` cannot run here, or None: vLLM's sleep mode exists for CUDA (and ROCm, XPU) only
+    (``Platform.is_sleep_mode_available`` in vLLM 0.26.0 and 0.32 returns False for its CPU build), and the installed
+    vLLM must have the names evalgate calls (``argnames.missing_sleep_mode``: read from its source, no import). The
+    worker asks the platform itself again when it starts an engine in sleep mode."""
+    from evalgate.engine.argnames import installed_vllm_version, missing_sleep_mode
+
+    if not _has_cuda():
+        return "this platform is CPU (vLLM's CPU build), which has no sleep mode"
+    missing = missing_sleep_mode()
+    if missing:
+        return f"the installed vLLM ({installed_vllm_version()}) lacks {', '.join(missing)}"
+    return None
+
+
+def gpu_memory_bytes(visible: str | None = None) -> int | None:
+    """Total memory in bytes of the first GPU ``visible`` (a ``CUDA_VISIBLE_DEVICES`` value; None: the
+    environment's) names, read with ``nvidia-smi --query-gpu=index,uuid,memory.total`` (MiB; no CUDA import in this
+    process). None on CPU, without ``nvidia-smi``, when it fails or nothing matches."""
+    import shutil
+    import subprocess
+
+    if not _has_cuda() or shutil.which("nvidia-smi") is None:
+        return None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "") if visible is None else visible
+    cmd = ["nvidia-smi", "--query-gpu=index,uuid,memory.total", "--format=csv,noheader,nounits"]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    first = next((e.strip() for e in visible.split(",") if e.strip()), "")
+    for line in out.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) < 3 or not fields[2].isdigit():
+            continue
+        if not first or first == fields[0] or (first.startswith("GPU-") and fields[1].startswith(first)):
+            return int(fields[2]) * 2**20
+    return None
+
+
 def has_cuda() -> bool:
     """Whether this host has a CUDA GPU (picks the speed profile's default; no vLLM import)."""
     return _has_cuda()
@@ -197,5 +237,5 @@ from evalgate.engine.vllm_engine import SCORE_BATCH, Generation, VllmEngine  # n
 
 __all__ = ["ENGINE_COUNTERS", "NO_SSM", "PER_REQUEST", "READBACK_VERSION", "SCORE_BATCH", "UNRESOLVED",
            "WATCHED_KEYS", "Generation", "VllmEngine", "check_platform", "declare_dtype", "encode_pair",
-           "evalgate_extras", "has_cuda", "loglikelihood_key", "make_lm", "prepare_process_env", "request_key",
-           "request_params", "score_pairs", "score_rolling"]
+           "evalgate_extras", "gpu_memory_bytes", "has_cuda", "loglikelihood_key", "make_lm", "prepare_process_env", "request_key",
+           "request_params", "score_pairs", "score_rolling", "sleep_mode_problem"]

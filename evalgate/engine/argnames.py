@@ -313,3 +313,21 @@ def missing_spec_decode_evidence(engine_args: dict[str, Any], valid: frozenset[s
     # VllmEngine.spec_decode_counters reads them through LLM.get_metrics (and would report none without it).
     return out + (["vllm.LLM.get_metrics"] if _function(read("entrypoints/llm.py"), "get_metrics", "LLM") is None
                   else [])
+
+
+def missing_sleep_mode(read: Reader | None = None) -> list[str]:
+    """What ``placement: alternate`` calls and the installed vLLM lacks: the engine arg ``enable_sleep_mode``,
+    ``LLM.sleep(level)``, ``LLM.wake_up(tags)``, ``LLM.reset_prefix_cache()`` and the platform's
+    ``is_sleep_mode_available`` (all present under these names in vLLM 0.26.0 and 0.32). Empty when all are there.
+    ``read``: as in ``missing_offline_benchmark``."""
+    read = read or vllm_source
+    if read("__init__.py") is None:
+        return ["vLLM itself"]
+    llm = read("entrypoints/llm.py")
+    out = [] if "enable_sleep_mode" in engine_arg_names() else ["the engine arg enable_sleep_mode"]
+    out += _lacks(_function(llm, "sleep", "LLM"), ("level",), "vllm.LLM.sleep")
+    out += _lacks(_function(llm, "wake_up", "LLM"), ("tags",), "vllm.LLM.wake_up")
+    out += [] if _function(llm, "reset_prefix_cache", "LLM") is not None else ["vllm.LLM.reset_prefix_cache"]
+    if _function(read("platforms/interface.py"), "is_sleep_mode_available", "Platform") is None:
+        out.append("vllm.platforms.interface.Platform.is_sleep_mode_available")
+    return out

@@ -50,7 +50,7 @@ class VllmEngine:
         Whatever vLLM raises on start; the runner turns it into ``EngineError`` with the log tail.
     """
 
-    def __init__(self, model: str, engine_args: dict[str, Any], sampling: Sampling) -> None:
+    def __init__(self, model: str, engine_args: dict[str, Any], sampling: Sampling, *, sleep_mode: bool = False) -> None:
         from vllm import LLM
 
         from evalgate.config import engine_arg_names
@@ -59,7 +59,29 @@ class VllmEngine:
         self.sampling = sampling
         self.requested = dict(engine_args)
         extra, self.evidence_sources = evalgate_extras(engine_args, engine_arg_names())
+        if sleep_mode:  # placement: alternate; not part of the config's identity (it does not change outputs)
+            from vllm.platforms import current_platform
+
+            if not current_platform.is_sleep_mode_available():
+                raise RuntimeError(f"placement alternate: vLLM says sleep mode is not available on this platform "
+                                   f"({type(current_platform).__name__})")
+            extra["enable_sleep_mode"] = True
         self.llm = LLM(model=model, **engine_args, **extra)
+
+    def sleep_mode(self) -> bool:
+        """Whether the engine runs with sleep mode, read back from the engine's model config (not the request)."""
+        return bool(getattr(self.llm.llm_engine.vllm_config.model_config, "enable_sleep_mode", False))
+
+    def sleep(self, level: int = 1) -> None:
+        """``LLM.sleep(level)``: level 1 offloads the weights to host memory and drops the KV cache (no request may
+        be in flight: evalgate sends none between passes)."""
+        self.llm.sleep(level=level)
+
+    def wake(self) -> None:
+        """``LLM.wake_up()`` (weights and KV cache back; vLLM 0.26 returns None, 0.32 a bool: not read), then
+        ``LLM.reset_prefix_cache()``: nothing cached before the sleep may serve a pass after it."""
+        self.llm.wake_up()
+        self.llm.reset_prefix_cache()
 
     def generate(self, prompts: list[str], *, max_tokens: int, stop: list[str], logprobs: int = 0) -> list[Generation]:
         """Greedy (or the config's) completions of ``prompts``, one engine submission, order preserved.

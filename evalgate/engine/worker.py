@@ -42,7 +42,7 @@ def main(spec_path: str) -> int:
     if spec.get("check_only"):
         print(f"{LIMITS_TAG} {json.dumps(limits)}", flush=True)
         return 0
-    engine = VllmEngine(spec["model"], spec["engine_args"], sampling)
+    engine = VllmEngine(spec["model"], spec["engine_args"], sampling, sleep_mode=bool(spec.get("sleep_mode")))
     start_s = time.monotonic() - t0
     effective = engine.effective_config()
     print(f"evalgate: engine started in {start_s:.1f} s; effective config: {json.dumps(effective)}", flush=True)
@@ -111,13 +111,21 @@ def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, An
         replies.flush()
 
     reply({"event": "ready", **throughput.device_info(), "versions": versions(), "effective": effective,
-           "max_num_seqs": int(vc.scheduler_config.max_num_seqs), "max_model_len": int(vc.model_config.max_model_len)})
+           "max_num_seqs": int(vc.scheduler_config.max_num_seqs), "max_model_len": int(vc.model_config.max_model_len),
+           "sleep_mode": engine.sleep_mode()})
     cache: dict[tuple[Any, ...], list[Any]] = {}
     for line in sys.stdin:
         if not line.strip():
             continue
         cmd = json.loads(line)
         try:
+            if cmd.get("sleep") or cmd.get("wake"):  # placement: alternate (evalgate.placement.Alternation)
+                t0 = time.monotonic()
+                engine.sleep(int(cmd["sleep"])) if cmd.get("sleep") else engine.wake()
+                what = "slept" if cmd.get("sleep") else "woke"
+                print(f"evalgate: {what} in {time.monotonic() - t0:.2f} s", flush=True)
+                reply({"event": what, "seconds": time.monotonic() - t0})
+                continue
             if cmd.get("log"):  # traffic.from: the recorded requests (engine.replay), the warm-up their first ones
                 requests, summary = _log_requests(llm, cmd["log"], cache)
                 if cmd.get("warmup"):
