@@ -11,6 +11,9 @@ from typing import Any
 from evalgate.errors import StoreError
 from evalgate.results import ItemResult, TaskResult
 
+# Fields of a task's docs that hold the dataset's own item id, in the order they are tried.
+SOURCE_ID_FIELDS = ("id", "doc_id", "uid", "qid", "task_id")
+
 
 def evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None,
                     sampling: Any) -> tuple[dict[str, TaskResult], dict[tuple[str, int], str]]:
@@ -73,6 +76,7 @@ def _item(task: str, sample: dict[str, Any], metric: str, gen: dict[str, Any]) -
         prompt=str(sample["arguments"][0][0]), target=str(sample["target"]),
         output=str(sample["resps"][0][0]), score=float(metrics[metric]), metrics=metrics,
         n_tokens=gen.get("n_tokens"), finish_reason=gen.get("finish_reason"), cluster=_cluster(sample),
+        source_id=source_id(sample.get("doc")),
     )
 
 
@@ -106,7 +110,7 @@ def _choice_item(task: str, sample: dict[str, Any], metric: str, records: dict[s
         task=task, item_id=int(sample["doc_id"]), item_hash=str(sample["doc_hash"]),
         prompt=str(args[0][0]) if len(args[0]) == 2 else "", target=gold, output=choices[best]["continuation"],
         score=float(metrics[metric]), metrics=metrics, n_tokens=sum(c["n_tokens"] or 0 for c in choices) or None,
-        cluster=_cluster(sample), choices=tuple(choices),
+        cluster=_cluster(sample), choices=tuple(choices), source_id=source_id(sample.get("doc")),
     )
 
 
@@ -115,3 +119,16 @@ def _cluster(sample: dict[str, Any]) -> str | None:
     doc = sample.get("doc")
     group = doc.get("doc_group") if isinstance(doc, dict) else None
     return None if group is None else str(group)
+
+
+def source_id(doc: Any) -> str | None:
+    """The dataset's own id of an item: the first of ``SOURCE_ID_FIELDS`` its ``doc`` (lm-eval's logged document)
+    holds as a string or integer, as text (at most 200 characters); None when it holds none."""
+    if not isinstance(doc, dict):
+        return None
+    for name in SOURCE_ID_FIELDS:
+        value = doc.get(name)
+        if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
+            continue
+        return str(value)[:200]
+    return None
