@@ -51,6 +51,7 @@ class TaskScore:
         mean: mean primary metric, points (0-100); NaN for an empty task.
         low, high: the 95 % interval of the mean, points (NaN when it cannot be computed, e.g. one cluster).
         interval: which interval (``INTERVAL_WILSON`` or ``INTERVAL_MEAN``).
+        clusters: source documents the items come from (the suite's ``doc_group``; an item without one is its own).
         warning: one line when the task sits at 0 % or 100 % (or has no items), else None.
     """
 
@@ -63,6 +64,7 @@ class TaskScore:
     low: float
     high: float
     interval: str
+    clusters: int = 0
     warning: str | None = None
 
 
@@ -102,7 +104,7 @@ def task_score(result: TaskResult, *, confidence: float = CONFIDENCE) -> TaskSco
         if math.isnan(lo):
             low, high = nan, nan
     return TaskScore(suite=result.suite, task=result.task, metric=result.metric, items=n, correct=correct, mean=mean,
-                     low=low, high=high, interval=interval, warning=_warning(result.task, n, correct, scores))
+                     low=low, high=high, interval=interval, clusters=int(codes.max()) + 1 if n else 0, warning=_warning(result.task, n, correct, scores))
 
 
 def _warning(task: str, n: int, correct: int | None, scores: Any) -> str | None:
@@ -252,7 +254,8 @@ def _rows(scores: list[TaskScore]) -> list[tuple[str, ...]]:
     rows = []
     for s in scores:
         items = f"{s.correct}/{s.items}" if s.correct is not None else str(s.items)
-        ci = "n/a" if math.isnan(s.low) else f"[{_fmt(s.low)}, {_fmt(s.high)}]"
+        ci = f"n/a ({s.clusters} document{'s' * (s.clusters != 1)})" if math.isnan(s.low) \
+            else f"[{_fmt(s.low)}, {_fmt(s.high)}]"
         which = "Wilson" if s.interval == INTERVAL_WILSON else "t, clustered SE"
         rows.append((s.task, s.suite, s.metric, items, _fmt(s.mean), ci, which))
     return rows

@@ -51,7 +51,7 @@ def test_graded_task_gets_the_t_interval_with_clustered_se() -> None:
     sums = [sum(x - mean for x, c in zip(scores, clusters) if c == g) for g in "abc"]
     se = math.sqrt(3 / 2 * sum(v * v for v in sums)) / 6
     q = student_t.ppf(0.975, 2)
-    assert (s.interval, s.correct, s.items) == (INTERVAL_MEAN, None, 6)
+    assert (s.interval, s.correct, s.items, s.clusters) == (INTERVAL_MEAN, None, 6, 3)
     assert s.mean == pytest.approx(100 * mean)
     assert s.low == pytest.approx(100 * max(0.0, mean - q * se))
     assert s.high == pytest.approx(100 * min(1.0, mean + q * se))
@@ -123,3 +123,13 @@ def test_score_needs_no_baseline_and_escapes_markdown(monkeypatch, tmp_path: Pat
     assert calls[0]["suites"] == ["s1"] and calls[0]["limit"] is None
     doc = json.loads((out / "score.json").read_text())
     assert doc["tasks"][0]["interval"] == INTERVAL_MEAN and doc["warnings"] == []
+
+
+def test_one_document_has_no_interval_and_the_table_says_why() -> None:
+    from evalgate.score import render_table
+
+    s = task_score(_task("t", "s", [1.0, 0.0, 1.0], ["doc-a"] * 3))
+    assert (s.interval, s.clusters, s.mean) == (INTERVAL_MEAN, 1, pytest.approx(200 / 3))
+    assert math.isnan(s.low) and math.isnan(s.high)
+    row = next(line for line in render_table("c", [s]).splitlines() if line.startswith("t "))
+    assert row.split()[3:9] == ["2/3", "66.7", "n/a", "(1", "document)", "t,"]

@@ -31,6 +31,13 @@ def test_score_then_run_reuses_the_scored_baseline(tmp_path: Path, monkeypatch, 
     assert main(["score", "--config", "baseline", *SMALL, "--out", str(score_dir)]) == 0
     doc = json.loads((score_dir / "score.json").read_text())
     assert doc["config"] == "baseline" and doc["cached_suites"] == [] and doc["limit"] == 3
+    # stderr is not a terminal here: one progress line per engine start and per suite start / end (items, seconds)
+    finance = [t["task"] for t in doc["tasks"]]
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("evalgate: score baseline: ")]
+    assert [e.split(": ", 2)[2].split(" (")[0].split(": ")[0] for e in err] == [
+        "engine started", "suite finance started", "suite finance done"], err
+    assert err[1] == f"evalgate: score baseline: suite finance started ({len(finance)} tasks)"
+    assert err[2].startswith(f"evalgate: score baseline: suite finance done: {3 * len(finance)} items, ")
     assert not any("from the store" in r.getMessage() for r in caplog.records)
     caplog.clear()
 
@@ -45,6 +52,8 @@ def test_score_then_run_reuses_the_scored_baseline(tmp_path: Path, monkeypatch, 
 
     # The score's table is the run's baseline side, recomputed from its stored items.
     stored = json.loads((run_dir / "baseline.json").read_text())["tasks"]
+    # the shipped finance docs carry an "id": each stored item keeps it (e.g. finance_finqa's "ADBE/2008/page_89.pdf-3")
+    assert all(isinstance(i.get("source_id"), str) and i["source_id"] for t in stored.values() for i in t["items"])
     z = norm.ppf(0.975)
     assert {t["task"] for t in doc["tasks"]} == set(stored)
     for t in doc["tasks"]:
