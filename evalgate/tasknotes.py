@@ -69,9 +69,9 @@ def task_notes(suite: Suite, task: str) -> TaskNotes:
     where = "metadata.evalgate"
     if not isinstance(block, dict):
         raise ConfigError(f"must be a mapping, got {type(block).__name__}", path=path, field=where)
-    unknown = sorted(set(block) - {"baseline_accuracy", "measured"})
+    unknown = sorted(set(block) - {"baseline_accuracy", "measured", "id_field"})
     if unknown:
-        raise ConfigError(f"unknown key {unknown[0]!r} (known: baseline_accuracy, measured)", path=path,
+        raise ConfigError(f"unknown key {unknown[0]!r} (known: baseline_accuracy, id_field, measured)", path=path,
                           field=f"{where}.{unknown[0]}")
     acc = block.get("baseline_accuracy") or {}
     if not isinstance(acc, dict):

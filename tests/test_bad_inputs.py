@@ -315,6 +315,8 @@ CASES: list[Case] = [
     _suite("duplicate-task", "s1/b.yaml", "task", "defined twice"),
     _suite("duplicate-key", "s1/t.yaml", "task", "duplicate key 'task' (line 6)"),
     _suite("primary-lower-is-better", "s1/t.yaml", "metric_list[0].higher_is_better", "assumes higher is better"),
+    _suite("id-field-int", "s1/t.yaml", "metadata.evalgate.id_field", "got 5"),
+    _suite("id-field-empty", "s1/t.yaml", "metadata.evalgate.id_field", "a non-empty string"),
     _suite("primary-aggregation-median", "s1/t.yaml", "metric_list[0].aggregation", "must be 'mean'"),
     _suite("include-self", "s1/t.yaml", "include", "include cycle: t.yaml -> t.yaml"),
     _suite("include-cycle", "s1/b.yaml", "include", "include cycle: a.yaml -> b.yaml -> a.yaml"),

@@ -57,3 +57,25 @@ def test_report_shows_the_dataset_id_escaped_instead_of_item_n() -> None:
     assert "> item 0:" not in html and "(item 0, " in html  # lm-eval's position moves beside the hash
     md = render_markdown(doc)
     assert "t #3 (inv-3)" in md and "&lt;script&gt;" in md and "<script>" not in md
+
+
+def test_a_field_the_task_names_comes_first() -> None:
+    doc = {"id": "row-3", "invoice_no": "INV-2024-0042"}
+    assert source_id(doc, "invoice_no") == "INV-2024-0042"
+    assert source_id(doc, "missing") == "row-3"  # not in this doc: the usual fields
+
+
+def test_the_task_names_its_id_field_in_metadata_evalgate(tmp_path) -> None:
+    from evalgate.suites import load_suite
+    from evalgate.tasknotes import task_notes
+
+    d = tmp_path / "s"
+    d.mkdir()
+    (d / "t.yaml").write_text("task: t\ndataset_path: json\ndataset_kwargs: {data_files: {test: d.jsonl}}\n"
+                              "test_split: test\nmetric_list: [{metric: exact_match}]\n"
+                              "metadata: {evalgate: {id_field: invoice_no}}\n")
+    (d / "u.yaml").write_text("task: u\ndataset_path: json\ndataset_kwargs: {data_files: {test: d.jsonl}}\n"
+                              "test_split: test\nmetric_list: [{metric: exact_match}]\n")
+    suite = load_suite("s", tmp_path)
+    assert (suite.spec("t").id_field, suite.spec("u").id_field) == ("invoice_no", None)
+    assert task_notes(suite, "t").baseline_accuracy == {}  # plan reads the same block: id_field is a known key

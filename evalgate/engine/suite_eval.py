@@ -6,6 +6,7 @@ loglikelihood tasks give the choices' log-probs instead (no decode or logit evid
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from evalgate.errors import StoreError
@@ -40,17 +41,19 @@ def evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None,
 
     results: dict[str, TaskResult] = {}
     keys: dict[tuple[str, int], str] = {}
+    id_fields = suite.get("id_fields") or {}
     for task in suite["tasks"]:
         metric = suite["metrics"][task]
         items = []
         for s in _first_filter(samples.get(task, [])):
+            sid = source_id(s.get("doc"), id_fields.get(task))
             if _is_loglikelihood(s):  # no generation: no decode or logit evidence, the choices' log-probs instead
-                items.append(_choice_item(task, s, metric, lm.records))
+                items.append(dataclasses.replace(_choice_item(task, s, metric, lm.records), source_id=sid))
                 continue
             context, gen_kwargs = s["arguments"][0]
             key = request_key(context, *request_params(gen_kwargs, sampling))
             keys[(task, int(s["doc_id"]))] = key
-            items.append(_item(task, s, metric, lm.records.get(key, {})))
+            items.append(dataclasses.replace(_item(task, s, metric, lm.records.get(key, {})), source_id=sid))
         results[task] = TaskResult(task=task, suite=suite["name"], metric=metric,
                                    items=tuple(sorted(items, key=lambda i: i.item_id)))
     return results, keys
@@ -76,7 +79,6 @@ def _item(task: str, sample: dict[str, Any], metric: str, gen: dict[str, Any]) -
         prompt=str(sample["arguments"][0][0]), target=str(sample["target"]),
         output=str(sample["resps"][0][0]), score=float(metrics[metric]), metrics=metrics,
         n_tokens=gen.get("n_tokens"), finish_reason=gen.get("finish_reason"), cluster=_cluster(sample),
-        source_id=source_id(sample.get("doc")),
     )
 
 
@@ -110,7 +112,7 @@ def _choice_item(task: str, sample: dict[str, Any], metric: str, records: dict[s
         task=task, item_id=int(sample["doc_id"]), item_hash=str(sample["doc_hash"]),
         prompt=str(args[0][0]) if len(args[0]) == 2 else "", target=gold, output=choices[best]["continuation"],
         score=float(metrics[metric]), metrics=metrics, n_tokens=sum(c["n_tokens"] or 0 for c in choices) or None,
-        cluster=_cluster(sample), choices=tuple(choices), source_id=source_id(sample.get("doc")),
+        cluster=_cluster(sample), choices=tuple(choices),
     )
 
 
@@ -121,12 +123,13 @@ def _cluster(sample: dict[str, Any]) -> str | None:
     return None if group is None else str(group)
 
 
-def source_id(doc: Any) -> str | None:
-    """The dataset's own id of an item: the first of ``SOURCE_ID_FIELDS`` its ``doc`` (lm-eval's logged document)
-    holds as a string or integer, as text (at most 200 characters); None when it holds none."""
+def source_id(doc: Any, field: str | None = None) -> str | None:
+    """The dataset's own id of an item: ``field`` (the task's ``metadata.evalgate.id_field``) if its ``doc``
+    (lm-eval's logged document) holds it, else the first of ``SOURCE_ID_FIELDS`` it holds, as a string or integer,
+    as text (at most 200 characters); None when it holds none."""
     if not isinstance(doc, dict):
         return None
-    for name in SOURCE_ID_FIELDS:
+    for name in ((field,) if field else ()) + SOURCE_ID_FIELDS:
         value = doc.get(name)
         if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
             continue
