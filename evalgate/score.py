@@ -74,7 +74,8 @@ def task_score(result: TaskResult, *, confidence: float = CONFIDENCE) -> TaskSco
 
     0/1 scores whose items are all their own cluster get the Wilson score interval of ``correct / items``; otherwise
     the mean -/+ ``t_{(1+confidence)/2, G-1}`` times the cluster-robust standard error (CR1) over the G clusters
-    (the module docstring gives the sources). Raises ValueError for a confidence outside (0, 1).
+    (the module docstring gives the sources), clipped to [0, 100]; NaN bounds with fewer than 2 clusters.
+    Raises ValueError for a confidence outside (0, 1).
     """
     from evalgate.intervals import cluster_codes, clustered_se, paired_t_interval, wilson_interval
 
