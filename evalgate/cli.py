@@ -88,6 +88,22 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     return int(ExitCode.PASS)
 
 
+@_error_outputs
+def cmd_score(args: argparse.Namespace) -> int:
+    """Score one config alone (no baseline, no verdict): a per-task table with 95 % intervals, ``score.json`` and
+    ``summary.md`` in the run directory, a warning per task at 0 % or 100 % (``evalgate.score``); exit 0."""
+    from evalgate.options import RunOptions
+    from evalgate.score import ScoreJob, render_table, run_score
+
+    job = ScoreJob(config=args.config, configs_dir=Path(args.configs_dir), suites_dir=_suites_dir(args),
+                   suite_names=args.suites, options=RunOptions.from_args(args),
+                   out=Path(args.out) if args.out else None, announce=lambda out: setattr(args, "run_dir", out))
+    outcome = run_score(job)
+    print(render_table(outcome.doc["config"], outcome.scores))
+    print(f"score: {outcome.files['json']}")
+    return int(ExitCode.PASS)
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     """Re-render report.html, verdict.junit.xml and summary.md from a stored run's verdict.json (exit 0)."""
     from evalgate.report import render_terminal
@@ -262,6 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     ab.add_argument("--switches", type=_switch_list, default=None, metavar="KEY[,KEY]",
                     help="only these switches' alone rows, e.g. mamba_backend,speculative_config")
     ab.set_defaults(func=cmd_ablate)
+    sc = _score_parser(sub)
     _model_parser(sub)
     ls = sub.add_parser("list", help="list configs and suites")
     ls.set_defaults(func=cmd_list)
@@ -273,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_argument("--json", action="store_true", help="print a JSON list instead of one name per line")
     cc.set_defaults(func=cmd_changed_configs)
     _plan_parser(sub)
-    for sp in (r, ab, ls, cc):
+    for sp in (r, ab, sc, ls, cc):
         sp.add_argument("--configs-dir", default=None, help=_CONFIGS_HELP)
         sp.add_argument("--suites-dir", default=None, help=_SUITES_HELP)
     return p
@@ -303,6 +320,21 @@ def _gate_args(p: argparse.ArgumentParser, *, config: str, out: str, thresholds:
     p.add_argument("--placement", choices=("auto", "together", "alternate"), default=option_default("placement"),
                    help=option_help("placement"))
     return p
+
+
+def _score_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+    sc = sub.add_parser("score", help="score one config alone (no baseline, no verdict): per-task means with 95-percent "
+                                      "intervals; stored for later gates")
+    sc.add_argument("--config", required=True, help="config name in configs/ or path to a YAML file (any config; "
+                                                    "its baseline is not needed)")
+    sc.add_argument("--limit", type=int, default=option_default("limit"), help=option_help("limit"))
+    sc.add_argument("--suites", nargs="+", default=None, help="suites to run (default: all)")
+    sc.add_argument("--out", default=None, help="run directory (default: runs/score-<config>-<UTC time>)")
+    sc.add_argument("--timeout", type=float, default=option_default("timeout"), help=option_help("timeout"))
+    sc.add_argument("--logprob-items", type=int, default=option_default("logprob_items"), metavar="N",
+                    help=option_help("logprob_items") + "; a later run reuses the score at the same value")
+    sc.set_defaults(func=cmd_score)
+    return sc
 
 
 def _model_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -173,6 +173,9 @@ def _flip(c: TaskComparison, i: int, kind: str) -> dict[str, Any]:
     out = {"kind": kind, "item_id": b.item_id, "item_hash": b.item_hash, "prompt": b.prompt, "target": b.target,
            "baseline_output": b.output, "candidate_output": k.output,
            "baseline_score": b.score, "candidate_score": k.score}
+    sid = b.source_id if b.source_id is not None else k.source_id  # one side may come from an older store entry
+    if sid is not None:
+        out["source_id"] = sid
     if b.choices and k.choices:
         out["choices"] = [{"continuation": cb["continuation"], "baseline_logprob": cb["logprob"],
                            "candidate_logprob": ck["logprob"], "gold": cb["continuation"] == b.target}

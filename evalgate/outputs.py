@@ -227,9 +227,10 @@ def _md_tail(doc: Verdict) -> list[str]:
     out += ["", "**Effective engine config** (as the engine applied it), baseline \u2192 candidate:"]
     out += [f"- {_md(r.key)}: {_md(r.baseline)} \u2192 {_md(r.candidate)}" for r in doc.effective_diff] or \
         ["- no difference: the engine applied the same configuration to both sides"]
-    regressed = [(t.task, f.item_id) for t in doc.tasks for f in t.flipped if f.kind == "regressed"]
+    regressed = [(t.task, f.item_id, f.source_id) for t in doc.tasks for f in t.flipped if f.kind == "regressed"]
     if regressed:
-        shown = ", ".join(f"{_md(task)} #{i}" for task, i in regressed[:_MAX_ITEM_IDS])
+        shown = ", ".join(f"{_md(task)} #{i}" + (f" ({_md(sid)})" if sid is not None else "")
+                          for task, i, sid in regressed[:_MAX_ITEM_IDS])
         more = f" and {len(regressed) - _MAX_ITEM_IDS} more" if len(regressed) > _MAX_ITEM_IDS else ""
         out += ["", f"**Regressed items** ({len(regressed)}): {shown}{more}."]
     return out

@@ -4,7 +4,9 @@ The engine runs in a worker process whose output goes to its log file, so the pa
 ``engine_progress`` advances one step when the engine has started and one per finished suite (the worker's
 ``evalgate: engine started`` / ``evalgate: suite NAME done`` lines), and shows the engine's request queue
 (vLLM's periodic ``Running: N reqs, Waiting: M reqs``) beside the bar, refreshed twice a second so the
-elapsed time moves during long generations. In CI (no TTY) nothing is drawn and no thread is started.
+elapsed time moves during long generations. In CI and pipes (stderr not a terminal) nothing is drawn; instead one
+line per event goes to stderr, so a long run in a pipe still says where it is: the engine started (seconds), each
+suite started, each suite done (items, seconds).
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from tqdm import tqdm
 
 _STARTED = re.compile(r"^evalgate: engine started")
 _SUITE_DONE = re.compile(r"^evalgate: suite (\S+) done")
+_STARTED_IN = re.compile(r"^evalgate: engine started in ([\d.]+) s")
+_SUITE_START = re.compile(r"^evalgate: suite (\S+) started")
+_SUITE_DONE_IN = re.compile(r"^evalgate: suite (\S+) done in ([\d.]+) s(?:, (\d+) items)?")
 _QUEUE = re.compile(r"Running: (\d+) reqs, Waiting: (\d+) reqs")
 POLL_S = 0.5
 
@@ -92,10 +97,11 @@ def engine_progress(log_path: Path, desc: str, suites: list[str]) -> Iterator[An
     pb = bar(total=1 + len(suites), desc=desc, unit="step",
              bar_format="{desc}: {n_fmt}/{total_fmt} steps |{bar}| {elapsed}{postfix}")
     if pb.disable:
-        try:
-            yield pb
-        finally:
-            pb.close()
+        with _progress_lines(log_path, desc):
+            try:
+                yield pb
+            finally:
+                pb.close()
         return
     follower = LogFollower(log_path)
     stop = threading.Event()
@@ -126,3 +132,55 @@ def engine_progress(log_path: Path, desc: str, suites: list[str]) -> Iterator[An
             pb.update(pb.total - pb.n)
             pb.set_postfix_str("done")
         pb.close()
+
+
+def progress_line(desc: str, line: str) -> str | None:
+    """The one stderr line (without a newline) for a worker log ``line`` when stderr is not a terminal, or None.
+
+    ``desc`` names the side, e.g. ``"baseline fp32"``. Worker lines and what they become::
+
+        evalgate: engine started in 31.2 s; ...        -> evalgate: baseline fp32: engine started (31.2 s)
+        evalgate: suite finance started (4 tasks)      -> evalgate: baseline fp32: suite finance started (4 tasks)
+        evalgate: suite finance done in 40.1 s, 12 items (...)
+                                                       -> evalgate: baseline fp32: suite finance done: 12 items, 40.1 s
+    """
+    if m := _STARTED_IN.search(line):
+        return f"evalgate: {desc}: engine started ({m.group(1)} s)"
+    if m := _SUITE_START.search(line):
+        rest = line[m.end():].strip()
+        return f"evalgate: {desc}: suite {m.group(1)} started" + (f" {rest}" if rest else "")
+    if m := _SUITE_DONE_IN.search(line):
+        items = f"{m.group(3)} items, " if m.group(3) is not None else ""
+        return f"evalgate: {desc}: suite {m.group(1)} done: {items}{m.group(2)} s"
+    return None
+
+
+@contextmanager
+def _progress_lines(log_path: Path, desc: str) -> Iterator[None]:
+    """While the body runs, follow the worker's log and write ``progress_line``'s lines to stderr (read when each is
+    written, so a captured or redirected stderr gets them); the log is read once more at the end, so a suite that
+    finished just before the worker exited is reported too."""
+    follower = LogFollower(log_path)
+    stop = threading.Event()
+
+    def emit() -> None:
+        for line in follower.new_lines():
+            text = progress_line(desc, line)
+            if text is not None:
+                try:
+                    print(text, file=sys.stderr, flush=True)
+                except (OSError, ValueError):  # stderr closed: progress is not worth failing the run for
+                    pass
+
+    def poll() -> None:
+        while not stop.wait(POLL_S):
+            emit()
+
+    thread = threading.Thread(target=poll, name="evalgate-progress-lines", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        emit()

@@ -34,6 +34,9 @@ class ItemResult:
         cluster: the item's source document (the suite's ``doc_group``); items with the same
             cluster are resampled together. None = its own cluster (and in records stored before
             this field existed).
+        source_id: the dataset's own id of the item (its doc's ``id``, ``doc_id``, ``uid``, ``qid`` or ``task_id``
+            field, the first present, as text; ``engine.suite_eval.SOURCE_ID_FIELDS``); None when its docs carry
+            none (and in records stored before this field existed). Shown in the report instead of ``item_id``.
         choices: for a loglikelihood (multiple-choice) item, one dict per choice, in the task's order:
             ``continuation`` (text), ``logprob`` (nats, summed over its tokens), ``is_greedy`` (greedy decoding
             would produce it; None for rolling log-likelihoods), ``n_tokens``; ``output`` is then the most likely
@@ -54,6 +57,7 @@ class ItemResult:
     divergence: dict[str, Any] | None = None
     decode: dict[str, Any] | None = None
     choices: tuple[dict[str, Any], ...] | None = None
+    source_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -61,6 +65,8 @@ class ItemResult:
             del d["choices"]  # generated items' records stay as they were
         else:
             d["choices"] = list(d["choices"])
+        if d["source_id"] is None:
+            del d["source_id"]  # records of items without a dataset id stay as they were
         return d
 
     @classmethod

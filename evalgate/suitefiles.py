@@ -46,6 +46,8 @@ class TaskSpec:
         data_files: the task's ``dataset_kwargs.data_files``, each resolved to an absolute path.
         generated: the task builds its own data (``custom_dataset``).
         limit: the suite YAML's ``limit`` (None: all items).
+        id_field: the doc field holding the dataset's own item id, as the task names it (``metadata.evalgate.id_field``);
+            None: the first of ``id``, ``doc_id``, ``uid``, ``qid``, ``task_id`` the doc holds.
         config: the task's config as evalgate read it (a group's overrides merged; ``!function`` kept as its
             string), for the pre-flight (:mod:`evalgate.preflight`) to name the field a failure comes from.
     """
@@ -60,6 +62,7 @@ class TaskSpec:
     data_files: tuple[str, ...] = ()
     generated: bool = False
     limit: int | None = None
+    id_field: str | None = None
     config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -228,6 +231,20 @@ def suite_limit(cfg: dict[str, Any], path: Path) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"must be a whole number of items >= 1, got {value!r}", path=path, field="limit")
+    return value
+
+
+def id_field(cfg: dict[str, Any], path: Path) -> str | None:
+    """A task's ``metadata.evalgate.id_field`` (the doc field holding the dataset's own item id), or None when absent.
+    ConfigError naming the YAML and the field unless it is a non-empty string."""
+    meta = cfg.get("metadata")
+    block = meta.get("evalgate") if isinstance(meta, dict) else None
+    value = block.get("id_field") if isinstance(block, dict) else None
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"must be the name of a field of the task's docs (a non-empty string), got {value!r}",
+                          path=path, field="metadata.evalgate.id_field")
     return value
 
 

@@ -26,7 +26,7 @@ from typing import Any
 from evalgate.errors import ConfigError
 from evalgate.suitedata import HUB_HOST, check_datasets, datasets_cache_dir, hub_offline
 from evalgate.suitefiles import (EVALGATE_KEYS, GROUP_FIELDS, LOCAL_BUILDERS, SUITES_DIR, SUITES_ENV, Suite, TaskSpec,
-                                 check_dir, check_metrics, content_hash, default_suites_dir, flat_files,
+                                 check_dir, check_metrics, content_hash, default_suites_dir, flat_files, id_field,
                                  read_suite_yaml, resolve_files, resolve_local_paths, suite_limit, suite_names,
                                  suite_yamls)
 from evalgate.taskindex import builtin_index, task_manager, with_metric_defaults
@@ -119,7 +119,8 @@ class _Resolver:
         return TaskSpec(name=name, source=path, builtin=builtin, metric=metric,
                         output_type=str(cfg.get("output_type") or "generate_until"),
                         dataset_path=None if dp is None else str(dp), dataset_name=cfg.get("dataset_name"),
-                        data_files=files, generated=bool(cfg.get("custom_dataset")), limit=limit, config=dict(cfg))
+                        data_files=files, generated=bool(cfg.get("custom_dataset")), limit=limit,
+                        id_field=id_field(cfg, path), config=dict(cfg))
 
     @staticmethod
     def _builtin(name: str) -> Any:

@@ -69,9 +69,9 @@ def task_notes(suite: Suite, task: str) -> TaskNotes:
     where = "metadata.evalgate"
     if not isinstance(block, dict):
         raise ConfigError(f"must be a mapping, got {type(block).__name__}", path=path, field=where)
-    unknown = sorted(set(block) - {"baseline_accuracy", "measured"})
+    unknown = sorted(set(block) - {"baseline_accuracy", "measured", "id_field"})
     if unknown:
-        raise ConfigError(f"unknown key {unknown[0]!r} (known: baseline_accuracy, measured)", path=path,
+        raise ConfigError(f"unknown key {unknown[0]!r} (known: baseline_accuracy, id_field, measured)", path=path,
                           field=f"{where}.{unknown[0]}")
     acc = block.get("baseline_accuracy") or {}
     if not isinstance(acc, dict):
@@ -90,23 +90,29 @@ def count_items(suite: Suite, task: str) -> int:
     """How many items ``task`` of ``suite`` has: the size of the split lm-eval evaluates (``test_split``, else
     ``validation_split``), without ``--limit``.
 
-    Generates the data the way lm-eval does for a ``custom_dataset`` task (the suite's own function, e.g.
-    ``utils.load_data``, called with the YAML's ``metadata`` and ``dataset_kwargs``), so it is offline and takes
-    about a second; lm-eval itself is not imported.
+    A ``custom_dataset`` task: its data is generated the way lm-eval does (the suite's own function, e.g.
+    ``utils.load_data``, called with the YAML's ``metadata`` and ``dataset_kwargs``). A task reading local files
+    (``dataset_path: json``, ``csv`` or ``parquet`` with ``dataset_kwargs.data_files``, relative paths resolved
+    against the task YAML's folder as evalgate resolves them for lm-eval): the rows of that split's files are counted
+    (``count_rows``). Offline, about a second; neither lm-eval nor ``datasets`` is imported.
 
     Raises:
-        ConfigError: the suite has no such task, the task does not generate its data (``custom_dataset``: a hub
-            dataset's size is not known offline), or generating it fails (naming the file and the error).
+        ConfigError: the suite has no such task, its data is neither generated nor local files (a hub dataset's size
+            is not known offline), the split is not among its ``data_files``, or generating or reading the data
+            fails (naming the file and the error).
     """
     path, cfg = _task_yaml(suite, task)
-    ref = cfg.get("custom_dataset")
+    try:
+        merged = {**cfg, **(suite.spec(task).config or {})}  # a group's overrides, as the run reads the task
+    except KeyError:
+        merged = cfg
+    split = merged.get("test_split") or merged.get("validation_split")
+    ref = merged.get("custom_dataset")
     if not isinstance(ref, str) or "." not in ref:
-        raise ConfigError("the task does not generate its data (no custom_dataset): its size is not known offline",
-                          path=path, field="custom_dataset")
+        return _count_local(path, merged, split)
     module_name, func = ref.rsplit(".", 1)
     module_path = path.parent / f"{module_name.replace('.', '/')}.py"
-    split = cfg.get("test_split") or cfg.get("validation_split")
-    kwargs = {**(cfg.get("metadata") or {}), **(cfg.get("dataset_kwargs") or {})}
+    kwargs = {**(merged.get("metadata") or {}), **(merged.get("dataset_kwargs") or {})}
     try:
         spec = importlib.util.spec_from_file_location(f"evalgate_suite_{suite.name}_{module_name}", module_path)
         if spec is None or spec.loader is None:
@@ -119,3 +125,87 @@ def count_items(suite: Suite, task: str) -> int:
                           path=path, field="custom_dataset") from exc
 
 
+COUNTED_BUILDERS = ("json", "csv", "parquet")
+
+
+def _count_local(path: Path, cfg: dict[str, Any], split: Any) -> int:
+    """Rows of ``split`` in a local-files task's ``data_files`` (``count_items``); ConfigError naming the YAML."""
+    import glob
+
+    from evalgate.suitefiles import flat_files, resolve_files
+
+    builder = cfg.get("dataset_path")
+    kwargs = cfg.get("dataset_kwargs") if isinstance(cfg.get("dataset_kwargs"), dict) else {}
+    files = kwargs.get("data_files")
+    if builder not in COUNTED_BUILDERS or files is None:
+        raise ConfigError("the task neither generates its data (no custom_dataset) nor reads local json, csv or parquet "
+                          f"files (dataset_path {builder!r}): its size is not known offline", path=path,
+                          field="dataset_path")
+    files = resolve_files(files, path.parent)
+    # datasets' packaged builders: a mapping names each split's files; a path or a list is the "train" split.
+    chosen = files.get(split) if isinstance(files, dict) else (files if split == "train" else None)
+    if chosen is None:
+        known = sorted(files) if isinstance(files, dict) else ["train"]
+        raise ConfigError(f"split {split!r} is not among the data files' splits ({', '.join(map(str, known))})",
+                          path=path, field="dataset_kwargs.data_files")
+    paths: list[str] = []
+    for f in flat_files(chosen):
+        paths += sorted(glob.glob(f)) if glob.has_magic(f) else [f]
+    if not paths:
+        raise ConfigError(f"no file matches {chosen!r}", path=path, field="dataset_kwargs.data_files")
+    try:
+        return sum(count_rows(Path(p), builder, field=kwargs.get("field")) for p in paths)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot count the rows of its data files ({type(exc).__name__}: {exc})", path=path,
+                          field="dataset_kwargs.data_files") from exc
+
+
+def count_rows(file: Path, builder: str, *, field: str | None = None) -> int:
+    """Rows ``datasets``' packaged ``builder`` (``json``, ``csv`` or ``parquet``) reads from one local ``file``.
+
+    * ``json``: a JSON array (or, with ``field``, the array under that key of one JSON object) is one row per element;
+      otherwise JSON Lines, one row per non-blank line;
+    * ``csv``: records after the header line, as Python's ``csv`` reader splits them (quoted newlines stay in their
+      record; blank lines are skipped, as pandas does);
+    * ``parquet``: the row count of the file's footer (``pyarrow.parquet.ParquetFile(...).metadata.num_rows``).
+
+    Raises:
+        OSError: the file cannot be read. ValueError: not valid JSON / JSON Lines, ``field`` missing or not an
+            array, or an unknown builder.
+    """
+    import json
+
+    if builder == "parquet":
+        import pyarrow.parquet as pq
+
+        return int(pq.ParquetFile(file).metadata.num_rows)
+    text = file.read_text(encoding="utf-8")
+    if builder == "csv":
+        import csv
+        import io
+
+        rows = [r for r in csv.reader(io.StringIO(text, newline="")) if r]
+        return max(0, len(rows) - 1)
+    if builder != "json":
+        raise ValueError(f"cannot count rows for builder {builder!r}")
+    stripped = text.lstrip()
+    if field is not None or stripped.startswith("["):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{file}: not valid JSON: {exc}") from None
+        if field is not None:
+            if not isinstance(data, dict) or not isinstance(data.get(field), list):
+                raise ValueError(f"{file}: no array under field {field!r}")
+            return len(data[field])
+        if isinstance(data, list):
+            return len(data)
+    n = 0
+    for i, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{file}: line {i}: not a JSON object: {exc}") from None
+            n += 1
+    return n

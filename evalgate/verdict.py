@@ -58,6 +58,8 @@ class Flip(_Record):
     kind: Literal["regressed", "improved", "changed"] = _f("what changed", "changed")
     item_id: int = _f("lm-eval ``doc_id``", 0)
     item_hash: str = _f("lm-eval ``doc_hash`` (pairs the sides)", "")
+    source_id: str | None = _f("the dataset's own id of the item (its doc's ``id``, ``doc_id``, ``uid``, ``qid`` or "
+                               "``task_id``; untrusted when rendered); absent when its docs carry none")
     prompt: str = _f("the exact text sent to the engine (untrusted when rendered)", "")
     target: str = _f("the reference answer", "")
     baseline_output: str = _f("the baseline's generation (untrusted)", "")

@@ -318,6 +318,8 @@ CASES: list[Case] = [
     _suite("duplicate-task", "s1/b.yaml", "task", "defined twice"),
     _suite("duplicate-key", "s1/t.yaml", "task", "duplicate key 'task' (line 6)"),
     _suite("primary-lower-is-better", "s1/t.yaml", "metric_list[0].higher_is_better", "assumes higher is better"),
+    _suite("id-field-int", "s1/t.yaml", "metadata.evalgate.id_field", "got 5"),
+    _suite("id-field-empty", "s1/t.yaml", "metadata.evalgate.id_field", "a non-empty string"),
     _suite("primary-aggregation-median", "s1/t.yaml", "metric_list[0].aggregation", "must be 'mean'"),
     _suite("include-self", "s1/t.yaml", "include", "include cycle: t.yaml -> t.yaml"),
     _suite("include-cycle", "s1/b.yaml", "include", "include cycle: a.yaml -> b.yaml -> a.yaml"),
@@ -416,6 +418,12 @@ CASES: list[Case] = [
          command="plan", code=ExitCode.RUNTIME, uses=("stored_runs/pilot-baseline-truncated",)),
     Case("plan-config-unknown", {"--config": "nosuch", "--from": None}, None, "--config", "config 'nosuch' not found",
          command="plan"),
+    # ------------------------------------------------------------------ evalgate score
+    Case("score-config-unknown", {"--config": "nosuch"}, None, "--config", "config 'nosuch' not found",
+         command="score"),
+    Case("score-limit-zero", {"--limit": "0"}, None, "--limit", ">= 1", command="score"),
+    Case("score-logprob-items-negative", {"--logprob-items": "-1"}, None, "--logprob-items", ">= 0", command="score"),
+    Case("score-suite-unknown", {"--suites": "nosuch"}, None, "nosuch", None, command="score"),
     # ------------------------------------------------------------------ evalgate list
     Case("list-config-cycle", {"--configs-dir": "@configs/cycle2"}, "configs/cycle2/", "extends", "cycle",
          command="list"),
@@ -510,6 +518,8 @@ def _has_command(name: str) -> bool:
 DEFAULTS: dict[str, dict[str, object]] = {
     "run": {"--config": str(G / "configs" / "cand.yaml"), "--thresholds": str(G / "thresholds.yaml"),
             "--suites-dir": str(G / "suites"), "--configs-dir": str(G / "configs"), "--out": "OUT", "--limit": "2"},
+    "score": {"--config": "cand", "--suites-dir": str(G / "suites"), "--configs-dir": str(G / "configs"),
+              "--out": "OUT", "--limit": "2"},
     "list": {"--configs-dir": str(G / "configs"), "--suites-dir": str(G / "suites")},
     "plan": {"--config": "cand", "--margin": "2", "--from": "@stored_runs/pilot-baseline-truncated",
              "--thresholds": str(G / "thresholds.yaml")},
@@ -577,9 +587,16 @@ def test_the_good_inputs_reach_the_engine(tripwires: list[str], tmp_path: Path, 
     assert tripwires and capsys.readouterr().err == ""
 
 
+def test_the_good_inputs_of_score_reach_the_engine(tripwires: list[str], tmp_path: Path, capsys) -> None:
+    """``score``'s defaults are valid too: its bad-input cases fail for their own reason."""
+    with pytest.raises(_Reached):
+        cli.main(_argv(Case("good", {}, None, None, command="score"), tmp_path / "run"))
+    assert tripwires == ["evaluate_config"] and capsys.readouterr().err == ""
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input_is_one_clean_line_and_exit_2_or_3(case: Case, tripwires: list[str], tmp_path: Path, capsys) -> None:
-    if case.command in ("report", "compare", "plan") and not _has_command(case.command):
+    if case.command in ("report", "compare", "plan", "score") and not _has_command(case.command):
         pytest.skip(f"no 'evalgate {case.command}' command in this tree")
     out = tmp_path / "run"
     try:

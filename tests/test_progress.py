@@ -67,3 +67,32 @@ def test_bar_draws_on_a_terminal_without_a_size(monkeypatch: pytest.MonkeyPatch)
     pb.update(2)
     pb.close()
     assert "baseline: 100%" in tty.getvalue() and "2/2" in tty.getvalue()
+
+
+def test_lines_per_suite_when_stderr_is_not_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """In a pipe (capsys: not a TTY) no bar is drawn, but the engine start and each suite's start and end (items,
+    seconds) are one line each, read from the worker's log as the worker writes them."""
+    monkeypatch.setattr(progress, "POLL_S", 0.01)
+    log = tmp_path / "w.log"
+    with progress.engine_progress(log, "baseline fp32", ["docparse", "finance"]) as pb:
+        assert pb.disable
+        log.write_text("evalgate: engine started in 31.5 s; effective config: {}\n"
+                       "evalgate: suite docparse started (2 tasks)\n"
+                       "INFO Engine 000: Running: 4 reqs, Waiting: 2 reqs\n")
+        seen = ""
+        deadline = time.monotonic() + 5
+        while "docparse started" not in seen and time.monotonic() < deadline:  # printed during the run
+            time.sleep(0.02)
+            seen += capsys.readouterr().err
+        assert seen.splitlines() == ["evalgate: baseline fp32: engine started (31.5 s)",
+                                     "evalgate: baseline fp32: suite docparse started (2 tasks)"]
+        with log.open("a") as fh:
+            fh.write("evalgate: suite docparse done in 40.2 s, 12 items (12 generated, 0 reused from the journal)\n"
+                     "evalgate: suite finance started (4 tasks)\n"
+                     "evalgate: suite finance done in 7.0 s, 20 items (20 generated, ...)\n")  # written as it exits
+    assert capsys.readouterr().err.splitlines() == [
+        "evalgate: baseline fp32: suite docparse done: 12 items, 40.2 s",
+        "evalgate: baseline fp32: suite finance started (4 tasks)",
+        "evalgate: baseline fp32: suite finance done: 20 items, 7.0 s",
+    ]

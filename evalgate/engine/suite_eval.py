@@ -6,10 +6,14 @@ loglikelihood tasks give the choices' log-probs instead (no decode or logit evid
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from evalgate.errors import StoreError
 from evalgate.results import ItemResult, TaskResult
+
+# Fields of a task's docs that hold the dataset's own item id, in the order they are tried.
+SOURCE_ID_FIELDS = ("id", "doc_id", "uid", "qid", "task_id")
 
 
 def evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None,
@@ -37,17 +41,19 @@ def evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None,
 
     results: dict[str, TaskResult] = {}
     keys: dict[tuple[str, int], str] = {}
+    id_fields = suite.get("id_fields") or {}
     for task in suite["tasks"]:
         metric = suite["metrics"][task]
         items = []
         for s in _first_filter(samples.get(task, [])):
+            sid = source_id(s.get("doc"), id_fields.get(task))
             if _is_loglikelihood(s):  # no generation: no decode or logit evidence, the choices' log-probs instead
-                items.append(_choice_item(task, s, metric, lm.records))
+                items.append(dataclasses.replace(_choice_item(task, s, metric, lm.records), source_id=sid))
                 continue
             context, gen_kwargs = s["arguments"][0]
             key = request_key(context, *request_params(gen_kwargs, sampling))
             keys[(task, int(s["doc_id"]))] = key
-            items.append(_item(task, s, metric, lm.records.get(key, {})))
+            items.append(dataclasses.replace(_item(task, s, metric, lm.records.get(key, {})), source_id=sid))
         results[task] = TaskResult(task=task, suite=suite["name"], metric=metric,
                                    items=tuple(sorted(items, key=lambda i: i.item_id)))
     return results, keys
@@ -115,3 +121,17 @@ def _cluster(sample: dict[str, Any]) -> str | None:
     doc = sample.get("doc")
     group = doc.get("doc_group") if isinstance(doc, dict) else None
     return None if group is None else str(group)
+
+
+def source_id(doc: Any, field: str | None = None) -> str | None:
+    """The dataset's own id of an item: ``field`` (the task's ``metadata.evalgate.id_field``) if its ``doc``
+    (lm-eval's logged document) holds it, else the first of ``SOURCE_ID_FIELDS`` it holds, as a string or integer,
+    as text (at most 200 characters); None when it holds none."""
+    if not isinstance(doc, dict):
+        return None
+    for name in ((field,) if field else ()) + SOURCE_ID_FIELDS:
+        value = doc.get(name)
+        if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
+            continue
+        return str(value)[:200]
+    return None

@@ -71,6 +71,7 @@ def _run_suite(engine: Any, lm: Any, suite: dict[str, Any], spec: dict[str, Any]
     """Evaluate one suite in the worker, attach its evidence, store it, and log where its time went."""
     before = engine.spec_decode_counters()
     reused, generated, engine_s, wait_s = lm.reused, lm.generated, lm.engine_s, scoring.wait_seconds()
+    print(f"evalgate: suite {suite['name']} started ({len(suite['tasks'])} tasks)", flush=True)
     t1 = time.monotonic()
     tasks, keys = evaluate_suite(lm, suite, spec["limit"], sampling)
     after = engine.spec_decode_counters()
@@ -91,7 +92,9 @@ def _run_suite(engine: Any, lm: Any, suite: dict[str, Any], spec: dict[str, Any]
                     f"logprobs:{suite['name']}": score_s},
         "generations": {"reused": lm.reused - reused, "generated": lm.generated - generated},
     })
-    print(f"evalgate: suite {suite['name']} done in {suite_s:.1f} s ({lm.generated - generated} generated, "
+    items = sum(len(t.items) for t in tasks.values())
+    print(f"evalgate: suite {suite['name']} done in {suite_s:.1f} s, {items} items "
+          f"({lm.generated - generated} generated, "
           f"{lm.reused - reused} reused from the journal): engine submissions {gen_s:.1f} s, waiting on sandboxed "
           f"programs {sandbox_s:.1f} s, the rest of lm-eval {suite_s - gen_s - sandbox_s:.1f} s; evidence {score_s:.1f} s (decode-time {decode_s:.1f} s, "
           f"teacher-forced {score_s - decode_s:.1f} s)", flush=True)
