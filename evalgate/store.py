@@ -41,8 +41,9 @@ SCHEMA_VERSION = 1  # the layout of a store entry file (schema, key, checksum, p
 # bumped per change, and evalgate's source is deliberately not hashed (a docstring edit must not empty the store).
 # 1: the keys before this constant (versions only). 2: after model_fingerprint began hashing file contents,
 # with the retrained embedded model and the changed coding suite. 3: the MTP drafter is built in the engine dtype
-# on CPU too (engine.evalgate_extras), which changes every speculative-decoding generation there.
-RESULTS_VERSION = 3
+# on CPU too (engine.evalgate_extras), which changes every speculative-decoding generation there. 4: items carry
+# the dataset's own id (``ItemResult.source_id``), which an entry written before it lacks.
+RESULTS_VERSION = 4
 log = logging.getLogger(__name__)
 
 
