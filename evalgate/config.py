@@ -28,6 +28,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
 
+from evalgate.chat import Chat, ChatSpec, resolve_chat
 from evalgate.errors import ConfigError
 from evalgate.model import EMBEDDED_ALIASES
 from evalgate.project import builtin_dir
@@ -39,7 +40,7 @@ WORDING = Wording("config", syntax="YAML syntax error: {at}{problem}", at="line 
                   not_utf8="not UTF-8 (byte {offset})")
 # Set by evalgate itself (the model comes from the top-level ``model`` key).
 _RESERVED_ENGINE_ARGS = ("model", "tokenizer")
-_SECTIONS = ("engine_args", "env", "sampling")  # merged key by key over the parent's
+_SECTIONS = ("engine_args", "env", "sampling", "chat")  # merged key by key over the parent's
 
 
 class Sampling(Schema):
@@ -120,6 +121,9 @@ class ConfigLayer(Schema):
     """Environment variables of the engine process (strings or numbers); a null value removes the parent's."""
     sampling: dict[str, Any] | None = None
     """Sampling parameters (keys below), merged key by key over the parent's; a null value removes the parent's."""
+    chat: dict[str, Any] | None = None
+    """Chat protocol (keys below; unset: raw completion prompts), merged key by key over the parent's; a null value
+    removes the parent's. A baseline and its candidate must use the same protocol."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +141,7 @@ class EngineConfig:
         expect: "lossy" or "lossless".
         description: free text.
         chain: the files of the inheritance chain, child first.
+        chat: the resolved ``chat`` section (``evalgate.chat.ChatSpec``; completion prompts by default).
     """
 
     name: str
@@ -149,6 +154,7 @@ class EngineConfig:
     expect: str = ConfigLayer.model_fields["expect"].default
     description: str = ConfigLayer.model_fields["description"].default
     chain: tuple[Path, ...] = field(default_factory=tuple)
+    chat: ChatSpec = field(default_factory=lambda: ChatSpec(Chat()))
 
     def identity(self) -> dict[str, Any]:
         """The requested configuration as plain JSON-able data (used in store keys and reports)."""
@@ -349,6 +355,8 @@ def _build(merged: dict[str, Any], chain: list[tuple[Path, ConfigLayer]], config
         raise ConfigError(f"unknown embedded model {model!r}; the embedded models are {', '.join(EMBEDDED_ALIASES)}",
                           path=origin, field="model")
     sampling = validate(Sampling, merged["sampling"], path, prefix="sampling.")
+    chat_origin = next((p for p, layer in chain if "template" in (layer.chat or {})), None)
+    chat = resolve_chat(merged["chat"], path, chat_origin)
     try:
         name = path.relative_to(configs_dir.resolve()).with_suffix("").as_posix()
     except ValueError:
@@ -358,9 +366,10 @@ def _build(merged: dict[str, Any], chain: list[tuple[Path, ConfigLayer]], config
                         baseline=child.baseline if "baseline" in child.model_fields_set else child.extends,
                         expect=merged.get("expect", EngineConfig.expect),
                         description=merged.get("description", EngineConfig.description),
-                        chain=tuple(p for p, _ in chain))
+                        chain=tuple(p for p, _ in chain), chat=chat)
 
 
 def config_key_rows() -> list[tuple[str, str, str]]:
-    """The config key table (docs/reference/config.md): :class:`ConfigLayer`'s keys, then ``sampling.*`` (:class:`Sampling`)."""
-    return key_rows(ConfigLayer) + key_rows(Sampling, "sampling.")
+    """The config key table (docs/reference/config.md): :class:`ConfigLayer`'s keys, then ``sampling.*`` (:class:`Sampling`)
+    and ``chat.*`` (``evalgate.chat.Chat``)."""
+    return key_rows(ConfigLayer) + key_rows(Sampling, "sampling.") + key_rows(Chat, "chat.")
