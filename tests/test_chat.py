@@ -181,3 +181,75 @@ def test_the_model_template_is_refused_on_a_tokenizer_without_one() -> None:
     lm = make_lm(_Engine({}), chat=_chat_spec(template=None))
     with pytest.raises(ValueError, match="no chat template"):
         lm.apply_chat_template([{"role": "user", "content": "Q"}])
+
+
+# ------------------------------------------------------------------------------------------------ reasoning tokens
+
+def test_paired_tokens_is_scipys_paired_t_interval() -> None:
+    from scipy.stats import ttest_rel
+
+    from evalgate.reasoning import paired_tokens
+
+    base, cand = [10, 20, 30, 40, 12], [14, 21, 35, 39, 20]
+    got = paired_tokens(base, cand)
+    ci = ttest_rel(cand, base).confidence_interval(0.95)
+    assert (got["baseline"], got["candidate"], got["delta"]) == (22.4, 25.8, pytest.approx(3.4))
+    assert (got["ci_low"], got["ci_high"]) == (pytest.approx(ci.low), pytest.approx(ci.high))
+    one = paired_tokens([3], [5])
+    assert (one["delta"], one["ci_low"], one["ci_high"]) == (2.0, None, None)
+
+
+def _item(i: int, thinking: int | None, answer: int | None, truncated: bool = False, thought: str | None = None):
+    from evalgate.results import ItemResult
+
+    return ItemResult(task="t", item_id=i, item_hash=f"h{i}", prompt="p", target="1", output="1", score=1.0,
+                      thought=thought, thinking_tokens=thinking, answer_tokens=answer, truncated_thought=truncated)
+
+
+def test_reasoning_summary_counts_tokens_and_truncated_thoughts_per_side() -> None:
+    from evalgate.reasoning import reasoning_line, reasoning_summary
+    from evalgate.verdict import Reasoning
+
+    pairs = [(_item(0, 10, 2), _item(0, 12, 2)), (_item(1, 20, 4), _item(1, 30, 0, True)),
+             (_item(2, 0, 3), _item(2, 2, 3))]
+    r = reasoning_summary(pairs)
+    assert r["n"] == 3 and r["truncated_thought"] == {"baseline": 0, "candidate": 1}
+    assert (r["thinking_tokens"]["baseline"], r["thinking_tokens"]["candidate"], r["thinking_tokens"]["delta"]) == (
+        10.0, pytest.approx(44 / 3), pytest.approx(14 / 3))
+    assert (r["answer_tokens"]["baseline"], r["answer_tokens"]["candidate"], r["answer_tokens"]["delta"]) == (
+        3.0, pytest.approx(5 / 3), pytest.approx(-4 / 3))
+    line = reasoning_line(Reasoning.model_validate(r))
+    assert line.startswith("thinking tokens/item 10.0 \u2192 14.7 (\u0394 +4.7, 95% CI [")
+    assert "truncated thoughts 0 \u2192 1 of 3" in line and "paired t" in line
+    assert reasoning_summary([(_item(0, None, None), _item(0, None, None))]) is None
+
+
+def test_the_reports_show_the_reasoning_beside_the_delta_and_the_thoughts_escaped() -> None:
+    import dataclasses
+
+    from evalgate.report import render_html, render_terminal
+    from evalgate.outputs import render_markdown
+    from evalgate.results import TaskResult
+
+    from runfixtures import EVIL_SCRIPT, document, task
+
+    def with_thoughts(t: TaskResult, thinking: list[int], thought: str) -> TaskResult:
+        items = tuple(dataclasses.replace(i, thought=thought, thinking_tokens=n, answer_tokens=1,
+                                          truncated_thought=n > 30) for i, n in zip(t.items, thinking))
+        return dataclasses.replace(t, items=items)
+
+    base = with_thoughts(task("t1", "s", ["1", "2", "3"], [1.0, 1.0, 1.0]), [10, 10, 10], "base thought")
+    cand = with_thoughts(task("t1", "s", ["1", "2", "x"], [1.0, 1.0, 0.0]), [12, 14, 40], EVIL_SCRIPT + "</think>")
+    doc = document({"t1": base}, {"t1": cand})
+    r = doc["tasks"][0]["reasoning"]
+    assert (r["thinking_tokens"]["baseline"], r["thinking_tokens"]["delta"]) == (10.0, pytest.approx(12.0))  # (2 + 4 + 30) / 3
+    assert r["truncated_thought"] == {"baseline": 0, "candidate": 1}
+    flip = doc["tasks"][0]["flipped"][0]
+    assert (flip["baseline_thought"], flip["candidate_thought"]) == ("base thought", EVIL_SCRIPT + "</think>")
+    expect = "thinking tokens/item 10.0 \u2192 22.0 (\u0394 +12.0, 95% CI ["
+    assert expect in render_terminal(doc)
+    assert expect in render_markdown(doc)
+    html = render_html(doc)
+    assert expect in html and "truncated thoughts 0 \u2192 1 of 3" in html
+    assert EVIL_SCRIPT not in html and "&lt;script&gt;document.title=&#39;pwned&#39;&lt;/script&gt;&lt;/think&gt;" in html
+    assert '<details class="thought"><summary class="muted">thoughts (stripped before scoring)</summary>' in html
