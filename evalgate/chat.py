@@ -283,12 +283,15 @@ def local_model_dir(model: str) -> str | None:
         from evalgate.hybrid import CHECKPOINT_DIR
 
         return str(CHECKPOINT_DIR)
-    if model == models.EMBEDDED_MODEL:
-        d = models.embedded_model_dir()
-        return str(d) if models.is_prepared(d) else None
-    if model.startswith("embedded:"):
+    try:  # a broken home or path is not this check's to report (check_home and the model check say it)
+        if model == models.EMBEDDED_MODEL:
+            d = models.embedded_model_dir()
+            return str(d) if models.is_prepared(d) else None
+        if model.startswith("embedded:"):
+            return None
+        return model if Path(model).expanduser().is_dir() else None
+    except (OSError, ValueError):
         return None
-    return model if Path(model).expanduser().is_dir() else None
 
 
 def check_protocols(base: Any, cand: Any) -> dict[str, dict[str, Any]]:
@@ -304,7 +307,9 @@ def check_protocols(base: Any, cand: Any) -> dict[str, dict[str, Any]]:
     """
     out = {}
     for role, cfg in (("baseline", base), ("candidate", cand)):
-        out[role] = protocol(cfg.chat, check_model_template(cfg.chat, local_model_dir(cfg.model), cfg.path))
+        own = cfg.chat.chat.template == MODEL  # only then is the model's tokenizer read
+        out[role] = protocol(cfg.chat, check_model_template(cfg.chat, local_model_dir(cfg.model) if own else None,
+                                                            cfg.path))
     diff = describe_difference(out["baseline"], out["candidate"])
     if diff:
         raise ConfigError(f"the baseline ({base.name}) and the candidate send prompts differently ({diff}): chat "
