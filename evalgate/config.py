@@ -28,7 +28,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
 
-from evalgate.chat import Chat, ChatSpec, resolve_chat
+from evalgate.chat import Chat, ChatSpec, protocol, resolve_chat
 from evalgate.errors import ConfigError
 from evalgate.model import EMBEDDED_ALIASES
 from evalgate.project import builtin_dir
@@ -157,13 +157,18 @@ class EngineConfig:
     chat: ChatSpec = field(default_factory=lambda: ChatSpec(Chat()))
 
     def identity(self) -> dict[str, Any]:
-        """The requested configuration as plain JSON-able data (used in store keys and reports)."""
-        return {
+        """The requested configuration as plain JSON-able data (used in store keys and reports); with a ``chat``
+        section (a template or ``think_end``), its ``chat.protocol`` under ``chat`` (completion configs keep the
+        identity they had)."""
+        out = {
             "model": self.model,
             "engine_args": self.engine_args,
             "env": self.env,
             "sampling": vars(self.sampling).copy(),
         }
+        if self.chat.is_chat or self.chat.chat.think_end is not None:
+            out["chat"] = protocol(self.chat)
+        return out
 
 
 def load_config(ref: str | Path, configs_dir: Path = CONFIGS_DIR, *, check_engine_args: bool = True) -> EngineConfig:

@@ -98,8 +98,12 @@ class Manifest(BaseModel):
 
 
 def side(run: Any) -> Side:
-    """The manifest side of a ``runner.ConfigRun``."""
+    """The manifest side of a ``runner.ConfigRun`` (its ``protocol``: the run's, else the config's own
+    ``chat.protocol``)."""
+    from evalgate.chat import protocol
+
     cfg = run.config
     return Side(name=cfg.name, path=str(cfg.path), expect=cfg.expect, requested=cfg.identity(), effective=run.effective,
                 spec_decode=run.spec_decode, evidence_sources=run.evidence_sources, cached_suites=run.cached,
-                generations=run.generations, device=run.device or None, protocol=run.protocol or None)
+                generations=run.generations, device=run.device or None,
+                protocol=getattr(run, "protocol", None) or protocol(cfg.chat))
