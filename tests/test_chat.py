@@ -57,6 +57,9 @@ def test_the_shipped_chat_pair_shares_one_chat_protocol() -> None:
     expected = {"mode": "chat", "template": "file", "template_sha256": sha, "template_kwargs": {"enable_thinking": False},
                 "system_sha256": None, "fewshot_as_multiturn": True, "think_end": "</think>"}
     assert check_protocols(base, cand) == {"baseline": expected, "candidate": expected}
+    # the protocol is part of the requested identity: a chat config never takes a completion config's name or results
+    assert cand.identity()["chat"] == expected
+    assert "chat" not in load_config("fp16-state", check_engine_args=False).identity()
 
 
 def test_a_config_without_chat_sends_completion_prompts() -> None:
