@@ -455,6 +455,7 @@ def _load(config: str, configs_dir: Path, suites_dir: Path, thresholds_path: Pat
           suite_names: list[str] | None) -> tuple[Any, Any, Any, list[Any], dict[str, Any]]:
     """``(recipe, baseline, thresholds, suites, every known config by name)``; ConfigError for bad input."""
     from evalgate import config as config_mod
+    from evalgate.chat import check_protocols
     from evalgate.engine import check_platform
     from evalgate.engine.device import check_same_hardware
     from evalgate.pipeline import load_suites
@@ -464,6 +465,7 @@ def _load(config: str, configs_dir: Path, suites_dir: Path, thresholds_path: Pat
     base = config_mod.load_baseline(recipe, configs_dir)
     check_platform(base.engine_args, base.path, base.env)
     check_same_hardware(base, recipe)
+    check_protocols(base, recipe)  # every variant inherits the recipe's chat section
     thresholds = load_thresholds(thresholds_path)
     suites = load_suites(suites_dir, suite_names)
     known = {}

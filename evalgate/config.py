@@ -28,6 +28,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
 
+from evalgate.chat import Chat, ChatSpec, protocol, resolve_chat
 from evalgate.errors import ConfigError
 from evalgate.model import EMBEDDED_ALIASES
 from evalgate.project import builtin_dir
@@ -39,7 +40,7 @@ WORDING = Wording("config", syntax="YAML syntax error: {at}{problem}", at="line 
                   not_utf8="not UTF-8 (byte {offset})")
 # Set by evalgate itself (the model comes from the top-level ``model`` key).
 _RESERVED_ENGINE_ARGS = ("model", "tokenizer")
-_SECTIONS = ("engine_args", "env", "sampling")  # merged key by key over the parent's
+_SECTIONS = ("engine_args", "env", "sampling", "chat")  # merged key by key over the parent's
 
 
 class Sampling(Schema):
@@ -126,6 +127,9 @@ class ConfigLayer(Schema):
     sides' gpu_memory_utilization, vLLM's 0.9 when unset, sum above 0.95 or their weights exceed the GPU, else
     together; together on CPU). The candidate's setting applies; ``--placement`` overrides it. Not part of the
     config's identity: it does not change outputs."""
+    chat: dict[str, Any] | None = None
+    """Chat protocol (keys below; unset: raw completion prompts), merged key by key over the parent's; a null value
+    removes the parent's. A baseline and its candidate must use the same protocol."""
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,7 @@ class EngineConfig:
         chain: the files of the inheritance chain, child first.
         placement: ``auto``, ``together`` or ``alternate`` (``evalgate.placement``); not in ``identity``.
         placement_from: the file that set it (None: the default).
+        chat: the resolved ``chat`` section (``evalgate.chat.ChatSpec``; completion prompts by default).
     """
 
     name: str
@@ -159,15 +164,21 @@ class EngineConfig:
     chain: tuple[Path, ...] = field(default_factory=tuple)
     placement: str = ConfigLayer.model_fields["placement"].default
     placement_from: Path | None = None  # the file of the chain that set ``placement`` (None: the default)
+    chat: ChatSpec = field(default_factory=lambda: ChatSpec(Chat()))
 
     def identity(self) -> dict[str, Any]:
-        """The requested configuration as plain JSON-able data (used in store keys and reports)."""
-        return {
+        """The requested configuration as plain JSON-able data (used in store keys and reports); with a ``chat``
+        section (a template or ``think_end``), its ``chat.protocol`` under ``chat`` (completion configs keep the
+        identity they had)."""
+        out = {
             "model": self.model,
             "engine_args": self.engine_args,
             "env": self.env,
             "sampling": vars(self.sampling).copy(),
         }
+        if self.chat.is_chat or self.chat.chat.think_end is not None:
+            out["chat"] = protocol(self.chat)
+        return out
 
 
 def load_config(ref: str | Path, configs_dir: Path = CONFIGS_DIR, *, check_engine_args: bool = True) -> EngineConfig:
@@ -359,6 +370,8 @@ def _build(merged: dict[str, Any], chain: list[tuple[Path, ConfigLayer]], config
         raise ConfigError(f"unknown embedded model {model!r}; the embedded models are {', '.join(EMBEDDED_ALIASES)}",
                           path=origin, field="model")
     sampling = validate(Sampling, merged["sampling"], path, prefix="sampling.")
+    chat_origin = next((p for p, layer in chain if "template" in (layer.chat or {})), None)
+    chat = resolve_chat(merged["chat"], path, chat_origin)
     try:
         name = path.relative_to(configs_dir.resolve()).with_suffix("").as_posix()
     except ValueError:
@@ -369,9 +382,11 @@ def _build(merged: dict[str, Any], chain: list[tuple[Path, ConfigLayer]], config
                         expect=merged.get("expect", EngineConfig.expect),
                         description=merged.get("description", EngineConfig.description),
                         chain=tuple(p for p, _ in chain), placement=merged.get("placement", EngineConfig.placement),
-                        placement_from=next((p for p, layer in chain if "placement" in layer.model_fields_set), None))
+                        placement_from=next((p for p, layer in chain if "placement" in layer.model_fields_set), None),
+                        chat=chat)
 
 
 def config_key_rows() -> list[tuple[str, str, str]]:
-    """The config key table (docs/reference/config.md): :class:`ConfigLayer`'s keys, then ``sampling.*`` (:class:`Sampling`)."""
-    return key_rows(ConfigLayer) + key_rows(Sampling, "sampling.")
+    """The config key table (docs/reference/config.md): :class:`ConfigLayer`'s keys, then ``sampling.*`` (:class:`Sampling`)
+    and ``chat.*`` (``evalgate.chat.Chat``)."""
+    return key_rows(ConfigLayer) + key_rows(Sampling, "sampling.") + key_rows(Chat, "chat.")

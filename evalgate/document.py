@@ -15,6 +15,7 @@ from evalgate.economics import economics_block
 from evalgate.evidence import HEALTH_INDICATORS, HealthShift, SpecDecodeHealth, as_dict, spec_decode_health, task_facts
 from evalgate.fmt import json_number as _num
 from evalgate.power import items_needed_basis
+from evalgate.reasoning import reasoning_summary
 from evalgate.results import ItemResult
 from evalgate.verdict import VERSION, Verdict
 
@@ -120,7 +121,7 @@ def _task_row(td: gate.TaskDecision, c: TaskComparison, near_tie: float, gated: 
     flips = [_flip(c, i, "regressed") for i in c.regressed] + [_flip(c, i, "improved") for i in c.improved]
     flipped = set(c.regressed) | set(c.improved)
     changed = [_flip(c, i, "changed") for i, (b, k) in enumerate(c.pairs) if b.output != k.output and i not in flipped]
-    return {
+    row = {
         "suite": td.suite, "task": td.task, "metric": c.metric, "verdict": td.verdict.value, "reason": td.reason,
         "n": cmp.n, "baseline": cmp.baseline_mean, "candidate": cmp.candidate_mean, "delta": cmp.delta,
         "ci_low": cmp.ci_low, "ci_high": cmp.ci_high, "ci_level": 1 - 2 * td.threshold.alpha,
@@ -131,6 +132,10 @@ def _task_row(td: gate.TaskDecision, c: TaskComparison, near_tie: float, gated: 
         "tie_flips": list(c.agreement(near_tie).tie_flips), **_decision_fields(td), "gated": gated,
         "evidence": evidence,
     }
+    reasoning = reasoning_summary(c.pairs)
+    if reasoning is not None:  # with chat.think_end only: other documents stay as they were
+        row["reasoning"] = reasoning
+    return row
 
 
 def _decision_fields(td: gate.TaskDecision) -> dict[str, Any]:
@@ -176,6 +181,8 @@ def _flip(c: TaskComparison, i: int, kind: str) -> dict[str, Any]:
     sid = b.source_id if b.source_id is not None else k.source_id  # one side may come from an older store entry
     if sid is not None:
         out["source_id"] = sid
+    if b.thought is not None or k.thought is not None:
+        out["baseline_thought"], out["candidate_thought"] = b.thought, k.thought
     if b.choices and k.choices:
         out["choices"] = [{"continuation": cb["continuation"], "baseline_logprob": cb["logprob"],
                            "candidate_logprob": ck["logprob"], "gold": cb["continuation"] == b.target}

@@ -55,6 +55,7 @@ class EngineJob:
         limits. Returns the thresholds. Raises ConfigError (exit 2) for bad input, PreflightError (exit 3) when the
         pre-flight crashed or timed out, before the baseline's engine starts."""
         from evalgate import config as config_mod
+        from evalgate.chat import check_protocols
         from evalgate.engine import check_platform
         from evalgate.engine.device import check_same_hardware
         from evalgate.model import check_home
@@ -72,6 +73,7 @@ class EngineJob:
         for cfg in (self.base, self.cand):
             check_platform(cfg.engine_args, cfg.path, cfg.env)
         check_same_hardware(self.base, self.cand)
+        check_protocols(self.base, self.cand)
         self.placement = resolve_placement(self.base, self.cand, self.options.placement)  # said once engines start
         thresholds = load_thresholds(self.thresholds_path)
         self.suites = load_suites(self.suites_dir, self.suite_names)

@@ -42,6 +42,9 @@ class Side(BaseModel):
     generations: dict[str, int] = Field(default_factory=dict, description="requests reused / generated")
     device: dict[str, Any] | None = Field(None, description="the hardware the side ran on "
                                           "(engine.device.device_identity); None in runs made before it was recorded")
+    protocol: dict[str, Any] | None = Field(None, description="how prompts were sent (chat.protocol: completion or "
+                                            "chat, template sha256, kwargs, system prompt hash); None in runs made "
+                                            "before it was recorded (completion)")
 
 
 class Manifest(BaseModel):
@@ -98,8 +101,12 @@ class Manifest(BaseModel):
 
 
 def side(run: Any) -> Side:
-    """The manifest side of a ``runner.ConfigRun``."""
+    """The manifest side of a ``runner.ConfigRun`` (its ``protocol``: the run's, else the config's own
+    ``chat.protocol``)."""
+    from evalgate.chat import protocol
+
     cfg = run.config
     return Side(name=cfg.name, path=str(cfg.path), expect=cfg.expect, requested=cfg.identity(), effective=run.effective,
                 spec_decode=run.spec_decode, evidence_sources=run.evidence_sources, cached_suites=run.cached,
-                generations=run.generations, device=run.device or None)
+                generations=run.generations, device=run.device or None,
+                protocol=getattr(run, "protocol", None) or protocol(cfg.chat))

@@ -24,6 +24,7 @@ from evalgate.economics import economics_lines, economics_properties
 from evalgate.fmt import MINUS, pts
 from evalgate.report import render_html
 from evalgate.precision import precision_note
+from evalgate.reasoning import reasoning_line
 from evalgate.speed import profile_words, repeats_note, repeats_words
 from evalgate.verdict import SpeedBlock, TaskVerdict, Verdict, as_task, as_verdict
 from evalgate.wording import (FLOOR_NOTE, NO_OP_NOTE, SPEC_SOURCE_NOTE, floor_note, items_needed_short,
@@ -249,6 +250,10 @@ def render_markdown(doc: Doc, report_link: str = HTML_NAME) -> str:
     out += ["", "| suite / task | n | baseline | candidate | \u0394 (pts) | CI | MDE | margin | regressed / improved "
             "| verdict |", "|---|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
     out += [_md_task_row(doc, t) for t in doc.tasks]
+    thinking = [t for t in doc.tasks if t.reasoning is not None]
+    if thinking:  # chat.think_end: the thought's cost beside the accuracy Δ
+        out += ["", "Reasoning (tokens per item, baseline \u2192 candidate):", ""]
+        out += [f"- {_md(t.suite)} / {_md(t.task)}: {_md(reasoning_line(t.reasoning))}" for t in thinking]
     return "\n".join(out + _md_tail(doc)) + "\n"
 
 

@@ -19,6 +19,7 @@ from evalgate.engine.device import describe as describe_device
 from evalgate.fmt import pts
 from evalgate.plot import delta_plot, kl_curve, sweep_plot, tradeoff_plot
 from evalgate.precision import precision_note
+from evalgate.reasoning import reasoning_line
 from evalgate.speed import repeats_note, repeats_words
 from evalgate.verdict import Verdict, as_verdict
 from evalgate.wording import (NO_OP_NOTE, SPEC_SOURCE_NOTE, floor_note, goodput_words, items_needed_short,
@@ -56,7 +57,7 @@ def _env() -> Environment:
     env.globals.update(
         highlight=_highlight, delta_plot=delta_plot, kl_curve=kl_curve, tradeoff_plot=tradeoff_plot,
         sweep_plot=sweep_plot, tradeoff_points=tradeoff_points, sweep_rows=sweep_rows, review_items=review_items,
-        items_needed_short=items_needed_short, floor_note=floor_note, shown_verdict=shown_verdict,
+        items_needed_short=items_needed_short, reasoning_line=reasoning_line, floor_note=floor_note, shown_verdict=shown_verdict,
         NO_OP_NOTE=NO_OP_NOTE, spec_source_note=SPEC_SOURCE_NOTE, speed_mde_note=speed_mde_note,
         repeats_note=repeats_note, repeats_words=repeats_words, precision_note=precision_note,
         describe_device=describe_device, slo_rows=slo_rows, goodput_words=goodput_words,
@@ -114,6 +115,8 @@ def render_terminal(doc: Doc) -> str:
             shown = f"NO-OP, not gated (statistics: {t.verdict}{rule.replace(' (', ', ').rstrip(')')})"
         lines.append(f"{t.suite + '/' + t.task:34} {t.n:>5} {t.baseline:>6.1f} {t.candidate:>6.1f} "
                      f"{t.delta:>+6.1f} {ci:>15} {mde:>6} {t.margin:>6.1f}  {shown}")
+        if t.reasoning is not None:
+            lines.append(f"  {reasoning_line(t.reasoning)}")
     if doc.speed is not None:
         from evalgate.speed import headline
 

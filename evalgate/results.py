@@ -41,6 +41,12 @@ class ItemResult:
             ``continuation`` (text), ``logprob`` (nats, summed over its tokens), ``is_greedy`` (greedy decoding
             would produce it; None for rolling log-likelihoods), ``n_tokens``; ``output`` is then the most likely
             continuation. None for a generated item.
+        thought: with ``chat.think_end``, the reasoning text stripped before scoring (up to and including the last
+            end-of-thinking marker; the whole output when truncated), untrusted; None when the output had none.
+        thinking_tokens, answer_tokens: with ``chat.think_end``, the thought's and the scored answer's token counts
+            (the engine's tokenizer, no special tokens); None without ``think_end``.
+        truncated_thought: with ``chat.think_end``, the thought was opened but never closed (the token budget ran
+            out): the answer scored is empty.
     """
 
     task: str
@@ -58,9 +64,16 @@ class ItemResult:
     decode: dict[str, Any] | None = None
     choices: tuple[dict[str, Any], ...] | None = None
     source_id: str | None = None
+    thought: str | None = None
+    thinking_tokens: int | None = None
+    answer_tokens: int | None = None
+    truncated_thought: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        if d["thinking_tokens"] is None:  # no think_end: records stay as they were
+            for k in ("thought", "thinking_tokens", "answer_tokens", "truncated_thought"):
+                del d[k]
         if d["choices"] is None:
             del d["choices"]  # generated items' records stay as they were
         else:

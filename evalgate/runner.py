@@ -59,6 +59,8 @@ class ConfigRun:
             answered from the generation journal (a resumed run) vs by the engine.
         journal, scores: this config's generation journal and teacher-forced log-prob journal (paths).
         device: the hardware the config ran on (``engine.device.device_identity``; part of every store key).
+        protocol: how prompts were sent (``chat.protocol``: completion or chat, template sha256, kwargs, system
+            prompt hash; part of every store key).
     """
 
     config: EngineConfig
@@ -72,6 +74,7 @@ class ConfigRun:
     journal: str = ""
     scores: str = ""
     device: dict[str, Any] = field(default_factory=dict)
+    protocol: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -88,6 +91,7 @@ class _Plan:
     scores: str
     fingerprint: str = ""  # model_fingerprint of the checkpoint the engine loads
     device: dict[str, Any] = field(default_factory=dict)  # the hardware it runs on (device.device_identity)
+    protocol: dict[str, Any] = field(default_factory=dict)  # how prompts are sent (chat.protocol)
 
 
 def evaluate_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: ResultStore,
@@ -144,7 +148,11 @@ def start_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, s
 
 def _plan(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: ResultStore,
           reference: ConfigRun | None, logprob_items: int) -> _Plan:
+    from evalgate.chat import check_model_template, protocol
+
     model_path = resolve_model(cfg.model)
+    model_template = check_model_template(cfg.chat, model_path, cfg.path)
+    proto = protocol(cfg.chat, model_template)  # chat and completion prompts score differently: part of every key
     vers = versions()
     fingerprint = model_fingerprint(model_path)
     # Results are facts about a config on a machine: kernels and numerics differ between GPU models and CPU ISAs,
@@ -154,11 +162,11 @@ def _plan(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: R
     # Read at call time from its one definition (store.RESULTS_VERSION), so a bump reaches every key.
     results_version = result_store.RESULTS_VERSION
     journal_key = content_key({"config": cfg.identity(), "model_fingerprint": fingerprint, "versions": vers,
-                               "device": device,
+                               "device": device, "protocol": proto,
                                "journal_format": JOURNAL_FORMAT, "results_version": results_version})
     keys = {s.name: content_key({
         "config": cfg.identity(), "model_fingerprint": fingerprint, "results_version": results_version,
-        "device": device, "suite": s.name, "suite_hash": s.content_hash, "tasks": list(s.tasks), "limit": limit, "versions": vers,
+        "device": device, "protocol": proto, "suite": s.name, "suite_hash": s.content_hash, "tasks": list(s.tasks), "limit": limit, "versions": vers,
         "readback_version": READBACK_VERSION, "journal_format": JOURNAL_FORMAT,
         # A candidate's items carry evidence measured against this baseline's generations.
         "reference": None if reference is None else Path(reference.journal).name, "logprob_items": logprob_items,
@@ -173,13 +181,13 @@ def _plan(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: R
     spec = {"model": model_path, "engine_args": cfg.engine_args, "env": cfg.env,
             "sampling": vars(cfg.sampling), "limit": limit, "store": str(store.root),
             "journal": journal, "scores": scores, "logprobs_k": LOGPROBS_K if logprob_items > 0 else 0,
-            "logprob_items": logprob_items,
+            "logprob_items": logprob_items, "chat": cfg.chat.worker_spec(model_template),
             "reference": None if reference is None else {"journal": reference.journal, "scores": reference.scores},
             "suites": [{"name": s.name, "dir": str(s.path.parent), "hash": s.content_hash, "tasks": list(s.tasks),
                         "metrics": s.primary_metric, "key": keys[s.name], "builtins": s.builtins,
                         "entries": [list(e) for e in s.entries] or [[t, None] for t in s.tasks],
                         "id_fields": {t.name: t.id_field for t in s.specs if t.id_field}} for s in missing]}
-    return _Plan(cfg, suites, keys, cached, missing, spec, journal, scores, fingerprint, device)
+    return _Plan(cfg, suites, keys, cached, missing, spec, journal, scores, fingerprint, device, proto)
 
 
 def _collect(plan: _Plan, store: ResultStore, log_path: Path) -> ConfigRun:
@@ -192,7 +200,8 @@ def _collect(plan: _Plan, store: ResultStore, log_path: Path) -> ConfigRun:
                               f"'{s.name}'; log: {log_path}")
         cached[s.name] = entry
     run = ConfigRun(config=cfg, tasks={}, effective={}, journal=plan.journal, scores=plan.scores,
-                    cached=[s.name for s in suites if s not in missing], device=plan.device)
+                    cached=[s.name for s in suites if s not in missing], device=plan.device,
+                    protocol=plan.protocol)
     for s in suites:
         entry = cached[s.name]
         run.tasks.update(tasks_from_json(entry["tasks"], store.path(keys[s.name])))

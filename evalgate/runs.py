@@ -223,7 +223,8 @@ def check_comparable(tasks: dict[str, dict[str, Any]], manifests: dict[str, dict
     """Refuse to pair two runs unless every task either run holds belongs to a suite that both manifests list, under
     the same content hash (the prompts, templates and scorers were the same files), and both candidates ran on the
     same recorded hardware (``candidate.device``: a difference between GPU models or CPU ISAs would be read as the
-    switch's).
+    switch's) with the same prompt protocol (``candidate.protocol``, ``chat.protocol``; a run without one was
+    made with completion prompts).
 
     Args:
         tasks: ``a``/``b`` -> task name -> ``TaskResult`` (``candidate_tasks``).
@@ -231,7 +232,8 @@ def check_comparable(tasks: dict[str, dict[str, Any]], manifests: dict[str, dict
     Raises:
         StoreError (exit 3): a task whose suite one manifest does not list (or lists without the task): its content
             cannot be checked; a suite whose content hash differs between the runs; a candidate whose hardware is
-            not recorded (a run made before evalgate recorded it) or differs between the runs.
+            not recorded (a run made before evalgate recorded it) or differs between the runs; candidates whose
+            protocols differ (naming each differing key).
     """
     entries = {k: {s["name"]: s for s in m["suites"]} for k, m in manifests.items()}
     for side in ("a", "b"):
@@ -254,6 +256,12 @@ def check_comparable(tasks: dict[str, dict[str, Any]], manifests: dict[str, dict
     if devices["a"] != devices["b"]:
         raise StoreError(f"runs are not comparable: {run_dirs['a']} ran on {describe(devices['a'])} and "
                          f"{run_dirs['b']} on {describe(devices['b'])} (candidate.device)")
+    from evalgate.chat import describe_difference
+
+    diff = describe_difference(manifests["a"]["candidate"].get("protocol"), manifests["b"]["candidate"].get("protocol"))
+    if diff:
+        raise StoreError(f"runs are not comparable: their candidates sent prompts differently (candidate.protocol: "
+                         f"{diff}; {run_dirs['a']} vs {run_dirs['b']}): chat and completion prompts score differently")
 
 
 def merged(a: Any, b: Any) -> Any:

@@ -67,6 +67,8 @@ class Flip(_Record):
     baseline_score: Number = _f("the baseline's primary metric, 0..1", 0.0)
     candidate_score: Number = _f("the candidate's primary metric, 0..1", 0.0)
     choices: list[Choice] | None = _f("per choice of a multiple-choice item; absent for a generated item")
+    baseline_thought: str | None = _f("the baseline's stripped thought (``chat.think_end``; untrusted), None if none")
+    candidate_thought: str | None = _f("the candidate's stripped thought (untrusted), None if none")
 
 
 class CrossCheck(_Record):
@@ -179,6 +181,28 @@ class Evidence(_Record):
     failures: list[str] = _list("what BLOCKs the candidate whatever its accuracy (``gate.health_failures``)")
 
 
+class TokenDiff(_Record):
+    """Per-item token counts of one kind on both sides: means and the paired difference (``reasoning.paired_tokens``)."""
+
+    baseline: Number | None = _f("baseline mean, tokens per item")
+    candidate: Number | None = _f("candidate mean, tokens per item")
+    delta: Number | None = _f("mean of candidate − baseline per item, tokens")
+    ci_low: Number | None = _f("lower end of the interval of delta (paired t), None when n < 2")
+    ci_high: Number | None = _f("upper end of that interval")
+
+
+class Reasoning(_Record):
+    """Thinking and answer tokens of one task (``chat.think_end`` set; ``reasoning.reasoning_summary``)."""
+
+    n: int = _f("paired items counted", 0)
+    level: Number | None = _f("two-sided level of the intervals", 0.95)
+    method: str = _f("how the intervals were computed", "")
+    thinking_tokens: TokenDiff | None = _f("tokens of the stripped thought per item")
+    answer_tokens: TokenDiff | None = _f("tokens of the scored answer per item")
+    truncated_thought: dict[str, int] = Field(default_factory=dict, description="``baseline``/``candidate``: items "
+                                              "whose thought never ended (scored as an empty answer)")
+
+
 class TaskVerdict(_Record):
     """One task: its paired statistics (points), threshold, verdict, rule and changed items."""
 
@@ -226,6 +250,7 @@ class TaskVerdict(_Record):
     lossless: Lossless | None = _f("output agreement when the candidate is declared lossless, else None")
     gated: bool = _f("the task counts toward the verdict (False under NO-OP)", True)
     evidence: Evidence | None = _f("engine evidence; None in documents written before it existed")
+    reasoning: Reasoning | None = _f("thinking and answer tokens per side (``chat.think_end``); None without it")
 
     def items_needed_figure(self) -> tuple[int | None, str | None]:
         """``(items, basis)`` for MDE <= margin; ``(None, None)`` without a figure.

@@ -182,6 +182,17 @@ CASES: list[Case] = [
     _cfg("engine-arg-unknown-nonsense", "engine_args.zzz_not_an_engine_arg", "unknown vLLM engine arg", uses=PARENT),
     _cfg("engine-arg-unknown-in-parent", "engine_args.enforce_eagr", "did you mean 'enforce_eager'",
          file="configs/bad-engine-parent.yaml"),
+    # ------------------------------------------------------------------ configs: chat
+    _cfg("chat-list", "chat", "mapping", uses=PARENT),
+    _cfg("chat-unknown-key", "chat.tempalte", "did you mean 'template'", uses=PARENT),
+    _cfg("chat-model-no-template", "chat.template", "has no chat template", uses=PARENT),
+    _cfg("chat-template-missing", "chat.template", "template file not found", uses=PARENT),
+    _cfg("chat-template-bad-jinja", "chat.template", "is not valid Jinja: line 2",
+         uses=(*PARENT, "configs/chat-bad.jinja")),
+    _cfg("chat-kwargs-list", "chat.template_kwargs", "must be a mapping", uses=(*PARENT, "configs/chat-good.jinja")),
+    _cfg("chat-think-end-empty", "chat.think_end", "non-empty", uses=(*PARENT, "configs/chat-good.jinja")),
+    _cfg("chat-system-without-template", "chat.system", "needs a chat template", uses=PARENT),
+    _cfg("chat-protocol-differs", "chat", 'mode: "completion" vs "chat"', uses=(*PARENT, "configs/chat-good.jinja")),
     # ------------------------------------------------------------------ thresholds
     _thr("syntax", None, "invalid YAML at line 3"),
     _thr("duplicate-key", None, "duplicate key 'alpha'"),

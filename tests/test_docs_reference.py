@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from evalgate.cli import build_parser
+from evalgate.chat import Chat
 from evalgate.config import ConfigLayer, Sampling, config_key_rows, load_config
 from evalgate.errors import ConfigError
 from evalgate.schema import key_rows, markdown_table
@@ -118,8 +119,8 @@ def _walk(model: type, prefix: str = "", seen: set[type] | None = None) -> list[
     ("reference/thresholds.md", _walk(ThresholdsFile),
      {"alpha", "default.margin", "lossless.max_kl_mean", "traffic.mode", "traffic.from", "suites.<suite>.margin",
       "configs.<config>.min_speedup", "configs.<config>.traffic"}),
-    ("reference/config.md", _walk(ConfigLayer) + _walk(Sampling, "sampling."),
-     {"model", "extends", "engine_args", "sampling.max_tokens", "sampling.seed"}),
+    ("reference/config.md", _walk(ConfigLayer) + _walk(Sampling, "sampling.") + _walk(Chat, "chat."),
+     {"model", "extends", "engine_args", "sampling.max_tokens", "sampling.seed", "chat.template", "chat.think_end"}),
 ], ids=["thresholds", "config"])
 def test_every_key_of_the_models_is_a_row_of_its_page(page: str, keys: list[str], some: set[str]) -> None:
     assert some <= set(keys)
@@ -127,7 +128,7 @@ def test_every_key_of_the_models_is_a_row_of_its_page(page: str, keys: list[str]
 
 
 def test_every_key_of_every_model_has_a_meaning() -> None:
-    for model in (ThresholdsFile, LevelOverride, ConfigLayer, Sampling):
+    for model in (ThresholdsFile, LevelOverride, ConfigLayer, Sampling, Chat):
         for name, info in model.model_fields.items():
             assert info.description and len(info.description) > 10, f"{model.__name__}.{name} has no docstring"
 

@@ -89,8 +89,9 @@ def test_the_manifest_keeps_the_keys_of_the_untyped_dict(tmp_path: Path) -> None
     assert list(data) == ["created", "model", "limit", "versions", "thresholds", "timings", "suites", "baseline",
                           "candidate"]
     assert list(data["baseline"]) == ["name", "path", "expect", "requested", "effective", "spec_decode",
-                                      "evidence_sources", "cached_suites", "generations", "device"]
+                                      "evidence_sources", "cached_suites", "generations", "device", "protocol"]
     assert data["baseline"]["device"] == runs["baseline"].device
+    assert data["baseline"]["protocol"] == {"mode": "completion"}  # no chat section: raw completion prompts
     assert data["baseline"]["requested"] == runs["baseline"].config.identity()
     assert data["baseline"]["spec_decode"] == {"spec_decode_num_drafts": 3.0}
     assert data["baseline"]["generations"] == {"reused": 0, "generated": 4}

@@ -20,15 +20,22 @@ def request_key(prompt: str, stop: list[str], max_tokens: int) -> str:
     return hashlib.sha256(json.dumps([prompt, stop, max_tokens], ensure_ascii=False).encode()).hexdigest()
 
 
-def request_params(gen_kwargs: dict[str, Any], sampling: Sampling) -> tuple[list[str], int]:
-    """Stop strings and token budget of an lm-eval request: its ``until``, and ``max_gen_toks`` capped by the config."""
+def request_params(gen_kwargs: dict[str, Any], sampling: Sampling,
+                   think_end: str | None = None) -> tuple[list[str], int]:
+    """Stop strings and token budget of an lm-eval request: its ``until``, and ``max_gen_toks`` capped by the config.
+
+    With ``think_end`` (``chat.think_end``) no stop string goes to the engine, as in lm-eval's vLLM backend: a task's
+    stops (``\n\n``) occur inside a thought and would end it before any answer; they are applied to the answer
+    after the thought is stripped (``chat.split_thought``).
+    """
     until = gen_kwargs.get("until") or []
     until = [until] if isinstance(until, str) else list(until)
-    return until, min(int(gen_kwargs.get("max_gen_toks", sampling.max_tokens)), sampling.max_tokens)
+    budget = min(int(gen_kwargs.get("max_gen_toks", sampling.max_tokens)), sampling.max_tokens)
+    return ([] if think_end else until), budget
 
 
 def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0,
-            on_answer: Callable[[Any, str], None] | None = None) -> Any:
+            on_answer: Callable[[Any, str], None] | None = None, chat: dict[str, Any] | None = None) -> Any:
     """An lm-eval ``LM`` that answers ``generate_until`` requests with ``engine``.
 
     Args:
@@ -39,12 +46,35 @@ def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0,
         on_answer: called as ``on_answer(request, text)`` for every request the moment its text is known (journaled
             ones before the engine starts, new ones as they finish), e.g. to start scoring while the engine is still
             generating (``evalgate.scoring``). It must not block.
+        chat: the config's chat section as the worker gets it (``chat.ChatSpec.worker_spec``: ``chat`` (bool),
+            ``template`` (text, or None for the tokenizer's own), ``template_kwargs``, ``think_end``), or None for
+            completion prompts. The adapter then implements lm-eval's chat interface (``apply_chat_template`` with
+            the engine's tokenizer, ``tokenizer_name`` carrying the template's hash) and, with ``think_end``, answers
+            each request with the text after the thought (``chat.split_thought``) and keeps the thought
+            (``reasoning``).
     The adapter's ``records`` maps request key -> generation for every request it answered, ``reused``/``generated``
     count where they came from, and ``engine_s`` sums the seconds spent in engine submissions.
     """
+    import hashlib
+
     from lm_eval.api.model import LM
 
-    notify = on_answer or (lambda request, text: None)
+    from evalgate.chat import split_thought
+
+    chat = chat or {}
+    think_end = chat.get("think_end")
+    template = chat.get("template")
+    on_text = on_answer or (lambda request, text: None)
+
+    def answer_of(args: tuple[str, dict[str, Any]], text: str) -> str:
+        """What lm-eval scores for a request ``args`` = (context, gen_kwargs) whose raw generation is ``text``."""
+        if not think_end:
+            return text
+        context, kwargs = args
+        return split_thought(context, text, think_end, request_params(kwargs, engine.sampling)[0]).answer
+
+    def notify(request: Any, text: str) -> None:
+        on_text(request, answer_of(tuple(request.args), text))
 
     class EvalgateLM(LM):
         """lm-eval model adapter: ``generate_until``, and ``loglikelihood`` / ``loglikelihood_rolling`` from prompt
@@ -58,10 +88,56 @@ def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0,
             self.engine_s = 0.0
 
         def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
-            keys, todo = group_requests(self, [req.args for req in requests], requests, engine.sampling, notify)
+            keys, todo = group_requests(self, [req.args for req in requests], requests, engine.sampling, notify,
+                                        think_end)
             for (stop, max_toks), group in todo.items():  # one engine submission per group: vLLM batches it all
                 _generate_group(self, engine, journal, logprobs, notify, list(stop), max_toks, list(group.items()))
-            return [self.records[k]["text"] for k in keys]
+            return [answer_of(tuple(req.args), self.records[k]["text"]) for req, k in zip(requests, keys)]
+
+        def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+            """lm-eval's chat hook: ``chat_history`` (``[{"role", "content"}, ...]``) rendered to one prompt string
+            by the engine's tokenizer with the config's template (None: the tokenizer's own) and ``template_kwargs``.
+
+            Raises:
+                ValueError: the tokenizer has no chat template and none was given. jinja2 errors pass through
+                (lm-eval retries without a system prompt on a template that refuses one; the worker logs it).
+            """
+            tok = engine.tokenizer()
+            if template is None and not getattr(tok, "chat_template", None):
+                raise ValueError("chat.template: model, but the engine's tokenizer has no chat template")
+            return tok.apply_chat_template(chat_history, chat_template=template, tokenize=False,
+                                           add_generation_prompt=add_generation_prompt,
+                                           **dict(chat.get("template_kwargs") or {}))
+
+        @property
+        def tokenizer_name(self) -> str:
+            """lm-eval's cache key of rendered prompts: the template's sha256 (the tokenizer's own template when
+            none was given)."""
+            text = template if template is not None else getattr(engine.tokenizer(), "chat_template", None) or ""
+            return "evalgate-chat-" + hashlib.sha256(str(text).encode("utf-8")).hexdigest()[:16]
+
+        def chat_template(self, chat_template: bool | str = False) -> str | None:
+            """The template text lm-eval records (None when chat is off)."""
+            return (template or getattr(engine.tokenizer(), "chat_template", None)) if chat_template else None
+
+        def reasoning(self, context: str, gen_kwargs: dict[str, Any]) -> dict[str, Any] | None:
+            """The thought of the generation answering ``(context, gen_kwargs)``: ``{"thought": text up to and
+            including the last think_end (the whole output when truncated) or None, "thinking_tokens": its token
+            count, "answer_tokens": the scored answer's token count (the engine's tokenizer, no special tokens),
+            "truncated_thought": bool}``; None without ``think_end`` or for a request not answered."""
+            if not think_end:
+                return None
+            rec = self.records.get(request_key(context, *request_params(gen_kwargs, engine.sampling, think_end)))
+            if rec is None:
+                return None
+            t = split_thought(context, rec["text"], think_end, request_params(gen_kwargs, engine.sampling)[0])
+            tok = engine.tokenizer()
+
+            def count(text: str | None) -> int:
+                return len(tok.encode(text, add_special_tokens=False)) if text else 0
+
+            return {"thought": t.thought, "thinking_tokens": count(t.thought), "answer_tokens": count(t.answer),
+                    "truncated_thought": t.truncated}
 
         def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
             out = score_pairs(engine, journal, self, [tuple(req.args) for req in requests])
@@ -77,9 +153,10 @@ Groups = dict[tuple[tuple[str, ...], int], dict[str, tuple[str, list[Any]]]]
 
 
 def group_requests(lm: Any, args: list[tuple[str, dict[str, Any]]], requests: list[Any], sampling: Sampling,
-                   notify: Callable[[Any, str], None]) -> tuple[list[str], Groups]:
+                   notify: Callable[[Any, str], None], think_end: str | None = None) -> tuple[list[str], Groups]:
     """Split ``generate_until`` requests (``args``: lm-eval's ``(context, gen_kwargs)`` per request) into those the
-    journal (``lm.records``) answers, notified at once and counted in ``lm.reused``, and those the engine must run.
+    journal (``lm.records``) answers, notified at once and counted in ``lm.reused``, and those the engine must run
+    (``think_end``: ``request_params``'s).
 
     Returns:
         ``(keys, todo)``: each request's key (``request_key``), in order; and ``(stop strings, token budget)`` ->
@@ -88,7 +165,7 @@ def group_requests(lm: Any, args: list[tuple[str, dict[str, Any]]], requests: li
     keys: list[str] = []
     todo: Groups = {}
     for (context, kwargs), req in zip(args, requests):
-        stop, max_toks = request_params(kwargs, sampling)
+        stop, max_toks = request_params(kwargs, sampling, think_end)
         key = request_key(context, stop, max_toks)
         keys.append(key)
         if key in lm.records:

@@ -16,9 +16,15 @@ from evalgate.results import ItemResult, TaskResult
 SOURCE_ID_FIELDS = ("id", "doc_id", "uid", "qid", "task_id")
 
 
-def evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None,
-                    sampling: Any) -> tuple[dict[str, TaskResult], dict[tuple[str, int], str]]:
-    """Run one suite's tasks through lm-eval; return ``TaskResult``s and each item's request key."""
+def evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None, sampling: Any,
+                   chat: dict[str, Any] | None = None) -> tuple[dict[str, TaskResult], dict[tuple[str, int], str]]:
+    """Run one suite's tasks through lm-eval; return ``TaskResult``s and each item's request key.
+
+    ``chat`` (``chat.ChatSpec.worker_spec``, None: completion prompts): with ``chat`` true, lm-eval renders every
+    prompt through the adapter's ``apply_chat_template`` (``apply_chat_template``, ``system_instruction`` and
+    ``fewshot_as_multiturn`` of ``simple_evaluate``); with ``think_end``, each generated item carries its thought
+    and token counts (``lm.reasoning``).
+    """
     from lm_eval import simple_evaluate
 
     from evalgate.suites import task_manager
@@ -33,6 +39,7 @@ def evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None,
             model=lm, tasks=names, task_manager=manager, limit=lim,
             log_samples=True, bootstrap_iters=0, confirm_run_unsafe_code=True, random_seed=sampling.seed,
             numpy_random_seed=sampling.seed, torch_random_seed=sampling.seed, fewshot_random_seed=sampling.seed,
+            **_chat_args(chat),
         )
         if not out or "samples" not in out:
             raise StoreError(f"lm-eval returned no logged samples for suite {suite['name']}")
@@ -51,12 +58,22 @@ def evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None,
                 items.append(dataclasses.replace(_choice_item(task, s, metric, lm.records), source_id=sid))
                 continue
             context, gen_kwargs = s["arguments"][0]
-            key = request_key(context, *request_params(gen_kwargs, sampling))
+            think_end = (chat or {}).get("think_end")
+            key = request_key(context, *request_params(gen_kwargs, sampling, think_end))
             keys[(task, int(s["doc_id"]))] = key
-            items.append(dataclasses.replace(_item(task, s, metric, lm.records.get(key, {})), source_id=sid))
+            reasoning = lm.reasoning(context, gen_kwargs) if think_end else None
+            items.append(dataclasses.replace(_item(task, s, metric, lm.records.get(key, {}), reasoning), source_id=sid))
         results[task] = TaskResult(task=task, suite=suite["name"], metric=metric,
                                    items=tuple(sorted(items, key=lambda i: i.item_id)))
     return results, keys
+
+
+def _chat_args(chat: dict[str, Any] | None) -> dict[str, Any]:
+    """``simple_evaluate``'s chat arguments for a worker's ``chat`` spec (none for completion prompts)."""
+    if not chat or not chat.get("chat"):
+        return {}
+    return {"apply_chat_template": True, "system_instruction": chat.get("system"),
+            "fewshot_as_multiturn": bool(chat.get("fewshot_as_multiturn"))}
 
 
 def _min_limit(a: int | None, b: int | None) -> int | None:
@@ -71,14 +88,17 @@ def _first_filter(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [s for s in samples if s.get("filter") == first]
 
 
-def _item(task: str, sample: dict[str, Any], metric: str, gen: dict[str, Any]) -> ItemResult:
-    """One logged lm-eval sample as an ``ItemResult``; ``gen`` is its generation record (token count, finish)."""
+def _item(task: str, sample: dict[str, Any], metric: str, gen: dict[str, Any],
+          reasoning: dict[str, Any] | None = None) -> ItemResult:
+    """One logged lm-eval sample as an ``ItemResult``; ``gen`` is its generation record (token count, finish),
+    ``reasoning`` its thought and token counts (``lm.reasoning``; None without ``chat.think_end``)."""
     metrics = {k: float(sample[k]) for k in sample.get("metrics", []) if isinstance(sample.get(k), (int, float))}
     return ItemResult(
         task=task, item_id=int(sample["doc_id"]), item_hash=str(sample["doc_hash"]),
         prompt=str(sample["arguments"][0][0]), target=str(sample["target"]),
         output=str(sample["resps"][0][0]), score=float(metrics[metric]), metrics=metrics,
         n_tokens=gen.get("n_tokens"), finish_reason=gen.get("finish_reason"), cluster=_cluster(sample),
+        **(reasoning or {}),
     )
 
 

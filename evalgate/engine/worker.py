@@ -49,7 +49,8 @@ def main(spec_path: str) -> int:
     store = ResultStore(Path(spec["store"]))
 
     # Coding completions start in the sandbox pool as they finish; the suite's scorer picks the results up.
-    lm = make_lm(engine, GenerationJournal(Path(spec["journal"])), logprobs=LOGPROBS_K, on_answer=scoring.on_answer)
+    lm = make_lm(engine, GenerationJournal(Path(spec["journal"])), logprobs=LOGPROBS_K, on_answer=scoring.on_answer,
+                 chat=spec.get("chat"))
     reference = None if spec.get("reference") is None else GenerationJournal(Path(spec["reference"]["journal"])).load()
     from evalgate.suites import content_hash
 
@@ -73,7 +74,7 @@ def _run_suite(engine: Any, lm: Any, suite: dict[str, Any], spec: dict[str, Any]
     reused, generated, engine_s, wait_s = lm.reused, lm.generated, lm.engine_s, scoring.wait_seconds()
     print(f"evalgate: suite {suite['name']} started ({len(suite['tasks'])} tasks)", flush=True)
     t1 = time.monotonic()
-    tasks, keys = evaluate_suite(lm, suite, spec["limit"], sampling)
+    tasks, keys = evaluate_suite(lm, suite, spec["limit"], sampling, spec.get("chat"))
     after = engine.spec_decode_counters()
     suite_s = time.monotonic() - t1
     gen_s = lm.engine_s - engine_s
