@@ -301,7 +301,7 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
     """
     from evalgate import jobs, pipeline, runner
     from evalgate.preflight import check_suites
-    from evalgate.speedrun import check_profile, speed_profile
+    from evalgate.speedrun import check_profile, speed_profile, traffic_source
     from evalgate.suites import check_datasets
     from evalgate.model import check_home, evalgate_home
     from evalgate.paths import check_writable_dir
@@ -330,6 +330,10 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
     check_home()  # the store is written as the baseline runs: a broken home must not cost its engine run
     announce(out)
     profile = speed_profile(options, thresholds, recipe.name, default_on=True)
+    if profile is not None and profile.mode == "serve":  # the variants are measured on the live offline workers
+        path, dotted = traffic_source(thresholds, recipe.name, "mode", options)
+        raise ConfigError("ablate measures speed offline on its live engines; traffic.mode: serve (and its latency "
+                          "objectives) runs with evalgate run --config <variant>", path=path, field=dotted)
     if profile is not None:
         limits = {"baseline": runner.check_engine_values(base, out / "logs" / "baseline-check.log", options.timeout)}
         check_profile(profile, {"baseline": base}, limits, thresholds, config=recipe.name, options=options)

@@ -139,7 +139,8 @@ def speed_properties(speed: SpeedBlock | None) -> list[tuple[str, Any]]:
 
 
 def _speed_junit(root: ET.Element, doc: Verdict, totals: dict[str, int], cand: str) -> None:
-    """A ``evalgate.speed`` test suite with one case: a failure when a speed threshold BLOCKed."""
+    """A ``evalgate.speed`` test suite with one case: a failure when a speed threshold or a latency objective
+    BLOCKed (reasons ``speed: ...`` and ``latency: ...``, as ``gate.overrule`` files them)."""
     from evalgate.speed import headline
 
     speed = doc.speed
@@ -151,7 +152,7 @@ def _speed_junit(root: ET.Element, doc: Verdict, totals: dict[str, int], cand: s
     case = ET.SubElement(ts, "testcase", classname=f"evalgate.{cand}.speed", name="throughput", time="0")
     dumped = speed.model_dump(exclude_unset=True)
     line = "\n".join(x for x in (headline(dumped), latency_headline(dumped), *economics_lines(cost)) if x)
-    missed = [r for r in doc.reasons if r.startswith("speed: ")]
+    missed = [r for r in doc.reasons if r.startswith(("speed: ", "latency: "))]
     failed = speed.status != "measured"
     if failed:
         ET.SubElement(case, "error", type="speed", message=line).text = line

@@ -7,8 +7,9 @@ A variant qualifies at concurrency ``c`` when
   qualify: a switch that may cost quality, or that the engine did not apply, is not recommended);
 * its speed-up at ``c`` (candidate / baseline output tok/s, medians) has an interval whose lower end is > 1: it is
   faster for sure, not merely in its point estimate (no interval, with fewer than 2 repeats: not shown faster);
-* ``slo_failure(row, c)`` is empty: the hook for latency SLOs (a variant that breaks one is not recommended). No SLO
-  exists yet, so the default never refuses.
+* ``slo_failure(row, c)`` is empty: a hook for a per-level refusal beyond the verdict. Latency SLOs need no hook
+  today: they are decided in serve mode by ``evalgate run`` (``gate.slo_failures``: a missed objective BLOCKs the
+  verdict, so such a variant never PASSes), and ``ablate`` refuses serve mode; the default never refuses.
 
 Among those, the largest speed-up wins; a tie on the speed-up goes to the larger lower bound, then to the fewer
 switches (the simpler change), then to the table's order, and the tied variants are named. Rows of the same config

@@ -250,9 +250,10 @@ def check_comparable(tasks: dict[str, dict[str, Any]], manifests: dict[str, dict
                              f"{run_dirs['b']} (content hash {ha[:12]} vs {hb[:12]})")
     devices = {k: m["candidate"].get("device") for k, m in manifests.items()}
     for k in ("a", "b"):
-        if not isinstance(devices[k], dict) or not devices[k]:
+        if not isinstance(devices[k], dict) or not devices[k] or "unknown" in (devices[k].get("gpus") or []):
             raise StoreError(f"{run_dirs[k] / 'manifest.json'}: candidate.device: the hardware the run used is not "
-                             f"recorded, so the two runs cannot be shown to share it: runs not comparable")
+                             f"recorded (or nvidia-smi could not name its GPUs), so the two runs cannot be shown to "
+                             f"share it: runs not comparable")
     if devices["a"] != devices["b"]:
         raise StoreError(f"runs are not comparable: {run_dirs['a']} ran on {describe(devices['a'])} and "
                          f"{run_dirs['b']} on {describe(devices['b'])} (candidate.device)")

@@ -169,6 +169,7 @@ def speed_profile(options: Any, thresholds: Any, config_name: str, *, default_on
 
     fields = thresholds.traffic_for(config_name)
     if options.no_speed or not (default_on or options.wants_speed or fields is not None):
+        refuse_unmeasured_slos(thresholds, config_name, "--no-speed" if options.no_speed else None)
         return None
     fields = dict(fields or {})
     log_path = fields.pop("from", None)
@@ -199,6 +200,26 @@ def speed_profile(options: Any, thresholds: Any, config_name: str, *, default_on
     return profile
 
 
+def _slo_field(thresholds: Any, config_name: str) -> str:
+    """The dotted field of ``config_name``'s first latency objective: ``configs.<name>.max_...`` or ``speed.max_...``."""
+    slos = thresholds.speed_floors_for(config_name)
+    key = next(k for k in SLO_KEYS if getattr(slos, k) is not None)
+    override = thresholds.configs.get(config_name)
+    return f"configs.{config_name}.{key}" if override is not None and getattr(override, key) is not None \
+        else f"speed.{key}"
+
+
+def refuse_unmeasured_slos(thresholds: Any, config_name: str, flag: str | None) -> None:
+    """ConfigError (exit 2, naming the objective's file and field) when ``config_name`` has a latency objective but
+    the run measures no speed (``flag``: ``--no-speed``, else no ``traffic`` section and no speed flag): the
+    objective could never be checked, and the gate would block on it after both engines ran."""
+    if thresholds.speed_floors_for(config_name).slos():
+        why = "--no-speed turns the speed phase off" if flag else "no speed is measured (no traffic section, no --speed)"
+        raise ConfigError(f"a latency objective needs a serve-mode speed measurement, but {why}: set "
+                          f"traffic: {{mode: serve}} or remove the objective", path=thresholds.path,
+                          field=_slo_field(thresholds, config_name))
+
+
 def with_latency_slos(profile: TrafficProfile, thresholds: Any, config_name: str) -> TrafficProfile:
     """``profile`` with the per-request goodput objectives of ``config_name``'s latency SLOs
     (``thresholds.LatencySlos``: ``speed.max_ttft_p99_ms`` ..., or ``configs.<name>.max_...``) when it is measured in
@@ -214,12 +235,9 @@ def with_latency_slos(profile: TrafficProfile, thresholds: Any, config_name: str
     if not slos.slos():
         return profile
     if profile.mode != "serve":
-        key = next(k for k in SLO_KEYS if getattr(slos, k) is not None)
-        override = thresholds.configs.get(config_name)
-        dotted = f"configs.{config_name}.{key}" if override is not None and getattr(override, key) is not None \
-            else f"speed.{key}"
         raise ConfigError("a latency objective is measured in serve mode only (offline mode measures throughput, "
-                          "not per-request latency): set traffic.mode: serve", path=thresholds.path, field=dotted)
+                          "not per-request latency): set traffic.mode: serve", path=thresholds.path,
+                          field=_slo_field(thresholds, config_name))
     return dataclasses.replace(profile, goodput=slos.goodput() or None)
 
 

@@ -177,3 +177,51 @@ def test_serve_mode_measures_goodput_per_level_and_the_report_shows_the_objectiv
     assert slo_rows(speed) == [{"concurrency": 2, "objective": "TTFT p99", "ceiling_ms": 90.0,
                                 "baseline_ms": pytest.approx(100.0), "candidate_ms": pytest.approx(80.0),
                                 "met": True}]
+
+
+def test_an_objective_nobody_measured_fails_closed(tmp_path: Path) -> None:
+    """An SLO with no speed phase (no traffic section, or --no-speed) is refused before any engine (exit 2, naming
+    the objective); where it still reaches the gate unmeasured (a compare of stored runs), it BLOCKs."""
+    from evalgate.options import RunOptions
+    from evalgate.speedrun import speed_profile
+
+    thr = _thresholds(tmp_path, "speed: {max_ttft_p99_ms: 500}\n")
+    for options, words in ((RunOptions(), "no speed is measured"), (RunOptions(no_speed=True), "--no-speed")):
+        with pytest.raises(ConfigError) as ei:
+            speed_profile(options, thr, "cand")
+        assert ei.value.field == "speed.max_ttft_p99_ms" and words in str(ei.value)
+    assert speed_profile(RunOptions(), _thresholds(tmp_path, "speed: {min_speedup: 1.1}\n"), "cand") is None
+    blocked = gate.overrule(_passing_decision(), {}, expect="lossy", speed=None,
+                            speed_floors=SpeedFloors(max_ttft_p99_ms=500.0))
+    assert blocked.verdict is gate.Verdict.BLOCK
+    assert blocked.reasons == ("latency: latency SLO: max_ttft_p99_ms set, but no serve-mode speed was measured, so "
+                               "the objective cannot be checked",)
+    assert gate.overrule(_passing_decision(), {}, expect="lossy", speed=None,
+                         speed_floors=SpeedFloors(min_speedup=1.1)).verdict is gate.Verdict.PASS
+
+
+def test_a_missed_objective_is_a_junit_failure() -> None:
+    """CI tools read the JUnit file: a BLOCK by a latency objective is a failure of the speed test case there."""
+    import json
+    import xml.etree.ElementTree as ET
+
+    from evalgate.outputs import render_junit
+    from evalgate.verdict import Verdict
+
+    doc = json.loads((Path(__file__).parent / "verdicts" / "v1" / "speed_pass.json").read_text())
+    doc["verdict"] = "BLOCK"
+    doc["reasons"] = ["latency: latency SLO: TTFT p99 420.0 ms at concurrency 16 exceeds max_ttft_p99_ms 400 ms"]
+    root = ET.fromstring(render_junit(Verdict.model_validate(doc)))
+    assert root.get("failures") == "1"
+    case = next(c for c in root.iter("testcase") if c.get("name") == "throughput")
+    assert case.find("failure").get("message") == doc["reasons"][0]
+
+
+def test_ablate_refuses_serve_mode_before_any_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from evalgate.cli import THRESHOLDS_FILE, main
+
+    thr = tmp_path / "t.yaml"
+    thr.write_text(THRESHOLDS_FILE.read_text(encoding="utf-8") + "traffic: {mode: serve}\n", encoding="utf-8")
+    code = main(["ablate", "--config", "cline-recipe", "--thresholds", str(thr), "--out", str(tmp_path / "a")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and f"{thr}: traffic.mode: ablate measures speed offline" in err[0]

@@ -436,3 +436,25 @@ def test_a_stored_speed_level_with_an_impossible_mde_field_is_refused(key: str, 
 
     with pytest.raises(ValidationError, match=key):
         SpeedLevel.model_validate({"concurrency": 16, key: value})
+
+
+def test_every_timed_pass_starts_with_an_empty_prefix_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same prompts go out every repeat: each pass resets vLLM's prefix cache first, so no pass is warmed by the
+    one before it (under placement: alternate a wake resets it, which would make the pairs' passes uneven)."""
+    from types import SimpleNamespace
+
+    from evalgate.engine import throughput
+
+    calls: list[str] = []
+    out = SimpleNamespace(prompt_token_ids=[1, 2], outputs=[SimpleNamespace(token_ids=[3, 4, 5])])
+
+    def run_limited(llm: object, requests: list, concurrency: int) -> tuple[float, list]:
+        calls.append("pass")
+        return 2.0, [out] * len(requests)
+
+    monkeypatch.setattr(throughput, "_run_limited", run_limited)
+    llm = SimpleNamespace(reset_prefix_cache=lambda: calls.append("reset"))
+    result = throughput.measure(llm, [object()] * 4, 2)
+    assert calls == ["reset", "pass"] and result["output_tok_s"] == 4 * 3 / 2.0
+    throughput.measure(SimpleNamespace(), [object()] * 4, 2)  # an engine without the method is measured as it is
+    assert calls == ["reset", "pass", "pass"]

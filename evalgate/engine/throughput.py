@@ -43,7 +43,10 @@ def sample_requests(llm: Any, input_len: int, output_len: int, num_prompts: int,
 
 
 def measure(llm: Any, requests: list[Any], concurrency: int) -> dict[str, float]:
-    """Time one pass of ``requests`` through ``llm`` with at most ``concurrency`` in flight.
+    """Time one pass of ``requests`` through ``llm`` with at most ``concurrency`` in flight, the prefix cache reset
+    first (``LLM.reset_prefix_cache``, where the engine has one): every repeat sends the same prompts, so without it
+    a pass would find the previous pass's prefixes cached, and under ``placement: alternate`` (a wake resets the
+    cache) the warm and cold passes of an interleaved pair would fall unevenly on the two sides.
 
     Returns:
         ``{"elapsed_s", "requests", "prompt_tokens", "output_tokens", "output_tok_s", "total_tok_s",
@@ -51,6 +54,9 @@ def measure(llm: Any, requests: list[Any], concurrency: int) -> dict[str, float]
     Raises:
         RuntimeError: the engine answered fewer requests than were sent.
     """
+    reset = getattr(llm, "reset_prefix_cache", None)
+    if callable(reset):
+        reset()
     if len(requests) <= concurrency:
         from vllm.benchmarks.throughput import _run_vllm_requests
 

@@ -66,7 +66,7 @@ class VllmEngine:
                 raise RuntimeError(f"placement alternate: vLLM says sleep mode is not available on this platform "
                                    f"({type(current_platform).__name__})")
             extra["enable_sleep_mode"] = True
-        self.llm = LLM(model=model, **engine_args, **extra)
+        self.llm = LLM(model=model, **{**engine_args, **extra})  # a config may set enable_sleep_mode itself
 
     def sleep_mode(self) -> bool:
         """Whether the engine runs with sleep mode, read back from the engine's model config (not the request)."""

@@ -12,7 +12,8 @@ Applied after :func:`evalgate.gate.decide`, by :func:`overrule`, in this order o
 3. speed floors (:func:`speed_floor_failures`): ``min_speedup`` for a lossy candidate, ``max_slowdown`` for a
    lossless one;
 4. latency service-level objectives (:func:`slo_failures`, serve mode): a ceiling on a latency percentile that the
-   candidate exceeds at some measured concurrency level.
+   candidate exceeds at some measured concurrency level, or an objective set for a run whose speed was not
+   measured at all (closed: it cannot be checked).
 
 A NO-OP stays NO-OP (nothing changed, nothing to fail).
 """
@@ -205,4 +206,8 @@ def overrule(decision: Decision, task_failures: Mapping[str, Sequence[str]], *, 
         missed = slo_failures(speed.get("levels", []), speed_floors.slos())
         if missed:
             failures["latency"] = missed
+    elif speed is None and speed_floors is not None and speed_floors.slos():
+        # An objective nobody measured (--no-speed, no traffic section, a compare of stored runs) is not met.
+        failures["latency"] = [f"latency SLO: {', '.join(f'max_{k}' for k in speed_floors.slos())} set, but no "
+                               f"serve-mode speed was measured, so the objective cannot be checked"]
     return escalate(decision, failures)
