@@ -214,13 +214,18 @@ def test_offline_benchmark_detection_names_what_is_missing() -> None:
 def test_serve_benchmark_detection_checks_every_flag_evalgate_passes() -> None:
     from evalgate.engine.serve import bench_command
 
+    # Every flag, --goodput included (latency objectives pass it; checked whether or not a run sets one).
     flags = [a for a in bench_command("m", 1, input_len=1, output_len=1, num_prompts=1, concurrency=1,
-                                      result_dir=Path("."), result_file="r") if a.startswith("--")]
+                                      result_dir=Path("."), result_file="r", goodput={"ttft": 1.0})
+             if a.startswith("--")]
+    assert "--goodput" in flags
     serve_src = "\n".join(f'parser.add_argument("{f}")' for f in flags)
     files = {"entrypoints/cli/main.py": "def main():\n    pass\n", "benchmarks/serve.py": serve_src}
     assert argnames.missing_serve_benchmark(_reader(files)) == []
     gone = {**files, "benchmarks/serve.py": serve_src.replace('"--num-warmups"', '"--warmups"')}
     assert argnames.missing_serve_benchmark(_reader(gone)) == ["vllm bench serve flag --num-warmups"]
+    no_goodput = {**files, "benchmarks/serve.py": serve_src.replace('"--goodput"', '"--good-put"')}
+    assert argnames.missing_serve_benchmark(_reader(no_goodput)) == ["vllm bench serve flag --goodput"]
     assert argnames.missing_serve_benchmark(_reader({"benchmarks/serve.py": serve_src})) == [
         "vllm.entrypoints.cli.main.main (the vllm CLI)"]
 
