@@ -1,6 +1,6 @@
 """Build hook (metadata lives in pyproject.toml): ship the repository's top-level ``configs/``, ``suites/`` and
 ``thresholds.yaml`` inside the wheel, as ``evalgate/_builtin/``, so a non-editable install has the built-in gate
-(``evalgate.project.builtin_dir``). The folders stay at the top of the repository, where users and CI edit them;
+(``evalgate.inputs.project.builtin_dir``). The folders stay at the top of the repository, where users and CI edit them;
 an editable install reads them there."""
 
 import shutil

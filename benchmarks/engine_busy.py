@@ -50,7 +50,7 @@ class _Captured(Exception):
 def _capture_requests(suite: dict[str, Any], limit: int | None, sampling: Any) -> list[tuple[str, dict[str, Any]]]:
     from lm_eval.api.model import LM
 
-    from evalgate.engine.suite_eval import evaluate_suite as _evaluate_suite
+    from evalgate.worker.suite_eval import evaluate_suite as _evaluate_suite
 
     class Capture(LM):
         def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
@@ -72,7 +72,7 @@ def _raw(engine: Any, requests: list[tuple[str, dict[str, Any]]], logprobs: int)
     """One ``LLM.generate`` per (stop, budget) group of the unique requests; (seconds, key -> text)."""
     from vllm import SamplingParams
 
-    from evalgate.engine import request_key, request_params
+    from evalgate.worker.lm_adapter import request_key, request_params
 
     groups: dict[tuple[tuple[str, ...], int], dict[str, str]] = {}
     for context, kwargs in requests:
@@ -102,13 +102,13 @@ def _gate(engine: Any, make_lm: Any, suite: dict[str, Any], limit: int | None,
           logprobs: int) -> tuple[float, float | None, float, dict[str, str]]:
     """The suite through an adapter and lm-eval; (seconds, engine-submission seconds or None, seconds the scorer
     waited on sandboxed programs, key -> text)."""
-    from evalgate import scoring
-    from evalgate.engine.suite_eval import evaluate_suite as _evaluate_suite
-    from evalgate.store import GenerationJournal
+    from evalgate.suites import scoring
+    from evalgate.worker.suite_eval import evaluate_suite as _evaluate_suite
+    from evalgate.results.store import GenerationJournal
 
     extra: dict[str, Any] = {}
     if "on_answer" in inspect.signature(make_lm).parameters:
-        from evalgate import scoring
+        from evalgate.suites import scoring
 
         extra["on_answer"] = scoring.on_answer
     with tempfile.TemporaryDirectory(prefix="engine-busy-") as tmp:
@@ -120,11 +120,13 @@ def _gate(engine: Any, make_lm: Any, suite: dict[str, Any], limit: int | None,
 
 
 def _side(config: str, suites: list[str], limit: int | None, reps: int, old_tree: Path | None) -> dict[str, Any]:
-    from evalgate.config import load_config
-    from evalgate.engine import VllmEngine, make_lm, prepare_process_env
-    from evalgate.model import resolve_model
+    from evalgate.inputs.config import load_config
+    from evalgate.worker.vllm_engine import VllmEngine
+    from evalgate.worker.lm_adapter import make_lm
+    from evalgate.worker.engine_args import prepare_process_env
+    from evalgate.models.embedded import resolve_model
     from evalgate.engine.protocol import LOGPROBS_K
-    from evalgate.suites import load_suite
+    from evalgate.suites.discovery import load_suite
 
     cfg = load_config(config)
     prepare_process_env(dict(cfg.env))

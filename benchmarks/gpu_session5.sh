@@ -11,7 +11,7 @@ declare -A MIX=([A]="coding=12,longgen=4,longgen_rows=2-8,long_len=1408"
 declare -A STEPS=([A]=${STEPS_A:-3000} [B]=${STEPS_B:-2000})  # fixed steps (no time budget): reproducible
 pids=()
 for V in ${VARIANTS:-A B}; do
-  ( s=$(date +%s); python3 -m evalgate.hybrid.train train --out /tmp/ck$V --code-corpus $CORPUS --mix "${MIX[$V]}" \
+  ( s=$(date +%s); python3 -m tools.hybrid.train train --out /tmp/ck$V --code-corpus $CORPUS --mix "${MIX[$V]}" \
       --steps ${STEPS[$V]} --workers 5 --eval-n 0 > $R/train$V.log 2>&1; echo "rc=$? $(( $(date +%s)-s )) s" >> $R/train$V.log ) &
   pids+=($!)
   sleep 1

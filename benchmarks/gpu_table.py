@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from evalgate.outputs import SPEC_SOURCE_NOTE, pts
+from evalgate.report.outputs import SPEC_SOURCE_NOTE, pts
 
 
 def run_dirs(args: list[str]) -> list[Path]:

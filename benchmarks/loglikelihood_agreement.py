@@ -57,11 +57,11 @@ def _instances(items: list[tuple[str, list[str], int]], texts: list[str]) -> tup
 
 def _hybrid_reference(path: str, tokenizer, items, eg_ll) -> dict:
     """Largest |evalgate - reference| over the loglikelihood requests, the reference being evalgate's plain-PyTorch
-    hybrid (``evalgate/hybrid/modeling.py``, float64 log-softmax) on lm-eval's tokenisation."""
+    hybrid (``tools/hybrid/modeling.py``, float64 log-softmax) on lm-eval's tokenisation."""
     import torch
 
-    from evalgate.engine import encode_pair
-    from evalgate.hybrid.modeling import load_checkpoint
+    from evalgate.worker.lm_adapter import encode_pair
+    from tools.hybrid.modeling import load_checkpoint
 
     model = load_checkpoint(Path(path)).eval()
     worst, k = 0.0, 0
@@ -107,9 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--items", type=int, default=8)
     p.add_argument("--json", default=None, help="also write the result there")
     args = p.parse_args(argv)
-    from evalgate.config import Sampling
-    from evalgate.engine import VllmEngine, make_lm, prepare_process_env
-    from evalgate.model import resolve_model
+    from evalgate.inputs.config import Sampling
+    from evalgate.worker.vllm_engine import VllmEngine
+    from evalgate.worker.lm_adapter import make_lm
+    from evalgate.worker.engine_args import prepare_process_env
+    from evalgate.models.embedded import resolve_model
 
     path = resolve_model(args.model)
     items = mc_requests(args.items)

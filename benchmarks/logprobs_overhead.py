@@ -26,9 +26,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--reps", type=int, default=3)
     args = p.parse_args(argv)
-    from evalgate.config import Sampling
-    from evalgate.engine import VllmEngine, prepare_process_env
-    from evalgate.model import resolve_model
+    from evalgate.inputs.config import Sampling
+    from evalgate.worker.vllm_engine import VllmEngine
+    from evalgate.worker.engine_args import prepare_process_env
+    from evalgate.models.embedded import resolve_model
 
     prepare_process_env({})
     engine = VllmEngine(resolve_model(args.model), {"dtype": "float32", "enforce_eager": True, "max_model_len": 2048,

@@ -29,10 +29,12 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=None, help="write the results (and outputs) as JSON here")
     args = p.parse_args()
 
-    from evalgate.config import load_config
-    from evalgate.engine import VllmEngine, make_lm, prepare_process_env
-    from evalgate.model import resolve_model
-    from evalgate.suites import list_suites
+    from evalgate.inputs.config import load_config
+    from evalgate.worker.vllm_engine import VllmEngine
+    from evalgate.worker.lm_adapter import make_lm
+    from evalgate.worker.engine_args import prepare_process_env
+    from evalgate.models.embedded import resolve_model
+    from evalgate.suites.discovery import list_suites
 
     cfg = load_config(args.config)
     prepare_process_env(cfg.env)

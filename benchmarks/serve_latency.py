@@ -1,5 +1,5 @@
 """Serve-mode latency of a candidate config against its baseline: ``vllm serve`` + ``vllm bench serve``,
-interleaved repeats (``evalgate.servespeed.measure_serve``), a table of TTFT / TPOT / ITL p50 and p99 and output
+interleaved repeats (``evalgate.speed.serve.measure_serve``), a table of TTFT / TPOT / ITL p50 and p99 and output
 tok/s with ratios and intervals, and the ``speed`` block as JSON.
 
     flock /tmp/evalgate-engine.lock .venv/bin/python benchmarks/serve_latency.py --config fp16-state \\
@@ -16,11 +16,11 @@ import sys
 import time
 from pathlib import Path
 
-from evalgate.config import load_baseline, load_config
-from evalgate.engine import has_cuda
-from evalgate.model import resolve_model
-from evalgate.servespeed import LATENCY_FIELDS, ServeSide, measure_serve
-from evalgate.speed import TrafficProfile
+from evalgate.inputs.config import load_baseline, load_config
+from evalgate.engine.platform import has_cuda
+from evalgate.models.embedded import resolve_model
+from evalgate.speed.serve import LATENCY_FIELDS, ServeSide, measure_serve
+from evalgate.speed.speedup import TrafficProfile
 
 
 def _table(block: dict) -> str:

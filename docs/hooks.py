@@ -4,9 +4,9 @@ A page's line ``<!-- generated: NAME -->`` is replaced, when the site is built, 
 makes for NAME from the code itself, so the reference cannot drift from it:
 
 - ``cli``: every command, subcommand and option of ``evalgate.cli.build_parser()`` (usage, default, help text);
-- ``config-keys``: every key of a config file, its default and meaning (``evalgate.config.config_key_rows()``, from
+- ``config-keys``: every key of a config file, its default and meaning (``evalgate.inputs.config.config_key_rows()``, from
   the pydantic models ``ConfigLayer`` and ``Sampling``);
-- ``thresholds-keys``: every key of ``thresholds.yaml`` (``evalgate.schema.key_rows(ThresholdsFile)``).
+- ``thresholds-keys``: every key of ``thresholds.yaml`` (``evalgate.inputs.schema.key_rows(ThresholdsFile)``).
 
 The files under ``benchmarks/results/`` (run summaries, session notes, JSON) are added to the site as
 ``results/...``, so the Measurements pages link them and ``mkdocs build --strict`` checks that every such link
@@ -102,16 +102,16 @@ def cli_reference(parser: argparse.ArgumentParser | None = None) -> str:
 
 def config_keys() -> str:
     """The table of every config-file key (``| key | default | meaning |``)."""
-    from evalgate.config import config_key_rows
-    from evalgate.schema import markdown_table
+    from evalgate.inputs.config import config_key_rows
+    from evalgate.inputs.schema import markdown_table
 
     return markdown_table(config_key_rows())
 
 
 def thresholds_keys() -> str:
     """The table of every ``thresholds.yaml`` key (``| key | default | meaning |``)."""
-    from evalgate.schema import key_rows, markdown_table
-    from evalgate.thresholds import ThresholdsFile
+    from evalgate.inputs.schema import key_rows, markdown_table
+    from evalgate.inputs.thresholds import ThresholdsFile
 
     return markdown_table(key_rows(ThresholdsFile))
 

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import NoReturn, Sequence
 
 from evalgate.errors import EvalgateError, ExitCode
-from evalgate.options import default as option_default
-from evalgate.options import describe as option_help
-from evalgate.project import builtin_dir
+from evalgate.inputs.options import default as option_default
+from evalgate.inputs.options import describe as option_help
+from evalgate.inputs.project import builtin_dir
 
 log = logging.getLogger("evalgate")
 # The thresholds shipped with evalgate; a command uses its project's (project.layout) unless --thresholds is given.
@@ -40,7 +40,7 @@ def _error_outputs(cmd):  # type: ignore[no-untyped-def]
         except (Exception, KeyboardInterrupt) as exc:  # an interrupt (Ctrl-C, a CI cancel's SIGTERM) too
             out = getattr(args, "run_dir", None) or getattr(args, "out", None)
             if out:
-                from evalgate.outputs import write_error_outputs
+                from evalgate.report.outputs import write_error_outputs
 
                 if isinstance(exc, KeyboardInterrupt):
                     msg, code = "interrupted (SIGINT or SIGTERM) before a verdict", int(ExitCode.INTERRUPTED)
@@ -59,10 +59,10 @@ def _error_outputs(cmd):  # type: ignore[no-untyped-def]
 @_error_outputs
 def cmd_run(args: argparse.Namespace) -> int:
     """Gate a candidate config against its baseline; write the run directory; exit with the verdict."""
-    from evalgate.options import RunOptions
-    from evalgate.jobs import EngineJob
-    from evalgate.pipeline import gate
-    from evalgate.report import render_terminal
+    from evalgate.inputs.options import RunOptions
+    from evalgate.commands.jobs import EngineJob
+    from evalgate.commands.pipeline import gate
+    from evalgate.report.render import render_terminal
 
     job = EngineJob(config=args.config, configs_dir=Path(args.configs_dir), suites_dir=_suites_dir(args),
                     thresholds_path=Path(args.thresholds), suite_names=args.suites, options=RunOptions.from_args(args),
@@ -77,10 +77,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 @_error_outputs
 def cmd_ablate(args: argparse.Namespace) -> int:
     """Each switch of a recipe alone, then cumulatively, against the recipe's baseline: quality and speed per switch
-    (``evalgate.ablate``); writes ``ablation.html``, ``ablation.json`` and one run directory per variant.
+    (``evalgate.commands.ablate``); writes ``ablation.html``, ``ablation.json`` and one run directory per variant.
     Exit 0, or 3 when a variant's engine or speed measurement failed (the others are kept)."""
-    from evalgate.ablate import run_ablation
-    from evalgate.options import RunOptions
+    from evalgate.commands.ablate import run_ablation
+    from evalgate.inputs.options import RunOptions
 
     run_ablation(args.config, Path(args.configs_dir), _suites_dir(args), Path(args.thresholds), args.suites,
                  RunOptions.from_args(args), kind=args.kind, only=args.switches,
@@ -91,9 +91,9 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 @_error_outputs
 def cmd_score(args: argparse.Namespace) -> int:
     """Score one config alone (no baseline, no verdict): a per-task table with 95 % intervals, ``score.json`` and
-    ``summary.md`` in the run directory, a warning per task at 0 % or 100 % (``evalgate.score``); exit 0."""
-    from evalgate.options import RunOptions
-    from evalgate.score import ScoreJob, render_table, run_score
+    ``summary.md`` in the run directory, a warning per task at 0 % or 100 % (``evalgate.commands.score``); exit 0."""
+    from evalgate.inputs.options import RunOptions
+    from evalgate.commands.score import ScoreJob, render_table, run_score
 
     job = ScoreJob(config=args.config, configs_dir=Path(args.configs_dir), suites_dir=_suites_dir(args),
                    suite_names=args.suites, options=RunOptions.from_args(args),
@@ -106,8 +106,8 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Re-render report.html, verdict.junit.xml and summary.md from a stored run's verdict.json (exit 0)."""
-    from evalgate.report import render_terminal
-    from evalgate.runs import rendering, rerender
+    from evalgate.report.render import render_terminal
+    from evalgate.commands.stored import rendering, rerender
 
     doc, paths = rerender(Path(args.run_dir), Path(args.out) if args.out else None)
     with rendering(Path(args.run_dir) / "verdict.json"):
@@ -120,9 +120,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 @_error_outputs
 def cmd_compare(args: argparse.Namespace) -> int:
     """Gate RUN_B's candidate against RUN_A's candidate (stored runs); exit with the verdict."""
-    from evalgate.jobs import StoredJob
-    from evalgate.pipeline import gate, stamp_now
-    from evalgate.report import render_terminal
+    from evalgate.commands.jobs import StoredJob
+    from evalgate.commands.pipeline import gate, stamp_now
+    from evalgate.report.render import render_terminal
 
     a, b = Path(args.run_a), Path(args.run_b)
     out = Path(args.out) if args.out else Path("runs") / f"compare-{a.name}-vs-{b.name}-{stamp_now()}"
@@ -149,8 +149,8 @@ def cmd_changed_configs(args: argparse.Namespace) -> int:
     """Print the configs a change needs gated (one per line; reasons on stderr)."""
     import json
 
-    from evalgate.ci import changed_configs
-    from evalgate.suites import default_suites_dir
+    from evalgate.commands.changed_configs import changed_configs
+    from evalgate.suites.discovery import default_suites_dir
 
     found = changed_configs(args.base, args.head, configs_dir=Path(args.configs_dir),
                             suites_dir=Path(args.suites_dir) if args.suites_dir else default_suites_dir(),
@@ -163,8 +163,8 @@ def cmd_changed_configs(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Items each task needs so that MDE <= --margin, from a pilot run's discordance, against the items its suite
-    holds (``evalgate.planner``); exit 0."""
-    from evalgate.planner import plan
+    holds (``evalgate.commands.plan``); exit 0."""
+    from evalgate.commands.plan import plan
 
     plan(args.config, args.margin, Path(args.thresholds), Path(args.configs_dir),
          Path(args.from_dir) if args.from_dir else None, args.assume_discordance)
@@ -172,7 +172,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _suites_dir(args: argparse.Namespace) -> Path:
-    from evalgate.suites import default_suites_dir
+    from evalgate.suites.discovery import default_suites_dir
 
     return Path(args.suites_dir) if args.suites_dir else default_suites_dir()
 
@@ -199,7 +199,7 @@ def _switch_list(text: str) -> list[str]:
 
 def cmd_model_prepare(args: argparse.Namespace) -> int:
     """Convert the embedded default model once (idempotent) and print where it lives."""
-    from evalgate.model import prepare_embedded_model
+    from evalgate.models.embedded import prepare_embedded_model
 
     t0 = time.monotonic()
     path = prepare_embedded_model(force=args.force)
@@ -214,11 +214,11 @@ def cmd_list(args: argparse.Namespace) -> int:
     so ``dense/bf16``'s ``extends: baseline`` shows as ``dense/baseline``; one that cannot be resolved shows as
     written, marked ``(unresolved)``. Raises ConfigError for a config that cannot be loaded.
     """
-    from evalgate.config import list_configs, load_baseline, load_config
+    from evalgate.inputs.config import list_configs, load_baseline, load_config
     from evalgate.errors import ConfigError
-    from evalgate.suites import default_suites_dir, list_suites
+    from evalgate.suites.discovery import default_suites_dir, list_suites
 
-    from evalgate.project import describe
+    from evalgate.inputs.project import describe
 
     for line in describe(args.layout):
         print(line)
@@ -390,7 +390,7 @@ default ~/.cache/evalgate), HF_HOME / HF_DATASETS_OFFLINE (lm-eval built-in task
 
 def _apply_layout(args: argparse.Namespace) -> None:
     """Fill the configs/suites/thresholds options a command has but was not given from ``project.layout``."""
-    from evalgate.project import layout
+    from evalgate.inputs.project import layout
 
     if not any(hasattr(args, a) for a in ("configs_dir", "suites_dir", "thresholds")):
         return

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from evalgate.compare import compare_tasks
+from evalgate.compare.pairing import compare_tasks
 from evalgate.gate import decide
-from evalgate.document import gate_document
-from evalgate.results import ItemResult, TaskResult
-from evalgate.store import tasks_to_json, write_json_atomic
-from evalgate.thresholds import Thresholds
+from evalgate.report.document import gate_document
+from evalgate.results.records import ItemResult, TaskResult
+from evalgate.results.store import tasks_to_json, write_json_atomic
+from evalgate.inputs.thresholds import Thresholds
 
 EVIL_IMG = "<img src=x onerror=\"document.title='pwned'\">"
 EVIL_SCRIPT = "<script>document.title='pwned'</script>"

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from evalgate import ablate
-from evalgate.config import CONFIGS_DIR, list_configs, load_baseline, load_config
+from evalgate.commands import ablate
+from evalgate.inputs.config import CONFIGS_DIR, list_configs, load_baseline, load_config
 
 
 def _known() -> dict[str, Any]:
@@ -123,10 +123,10 @@ def test_the_real_platform_check_on_a_simulated_h200_plans_the_measured_chain(mo
     """check_platform + _refusal (not a stand-in): sm_90 with FlashInfer installed gives the rows the H200 ran."""
     import importlib.util
 
-    from evalgate import engine
+    from evalgate.engine import platform
 
-    monkeypatch.setattr(engine, "_has_cuda", lambda: True)
-    monkeypatch.setattr(engine, "_gpu_capabilities", lambda visible: ((9, 0),))
+    monkeypatch.setattr(platform, "_has_cuda", lambda: True)
+    monkeypatch.setattr(platform, "_gpu_capabilities", lambda visible: ((9, 0),))
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: object() if name == "flashinfer" else real_find_spec(name, *a))
@@ -194,8 +194,12 @@ def test_ablate_command_with_fake_workers(monkeypatch, tmp_path, capsys) -> None
     CPU-refused switches skipped in the table, a row per variant, ablation.html/json and per-variant run dirs."""
     from runfixtures import task
 
-    from evalgate import cli, engine, runner
-    from evalgate.runner import ConfigRun
+    from evalgate import cli
+
+    from evalgate.engine import platform
+
+    from evalgate.evaluate import runner
+    from evalgate.evaluate.runner import ConfigRun
 
     started: list[str] = []
 
@@ -223,7 +227,7 @@ def test_ablate_command_with_fake_workers(monkeypatch, tmp_path, capsys) -> None
     monkeypatch.setattr(runner, "start_config", start)
     monkeypatch.setattr(runner, "check_engine_values", lambda cfg, log, timeout: {"max_model_len": 2048,
                                                                                  "max_num_seqs": 256})
-    monkeypatch.setattr(engine, "_has_cuda", lambda: False)
+    monkeypatch.setattr(platform, "_has_cuda", lambda: False)
     (tmp_path / "t.yaml").write_text("alpha: 0.05\ndefault: {margin: 10.0}\nbootstrap_resamples: 1000\n"
                                      "traffic: {input_len: 8, output_len: 8, concurrency: 4, repeats: 2}\n")
     out = tmp_path / "ab"
@@ -281,7 +285,7 @@ def test_a_broken_unrelated_config_does_not_stop_an_ablation(tmp_path, caplog) -
     import logging
     import shutil
 
-    from evalgate.suites import default_suites_dir
+    from evalgate.suites.discovery import default_suites_dir
 
     configs = tmp_path / "configs"
     shutil.copytree(CONFIGS_DIR, configs)
@@ -300,9 +304,11 @@ def test_interrupted_ablation_keeps_its_table(monkeypatch, tmp_path, capsys,  # 
     """The 1st variant's gate finishes, the 2nd raises: ablation.json/html were written after the 1st (its row done,
     the rest pending) and again on the way out (the rest "not run"); the exception propagates, the baseline worker is
     killed, no table on stdout."""
-    from evalgate import engine, pipeline, runner
-    from evalgate.options import RunOptions
-    from evalgate.suites import default_suites_dir
+    from evalgate.engine import platform
+    from evalgate.commands import pipeline
+    from evalgate.evaluate import runner
+    from evalgate.inputs.options import RunOptions
+    from evalgate.suites.discovery import default_suites_dir
 
     class Baseline:
         info = {"event": "ready", "device": "fake CPU", "isa": [], "versions": {}}
@@ -329,7 +335,7 @@ def test_interrupted_ablation_keeps_its_table(monkeypatch, tmp_path, capsys,  # 
 
     monkeypatch.setattr(runner, "start_config", lambda cfg, suites, **kw: (worker, object()))
     monkeypatch.setattr(pipeline, "gate", gate)
-    monkeypatch.setattr(engine, "_has_cuda", lambda: False)
+    monkeypatch.setattr(platform, "_has_cuda", lambda: False)
     (tmp_path / "t.yaml").write_text("alpha: 0.05\ndefault: {margin: 10.0}\nbootstrap_resamples: 1000\n")
     out = tmp_path / "ab"
     with pytest.raises(type(exc)):

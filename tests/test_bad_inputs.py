@@ -3,7 +3,7 @@
 Every malformed config, thresholds file, suite, command line and stored result must give exactly
 one line on stderr naming the file and the field (where there is one), exit 2 (usage/config) or 3
 (a corrupt stored result), no traceback, and — for ``run`` — fail before any engine or model work
-starts: ``evalgate.runner``'s entry points are replaced by tripwires, and the run directory must
+starts: ``evalgate.evaluate.runner``'s entry points are replaced by tripwires, and the run directory must
 not get a ``logs/`` folder.
 
 Layout of the corpus::
@@ -12,7 +12,7 @@ Layout of the corpus::
     configs/      malformed candidate configs (and the parents some of them extend)
     thresholds/   malformed thresholds files
     suites/<case>/  malformed suites directories
-    results/      corrupt store entries and run files (evalgate.store)
+    results/      corrupt store entries and run files (evalgate.results.store)
     stored_runs/<case>/  corrupt run directories for ``evalgate report`` and ``evalgate compare`` (exit 3)
 
 A case replaces one default of ``evalgate run`` (or runs ``evalgate list``). ``test_every_corpus_file_is_used``
@@ -32,10 +32,10 @@ from pathlib import Path
 
 import pytest
 
-import evalgate.runner
+import evalgate.evaluate.runner
 from evalgate import cli
 from evalgate.errors import ExitCode, StoreError
-from evalgate.store import ResultStore, read_json, tasks_from_json
+from evalgate.results.store import ResultStore, read_json, tasks_from_json
 
 B = Path(__file__).resolve().parent / "bad_inputs"
 G = B / "good"
@@ -89,7 +89,7 @@ def _suite(case: str, file: str | None, fld: str | None, fragment: str | None = 
 
 
 def _log(name: str, fld: str | None, fragment: str | None = None, *, file: str | None = "") -> Case:
-    """A bad request log (``traffic.from``, evalgate.requestlog) behind ``thresholds/traffic-from-<name>.yaml``."""
+    """A bad request log (``traffic.from``, evalgate.inputs.requestlog) behind ``thresholds/traffic-from-<name>.yaml``."""
     log = f"requestlogs/{name}.jsonl" if file == "" else file
     return Case(f"requestlog-{name}", {"--thresholds": f"@thresholds/traffic-from-{name}.yaml"}, log, fld, fragment)
 
@@ -352,7 +352,7 @@ CASES: list[Case] = [
     Case("suites-path-name", {"--suites": ["../good"]}, None, None, "invalid suite name"),
     Case("suites-empty-name", {"--suites": [""]}, None, None, "invalid suite name"),
     Case("suites-named-twice", {"--suites": ["s1", "s2", "s1"]}, None, "--suites", "suite 's1' is named more than once"),
-    # ------------------------------------------------------------------ suites: the pre-flight (evalgate.preflight)
+    # ------------------------------------------------------------------ suites: the pre-flight (evalgate.evaluate.preflight)
     # lm-eval builds each task, item 0's requests are built and scored with dummy outputs, in a subprocess.
     _suite("preflight-data-empty", "s1/t.yaml", "dataset_kwargs.data_files", "task t1: data file <path> is empty"),
     _suite("preflight-data-blank", "s1/t.yaml", "dataset_kwargs.data_files", "task t1: reading its data"),
@@ -568,9 +568,9 @@ def tripwires(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
         return f
 
     for name in ("_run_worker", "evaluate_config", "resolve_model"):
-        if hasattr(evalgate.runner, name):
-            monkeypatch.setattr(evalgate.runner, name, trip(name))
-    monkeypatch.setattr("evalgate.model.prepare_embedded_model", trip("prepare_embedded_model"))
+        if hasattr(evalgate.evaluate.runner, name):
+            monkeypatch.setattr(evalgate.evaluate.runner, name, trip(name))
+    monkeypatch.setattr("evalgate.models.embedded.prepare_embedded_model", trip("prepare_embedded_model"))
     monkeypatch.setenv("EVALGATE_HOME", str(tmp_path / "home"))
     return calls
 
@@ -898,7 +898,7 @@ def test_json_depth_bomb_in_a_stored_verdict_is_exit_3(tmp_path: Path, capsys) -
 
 def test_traffic_bounds_are_inclusive(tmp_path: Path) -> None:
     """The largest accepted values load; one more is refused (the corpus cases above)."""
-    from evalgate.thresholds import MAX_TRAFFIC_PROMPTS, MAX_TRAFFIC_REPEATS, load_thresholds
+    from evalgate.inputs.thresholds import MAX_TRAFFIC_PROMPTS, MAX_TRAFFIC_REPEATS, load_thresholds
 
     path = tmp_path / "thresholds.yaml"
     path.write_text("alpha: 0.05\ndefault: {margin: 2.0}\ntraffic: {num_prompts: 100000, repeats: 100}\n")
@@ -918,7 +918,7 @@ def test_every_verdict_evalgate_wrote_passes_the_consistency_check(path: Path) -
     reads back, and its overall verdict is unchanged."""
     import json
 
-    from evalgate.runs import read_verdict
+    from evalgate.commands.stored import read_verdict
 
     assert read_verdict(path).verdict == json.loads(path.read_text())["verdict"]
 
@@ -929,7 +929,7 @@ def test_fresh_documents_pass_the_consistency_check(tmp_path: Path) -> None:
 
     from runfixtures import blocking_document, document, task
 
-    from evalgate.runs import read_verdict
+    from evalgate.commands.stored import read_verdict
 
     same = {"t": task("t", "s", ["ok"] * 40, [1.0] * 40)}
     for name, doc in (("block", blocking_document()), ("noop", document(same, same, same_config=True))):

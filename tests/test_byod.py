@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from evalgate.cli import main
-from evalgate.suites import load_suite, task_manager
+from evalgate.suites.discovery import load_suite, task_manager
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "byod"
 DATA = EXAMPLE / "suites" / "contracts" / "data" / "contracts.jsonl"

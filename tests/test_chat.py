@@ -1,4 +1,4 @@
-"""Chat protocol and reasoning output (evalgate.chat): the ``chat:`` section of a config, the protocol it makes, the
+"""Chat protocol and reasoning output (evalgate.inputs.chat): the ``chat:`` section of a config, the protocol it makes, the
 refusal of mixed protocols (run: exit 2; compare: exit 3), the thought split, and the lm-eval adapter's chat hooks
 with a fake engine whose tokenizer is the embedded hybrid's own (no vLLM)."""
 
@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 from lm_eval.api.instance import Instance
 
-from evalgate.chat import check_protocols, describe_difference, protocol, split_thought
-from evalgate.config import Sampling, load_baseline, load_config
-from evalgate.engine import Generation, make_lm, request_key
+from evalgate.inputs.chat import check_protocols, describe_difference, protocol, split_thought
+from evalgate.inputs.config import Sampling, load_baseline, load_config
+from evalgate.worker.vllm_engine import Generation
+from evalgate.worker.lm_adapter import make_lm, request_key
 from evalgate.errors import ConfigError, StoreError
-from evalgate.runs import check_comparable
+from evalgate.commands.stored import check_comparable
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "configs" / "chat" / "hybrid-chat.jinja"
@@ -121,7 +122,7 @@ class _Tok:
     def __init__(self) -> None:
         from transformers import PreTrainedTokenizerFast
 
-        self.hf = PreTrainedTokenizerFast.from_pretrained(str(ROOT / "evalgate" / "hybrid" / "checkpoint"))
+        self.hf = PreTrainedTokenizerFast.from_pretrained(str(ROOT / "evalgate" / "models" / "hybrid" / "checkpoint"))
         self.chat_template = None
 
     def __getattr__(self, name: str) -> Any:
@@ -191,7 +192,7 @@ def test_the_model_template_is_refused_on_a_tokenizer_without_one() -> None:
 def test_paired_tokens_is_scipys_paired_t_interval() -> None:
     from scipy.stats import ttest_rel
 
-    from evalgate.reasoning import paired_tokens
+    from evalgate.compare.reasoning import paired_tokens
 
     base, cand = [10, 20, 30, 40, 12], [14, 21, 35, 39, 20]
     got = paired_tokens(base, cand)
@@ -203,15 +204,15 @@ def test_paired_tokens_is_scipys_paired_t_interval() -> None:
 
 
 def _item(i: int, thinking: int | None, answer: int | None, truncated: bool = False, thought: str | None = None):
-    from evalgate.results import ItemResult
+    from evalgate.results.records import ItemResult
 
     return ItemResult(task="t", item_id=i, item_hash=f"h{i}", prompt="p", target="1", output="1", score=1.0,
                       thought=thought, thinking_tokens=thinking, answer_tokens=answer, truncated_thought=truncated)
 
 
 def test_reasoning_summary_counts_tokens_and_truncated_thoughts_per_side() -> None:
-    from evalgate.reasoning import reasoning_line, reasoning_summary
-    from evalgate.verdict import Reasoning
+    from evalgate.compare.reasoning import reasoning_line, reasoning_summary
+    from evalgate.report.verdict import Reasoning
 
     pairs = [(_item(0, 10, 2), _item(0, 12, 2)), (_item(1, 20, 4), _item(1, 30, 0, True)),
              (_item(2, 0, 3), _item(2, 2, 3))]
@@ -230,9 +231,9 @@ def test_reasoning_summary_counts_tokens_and_truncated_thoughts_per_side() -> No
 def test_the_reports_show_the_reasoning_beside_the_delta_and_the_thoughts_escaped() -> None:
     import dataclasses
 
-    from evalgate.report import render_html, render_terminal
-    from evalgate.outputs import render_markdown
-    from evalgate.results import TaskResult
+    from evalgate.report.render import render_html, render_terminal
+    from evalgate.report.outputs import render_markdown
+    from evalgate.results.records import TaskResult
 
     from runfixtures import EVIL_SCRIPT, document, task
 

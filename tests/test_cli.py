@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
-from evalgate import cli, pipeline
+from evalgate import cli
+
+from evalgate.commands import pipeline
 from evalgate.errors import ExitCode
-from evalgate.jobs import EngineJob, StoredJob
-from evalgate.options import RunOptions
+from evalgate.commands.jobs import EngineJob, StoredJob
+from evalgate.inputs.options import RunOptions
 
 
 def _parse(*argv: str) -> argparse.Namespace:
@@ -83,7 +85,7 @@ class _Captured:
 def test_run_hands_one_engine_job_to_the_pipeline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     gate = _Captured("BLOCK")
     monkeypatch.setattr(pipeline, "gate", gate)
-    monkeypatch.setattr("evalgate.report.render_terminal", lambda doc: f"VERDICT: {doc['verdict']}")
+    monkeypatch.setattr("evalgate.report.render.render_terminal", lambda doc: f"VERDICT: {doc['verdict']}")
     code = cli.main(["run", "--config", "fp16-state", "--suites", "docparse", "--limit", "7", "--out",
                      str(tmp_path / "r")])
     assert code == ExitCode.BLOCK
@@ -95,7 +97,7 @@ def test_run_hands_one_engine_job_to_the_pipeline(monkeypatch: pytest.MonkeyPatc
 def test_run_exits_3_when_the_speed_measurement_failed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(pipeline, "gate", _Captured("PASS", {"status": "failed", "error": "boom"}))
-    monkeypatch.setattr("evalgate.report.render_terminal", lambda doc: "")
+    monkeypatch.setattr("evalgate.report.render.render_terminal", lambda doc: "")
     assert cli.main(["run", "--config", "fp16-state", "--out", str(tmp_path / "r")]) == ExitCode.RUNTIME
     assert "quality verdict PASS" in capsys.readouterr().err
     assert (tmp_path / "r" / "summary.md").is_file()  # the error outputs, for CI
@@ -104,7 +106,7 @@ def test_run_exits_3_when_the_speed_measurement_failed(monkeypatch: pytest.Monke
 def test_compare_hands_a_stored_job_to_the_pipeline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     gate = _Captured("NO-OP")
     monkeypatch.setattr(pipeline, "gate", gate)
-    monkeypatch.setattr("evalgate.report.render_terminal", lambda doc: "")
+    monkeypatch.setattr("evalgate.report.render.render_terminal", lambda doc: "")
     assert cli.main(["compare", "a", "b", "--out", str(tmp_path / "c")]) == ExitCode.NO_OP
     (job,) = gate.jobs
     assert isinstance(job, StoredJob) and (job.run_a, job.run_b, job.out) == (Path("a"), Path("b"), tmp_path / "c")

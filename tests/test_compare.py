@@ -1,4 +1,4 @@
-"""Pairing and per-task comparison (evalgate.compare): by item hash, fail closed on mismatches, values by hand."""
+"""Pairing and per-task comparison (evalgate.compare.pairing): by item hash, fail closed on mismatches, values by hand."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from evalgate.compare import compare_tasks, pair_items, plan_tasks
+from evalgate.compare.pairing import compare_tasks, pair_items, plan_tasks
 from evalgate.errors import StoreError
-from evalgate.results import ItemResult, TaskResult
-from evalgate.thresholds import Thresholds
+from evalgate.results.records import ItemResult, TaskResult
+from evalgate.inputs.thresholds import Thresholds
 
 THR = Thresholds(alpha=0.05, default_margin=2.0, bootstrap_resamples=500)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from evalgate.config import CONFIGS_DIR, list_configs, load_config
+from evalgate.inputs.config import CONFIGS_DIR, list_configs, load_config
 from evalgate.errors import ConfigError, ExitCode
 
 BASE = """
@@ -141,7 +141,7 @@ def test_shipped_configs_all_load_and_extend_baseline() -> None:
 
 def _differs(name: str) -> dict[str, object]:
     """Engine args (and env) in which config ``name`` differs from its baseline: {key: (baseline, candidate)}."""
-    from evalgate.config import load_baseline
+    from evalgate.inputs.config import load_baseline
 
     cand = load_config(name, CONFIGS_DIR, check_engine_args=False)
     base = load_baseline(cand, CONFIGS_DIR, check_engine_args=False)
@@ -173,38 +173,38 @@ def test_stochastic_rounding_on_the_triton_kernel_is_refused_on_gpus_without_cvt
     evalgate refuses it before any engine starts; the FlashInfer kernel (software rounding) and SM100 stay allowed."""
     import importlib.util
 
-    from evalgate import engine
+    from evalgate.engine import platform
 
     sr = {"enable_mamba_cache_stochastic_rounding": True, "mamba_ssm_cache_dtype": "float16"}
-    monkeypatch.setattr(engine, "_has_cuda", lambda: True)
+    monkeypatch.setattr(platform, "_has_cuda", lambda: True)
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: object() if name == "flashinfer" else real_find_spec(name, *a))
     cases = ((((9, 0),), "sm_90"), (((8, 0),), "sm_80"), (((12, 0),), "sm_120"), (((9, 0), (8, 6)), "sm_86/sm_90"),
              (((10, 0),), None), (((10, 3),), None), (((9, 0), (10, 0)), None))  # mixed: CUDA may pick the SM100
     for caps, arch in cases:
-        monkeypatch.setattr(engine, "_gpu_capabilities", lambda visible, c=caps: c)
+        monkeypatch.setattr(platform, "_gpu_capabilities", lambda visible, c=caps: c)
         for backend in (None, "triton", "TRITON"):
             args = sr if backend is None else {**sr, "mamba_backend": backend}
             if arch:
                 with pytest.raises(ConfigError) as ei:
-                    engine.check_platform(args, "cum2.yaml")
+                    platform.check_platform(args, "cum2.yaml")
                 assert ei.value.field == "engine_args.enable_mamba_cache_stochastic_rounding"
                 assert f"this GPU is {arch}," in str(ei.value) and str(ei.value).startswith("cum2.yaml: ")
                 assert ei.value.message.endswith("set 'mamba_backend: flashinfer' (it rounds in software)")
             else:
-                engine.check_platform(args, "cum2.yaml")
-        engine.check_platform({**sr, "mamba_backend": "flashinfer"}, "x")  # software rounding: every capability
-    monkeypatch.setattr(engine, "_gpu_capabilities", lambda visible: None)  # unreadable: left to the engine
-    engine.check_platform(sr, "x")
-    assert [engine.triton_rounds_stochastically((m, 0)) for m in (7, 8, 9, 10, 11, 12)] == [
+                platform.check_platform(args, "cum2.yaml")
+        platform.check_platform({**sr, "mamba_backend": "flashinfer"}, "x")  # software rounding: every capability
+    monkeypatch.setattr(platform, "_gpu_capabilities", lambda visible: None)  # unreadable: left to the engine
+    platform.check_platform(sr, "x")
+    assert [platform.triton_rounds_stochastically((m, 0)) for m in (7, 8, 9, 10, 11, 12)] == [
         False, False, False, True, True, False]
     # The GPUs asked about are the config's own CUDA_VISIBLE_DEVICES when it sets one, else the process's.
     asked: list[str] = []
-    monkeypatch.setattr(engine, "_gpu_capabilities", lambda visible: asked.append(visible))
+    monkeypatch.setattr(platform, "_gpu_capabilities", lambda visible: asked.append(visible))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
-    engine.check_platform(sr, "x", {"CUDA_VISIBLE_DEVICES": "5"})
-    engine.check_platform(sr, "x", {})
+    platform.check_platform(sr, "x", {"CUDA_VISIBLE_DEVICES": "5"})
+    platform.check_platform(sr, "x", {})
     assert asked == ["5", "2"]
 
 
@@ -212,7 +212,7 @@ def test_cuda_is_a_gpu_device_node_not_the_environment_variable(monkeypatch: pyt
     """CUDA_VISIBLE_DEVICES alone never makes a CPU host count as CUDA; "" and "-1" hide every GPU, as for CUDA."""
     import glob
 
-    from evalgate import engine
+    from evalgate.engine import platform
 
     nodes: list[str] = []
     monkeypatch.setattr(glob, "glob", lambda pattern: list(nodes) if pattern == "/dev/nvidia[0-9]*" else [])
@@ -223,27 +223,27 @@ def test_cuda_is_a_gpu_device_node_not_the_environment_variable(monkeypatch: pyt
         else:
             monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
         nodes[:] = ["/dev/nvidia0"]
-        assert engine._has_cuda() is with_node, visible
+        assert platform._has_cuda() is with_node, visible
         nodes[:] = []
-        assert engine._has_cuda() is without_node, visible
+        assert platform._has_cuda() is without_node, visible
 
 
 def test_gpu_capabilities_are_the_visible_gpus_capabilities(monkeypatch: pytest.MonkeyPatch) -> None:
     """The platform check reads the capabilities of the GPUs ``device.visible_gpus`` lists (its nvidia-smi reading is
     tested in tests/test_device.py); nothing without CUDA or when nvidia-smi cannot tell."""
-    from evalgate import engine
+    from evalgate.engine import platform
     from evalgate.engine import device
 
     gpus = (device.Gpu("0", "GPU-a", "NVIDIA H200", (9, 0)), device.Gpu("1", "GPU-b", "NVIDIA B200", (10, 0)))
     asked: list[str] = []
     monkeypatch.setattr(device, "visible_gpus", lambda visible: asked.append(visible) or gpus)
-    monkeypatch.setattr(engine, "_has_cuda", lambda: True)
-    assert engine._gpu_capabilities("0,1") == ((9, 0), (10, 0)) and asked == ["0,1"]
+    monkeypatch.setattr(platform, "_has_cuda", lambda: True)
+    assert platform._gpu_capabilities("0,1") == ((9, 0), (10, 0)) and asked == ["0,1"]
     monkeypatch.setattr(device, "visible_gpus", lambda visible: None)
-    assert engine._gpu_capabilities("") is None
+    assert platform._gpu_capabilities("") is None
     monkeypatch.setattr(device, "visible_gpus", lambda visible: gpus)
-    monkeypatch.setattr(engine, "_has_cuda", lambda: False)
-    assert engine._gpu_capabilities("") is None
+    monkeypatch.setattr(platform, "_has_cuda", lambda: False)
+    assert platform._gpu_capabilities("") is None
 
 
 def _vllm_engine_args() -> type:
@@ -321,7 +321,7 @@ def test_shipped_configs_use_real_engine_arg_names() -> None:
 def test_engine_arg_names_read_from_source_match_the_imported_dataclass() -> None:
     import dataclasses
 
-    from evalgate.config import engine_arg_names
+    from evalgate.inputs.config import engine_arg_names
     from evalgate.engine.argnames import _engine_arg_names_from_source
 
     real = {f.name for f in dataclasses.fields(_vllm_engine_args())}
@@ -331,19 +331,19 @@ def test_engine_arg_names_read_from_source_match_the_imported_dataclass() -> Non
 
 def test_switches_the_platform_cannot_run_are_config_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     """On a host without CUDA, FlashInfer's Mamba kernel and stochastic rounding fail before any engine starts."""
-    from evalgate import engine
+    from evalgate.engine import platform
 
-    monkeypatch.setattr(engine, "_has_cuda", lambda: False)
+    monkeypatch.setattr(platform, "_has_cuda", lambda: False)
     with pytest.raises(ConfigError) as ei:
-        engine.check_platform({"mamba_backend": "flashinfer"}, "x.yaml")
+        platform.check_platform({"mamba_backend": "flashinfer"}, "x.yaml")
     assert ei.value.field == "engine_args.mamba_backend" and "CPU" in str(ei.value)
     with pytest.raises(ConfigError) as ei:
-        engine.check_platform({"enable_mamba_cache_stochastic_rounding": True, "mamba_ssm_cache_dtype": "float16"}, "x")
+        platform.check_platform({"enable_mamba_cache_stochastic_rounding": True, "mamba_ssm_cache_dtype": "float16"}, "x")
     assert ei.value.field == "engine_args.enable_mamba_cache_stochastic_rounding"
-    engine.check_platform({"mamba_ssm_cache_dtype": "float16", "async_scheduling": True}, "x")  # not refused
-    monkeypatch.setattr(engine, "_has_cuda", lambda: True)
+    platform.check_platform({"mamba_ssm_cache_dtype": "float16", "async_scheduling": True}, "x")  # not refused
+    monkeypatch.setattr(platform, "_has_cuda", lambda: True)
     with pytest.raises(ConfigError, match="explicit 'mamba_ssm_cache_dtype: float16'"):
-        engine.check_platform({"enable_mamba_cache_stochastic_rounding": True}, "x")
+        platform.check_platform({"enable_mamba_cache_stochastic_rounding": True}, "x")
 
 
 @pytest.mark.parametrize(("name", "origin"), [
@@ -357,11 +357,12 @@ def test_cuda_only_configs_are_refused_on_cpu_before_any_engine(
     the switch, before any engine starts. Needs vLLM: the run first checks the configs' engine-arg names, which
     (without vLLM) refuses every config for another reason and would let this test pass without the platform check.
     """
-    from evalgate import engine, runner
+    from evalgate.engine import platform
+    from evalgate.evaluate import runner
     from evalgate.cli import main
 
     _vllm_engine_args()
-    monkeypatch.setattr(engine, "_has_cuda", lambda: False)
+    monkeypatch.setattr(platform, "_has_cuda", lambda: False)
     monkeypatch.setattr(runner, "start_config", lambda *a, **k: pytest.fail("an engine was started"))
     assert main(["run", "--config", name, "--limit", "1"]) == 2
     err = capsys.readouterr().err.strip()

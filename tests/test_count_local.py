@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from evalgate.errors import ConfigError
-from evalgate.suites import count_items, load_suite
+from evalgate.suites.discovery import count_items, load_suite
 
 TASK = ("task: {name}\ndataset_path: {builder}\ndataset_kwargs:\n  data_files: {files}\n{extra}test_split: {split}\n"
         "doc_to_text: '{{{{q}}}}'\ndoc_to_target: '{{{{a}}}}'\nmetric_list: [{{metric: exact_match}}]\n")

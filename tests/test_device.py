@@ -15,7 +15,7 @@ from runfixtures import DEVICE, task, write_run
 from evalgate.cli import main
 from evalgate.engine import device
 from evalgate.errors import ConfigError, ExitCode
-from evalgate.store import write_json_atomic
+from evalgate.results.store import write_json_atomic
 
 SMI_QUERY = "--query-gpu=index,uuid,name,compute_cap --format=csv,noheader"
 
@@ -100,10 +100,10 @@ def test_sides_on_different_gpu_models_are_refused_before_any_engine(tmp_path: P
 def test_the_hardware_is_part_of_every_store_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A side stored on one machine is not served on another: the journal and every suite key change with the
     hardware identity, and the plan carries the identity into the run (and so the manifest)."""
-    from evalgate import runner
-    from evalgate.config import load_config
-    from evalgate.pipeline import load_suites
-    from evalgate.store import ResultStore
+    from evalgate.evaluate import runner
+    from evalgate.inputs.config import load_config
+    from evalgate.commands.pipeline import load_suites
+    from evalgate.results.store import ResultStore
 
     root = Path(__file__).resolve().parent.parent
     cfg = load_config("baseline", root / "configs", check_engine_args=False)
@@ -158,7 +158,7 @@ def test_the_report_shows_each_sides_hardware_escaped(tmp_path: Path) -> None:
     made before hardware was recorded reads "unrecorded"."""
     from runfixtures import document
 
-    from evalgate.report import render_html
+    from evalgate.report.render import render_html
 
     n = 4
     base = {"t": task("t", "s", ["1"] * n, [1.0] * n)}

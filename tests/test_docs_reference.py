@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from evalgate.cli import build_parser
-from evalgate.chat import Chat
-from evalgate.config import ConfigLayer, Sampling, config_key_rows, load_config
+from evalgate.inputs.chat import Chat
+from evalgate.inputs.config import ConfigLayer, Sampling, config_key_rows, load_config
 from evalgate.errors import ConfigError
-from evalgate.schema import key_rows, markdown_table
-from evalgate.thresholds import LevelOverride, ThresholdsFile, load_thresholds
+from evalgate.inputs.schema import key_rows, markdown_table
+from evalgate.inputs.thresholds import LevelOverride, ThresholdsFile, load_thresholds
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -91,7 +91,7 @@ def _walk(model: type, prefix: str = "", seen: set[type] | None = None) -> list[
     import collections.abc
     import typing
 
-    from evalgate.schema import Schema
+    from evalgate.inputs.schema import Schema
 
     def models(annotation: object) -> list[type]:
         if isinstance(annotation, type) and issubclass(annotation, Schema):

@@ -14,10 +14,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from runfixtures import EVIL_SCRIPT, equal_sides_document, manifest, side, task  # noqa: E402
 
-from evalgate.economics import (break_even_utilisation, cost_ratio_interval, economics_block,  # noqa: E402
+from evalgate.speed.economics import (break_even_utilisation, cost_ratio_interval, economics_block,  # noqa: E402
                                 economics_lines, engine_gpus, usd_per_mtok)
 from evalgate.errors import ConfigError  # noqa: E402
-from evalgate.thresholds import load_thresholds  # noqa: E402
+from evalgate.inputs.thresholds import load_thresholds  # noqa: E402
 
 BASE = "alpha: 0.05\ndefault: {margin: 2.0}\n"
 
@@ -176,7 +176,7 @@ def test_bad_economics_names_the_field(tmp_path: Path, text: str, field: str, fr
 
 def _doc(*, economics: dict[str, Any] | None, min_speedup: float | None = None,
          cand_args: dict[str, Any] | None = None, ci: tuple[float, float] = (1.1, 1.4)) -> dict[str, Any]:
-    from evalgate.thresholds import SpeedFloors
+    from evalgate.inputs.thresholds import SpeedFloors
 
     return equal_sides_document(cand_args=cand_args, speed=_speed(_level(16, 1000.0, 1250.0, *ci)),
                                 speed_floors=SpeedFloors(min_speedup=min_speedup), economics=economics)
@@ -202,8 +202,8 @@ def test_economics_never_changes_the_verdict(min_speedup: float | None) -> None:
 
 
 def test_economics_reaches_every_output() -> None:
-    from evalgate.outputs import render_junit, render_markdown
-    from evalgate.report import render_html, render_terminal
+    from evalgate.report.outputs import render_junit, render_markdown
+    from evalgate.report.render import render_html, render_terminal
 
     doc = _doc(economics={"gpu_hour_usd": 3.6, "api_usd_per_mtok": 2.0})
     line = ("c=16: $1.00 \u2192 $0.80 per M output tokens (\u221220 % [\u221229 %, \u22129 %]); API cheaper below "
@@ -230,8 +230,8 @@ def test_economics_reaches_every_output() -> None:
 
 
 def test_stored_economics_text_is_escaped_in_html_and_markdown() -> None:
-    from evalgate.outputs import render_markdown
-    from evalgate.report import render_html
+    from evalgate.report.outputs import render_markdown
+    from evalgate.report.render import render_html
 
     doc = _doc(economics={"gpu_hour_usd": 3.6})
     doc["economics"]["gpus_source"] = EVIL_SCRIPT  # a stored verdict.json is untrusted input
@@ -242,9 +242,9 @@ def test_stored_economics_text_is_escaped_in_html_and_markdown() -> None:
 
 def test_pipeline_passes_the_configs_economics(tmp_path: Path) -> None:
     """``pipeline.decide_and_render`` takes ``economics_for(gate_name)``: the config's keys over the top level."""
-    from evalgate import pipeline
-    from evalgate.compare import compare_tasks
-    from evalgate.manifest import Manifest
+    from evalgate.commands import pipeline
+    from evalgate.compare.pairing import compare_tasks
+    from evalgate.evaluate.manifest import Manifest
 
     path = tmp_path / "t.yaml"
     path.write_text(BASE + "bootstrap_resamples: 1000\neconomics: {gpu_hour_usd: 3.6}\n"
@@ -264,8 +264,8 @@ def test_pipeline_passes_the_configs_economics(tmp_path: Path) -> None:
 
 def test_a_stored_verdict_with_costs_rerenders(tmp_path: Path) -> None:
     """``evalgate report RUN_DIR`` reads the block back (typed) and renders the same lines."""
-    from evalgate.runs import read_verdict, rerender
-    from evalgate.store import write_json_atomic
+    from evalgate.commands.stored import read_verdict, rerender
+    from evalgate.results.store import write_json_atomic
 
     doc = _doc(economics={"gpu_hour_usd": 3.6, "api_usd_per_mtok": 2.0})
     write_json_atomic(tmp_path / "verdict.json", doc)

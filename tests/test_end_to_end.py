@@ -18,9 +18,9 @@ from scipy.stats import binomtest, norm
 pytest.importorskip("vllm", reason="needs vLLM (pip install 'evalgate[cpu]')")
 
 from evalgate.cli import main  # noqa: E402
-from evalgate.engine import NO_SSM  # noqa: E402
-from evalgate.suites import list_suites  # noqa: E402
-from evalgate.thresholds import load_thresholds  # noqa: E402
+from evalgate.engine.readback import NO_SSM  # noqa: E402
+from evalgate.suites.discovery import list_suites  # noqa: E402
+from evalgate.inputs.thresholds import load_thresholds  # noqa: E402
 
 pytestmark = pytest.mark.engine
 LIMIT = 2
@@ -57,7 +57,7 @@ def test_numerics_changing_candidate_is_gated_on_every_suite(bf16_run: tuple[int
 
 def test_stored_items_reproduce_the_verdict(bf16_run: tuple[int, Path]) -> None:
     """Recompute each task's Δ, MDE floor, loss test and verdict from baseline.json/candidate.json, independently
-    of evalgate.stats and of the document's own decision fields (closed forms and scipy).
+    of evalgate.compare.stats and of the document's own decision fields (closed forms and scipy).
 
     Why no task can BLOCK at n = 2: Holm's first step needs the smallest loss p-value <= alpha / K (K tasks, equal
     alphas). The smallest p a task can reach: exact McNemar with 2 of 2 items regressed, 0.5² = 0.25; otherwise the

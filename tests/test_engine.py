@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from evalgate.config import Sampling
+from evalgate.inputs.config import Sampling
 from evalgate.engine import readback
-from evalgate.engine.lm_adapter import group_requests, request_key, request_params
-from evalgate.engine.vllm_engine import _spec_counts
+from evalgate.worker.lm_adapter import group_requests, request_key, request_params
+from evalgate.worker.vllm_engine import _spec_counts
 
 PKG = Path(__file__).resolve().parent.parent / "evalgate"
 
@@ -104,21 +104,18 @@ def _vllm_imports(path: Path) -> list[int]:
     return lines
 
 
-# Outside the engine layer and owned elsewhere: the config loader's fallback for EngineArgs' field names (when
-# vLLM's source cannot be read) and the hybrid models' own vLLM registration and verification scripts.
-NOT_YET_MOVED = {"hybrid/qwen3_next.py", "hybrid/verify.py"}  # the fixture builders: they build models, not engines
-
-
-def test_vllm_is_imported_only_inside_the_engine_layer() -> None:
+def test_vllm_is_imported_only_inside_the_engine_and_worker_packages() -> None:
     outside = {str(p.relative_to(PKG)) for p in PKG.rglob("*.py")
-               if p.relative_to(PKG).parts[0] != "engine" and _vllm_imports(p)}
-    assert outside <= NOT_YET_MOVED, outside - NOT_YET_MOVED
-    inside = [p.name for p in (PKG / "engine").glob("*.py") if _vllm_imports(p)]
-    assert sorted(inside) == ["argnames.py", "replay.py", "serve.py", "throughput.py", "vllm_engine.py", "worker.py"]
+               if p.relative_to(PKG).parts[0] not in ("engine", "worker") and _vllm_imports(p)}
+    assert outside == set()
+    inside = [str(p.relative_to(PKG)) for p in sorted(PKG.rglob("*.py"))
+              if p.relative_to(PKG).parts[0] in ("engine", "worker") and _vllm_imports(p)]
+    assert sorted(inside) == ["engine/argnames.py", "engine/serve.py", "worker/main.py", "worker/probe.py",
+                              "worker/replay.py", "worker/throughput.py", "worker/vllm_engine.py"]
 
 
 def test_the_parent_modules_import_neither_vllm_nor_lm_eval() -> None:
-    code = ("import sys, evalgate.cli, evalgate.pipeline, evalgate.jobs, evalgate.runner, evalgate.engine; "
+    code = ("import sys, evalgate.cli, evalgate.commands.pipeline, evalgate.commands.jobs, evalgate.evaluate.runner, evalgate.engine; "
             "print(sorted(m for m in ('vllm', 'lm_eval', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=PKG.parent, env={"PYTHONPATH": str(PKG.parent), "PATH": "/usr/bin:/bin"})

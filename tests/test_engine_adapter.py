@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from lm_eval.api.instance import Instance
 
-from evalgate.config import Sampling
-from evalgate.engine import Generation, VllmEngine, make_lm, request_key
-from evalgate.store import GenerationJournal
+from evalgate.inputs.config import Sampling
+from evalgate.worker.vllm_engine import Generation, VllmEngine
+from evalgate.worker.lm_adapter import make_lm, request_key
+from evalgate.results.store import GenerationJournal
 
 CODE_STOP = ["\ndef "]
 QA_STOP = ["\n\n"]

@@ -1,6 +1,6 @@
-"""Engine failures, with fake engine workers (no vLLM): evalgate.runner._run_worker and evaluate_config.
+"""Engine failures, with fake engine workers (no vLLM): evalgate.evaluate.runner._run_worker and evaluate_config.
 
-``_run_worker`` starts ``sys.executable -m evalgate.runner SPEC``; the tests point ``sys.executable`` at a
+``_run_worker`` starts ``sys.executable -m evalgate.worker SPEC``; the tests point ``sys.executable`` at a
 small script that plays a failing engine: exits non-zero, is killed by a signal, hangs (with a child of
 its own), exits 0 without writing results, or writes some suites' results and then crashes. Each must
 become an ``EngineError`` (exit 3) with the worker's last log lines on one line — never a pass — and
@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-import evalgate.runner as runner
-from evalgate.config import EngineConfig, Sampling
+import evalgate.evaluate.runner as runner
+from evalgate.inputs.config import EngineConfig, Sampling
 from evalgate.errors import EngineError, ExitCode
-from evalgate.store import ResultStore
-from evalgate.suites import Suite
+from evalgate.results.store import ResultStore
+from evalgate.suites.discovery import Suite
 from taskfixtures import json_task
 
 PYTHON = sys.executable  # the real interpreter, for fake workers written in Python
@@ -30,10 +30,10 @@ PYTHON = sys.executable  # the real interpreter, for fake workers written in Pyt
 
 def fake_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str, *, python: bool = False) -> Path:
     """Make ``_run_worker`` start ``body`` instead of the engine worker. It gets the spec path as ``$3``
-    (shell) or ``sys.argv[3]`` (Python) because it is called as ``EXE -m evalgate.runner SPEC``."""
+    (shell) or ``sys.argv[3]`` (Python) because it is called as ``EXE -m evalgate.worker SPEC``."""
     script = tmp_path / "fake-python"
-    # The suite pre-flight (``EXE -m evalgate.preflight``, before any engine) runs on the real interpreter.
-    preflight = f'[ "$2" = evalgate.preflight ] && exec "{PYTHON}" "$@"\n'
+    # The suite pre-flight (``EXE -m evalgate.evaluate.preflight``, before any engine) runs on the real interpreter.
+    preflight = f'[ "$2" = evalgate.evaluate.preflight ] && exec "{PYTHON}" "$@"\n'
     if python:
         code = tmp_path / "fake_worker.py"
         code.write_text(textwrap.dedent(body), encoding="utf-8")
@@ -96,7 +96,7 @@ def test_worker_gets_the_config_env_and_the_spec(tmp_path: Path, monkeypatch: py
         exit 1
     """)
     msg = str(run_worker(tmp_path))
-    assert 'args: -m evalgate.runner env: 1 spec: {' in msg and '"suites": []' in msg
+    assert 'args: -m evalgate.worker env: 1 spec: {' in msg and '"suites": []' in msg
 
 
 def test_worker_killed_by_signal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -188,7 +188,7 @@ def test_worker_exits_0_without_results(tmp_path: Path, monkeypatch: pytest.Monk
 WRITE_FIRST_SUITE_THEN = """
     import json, sys
     from pathlib import Path
-    from evalgate.store import ResultStore
+    from evalgate.results.store import ResultStore
     spec = json.loads(Path(sys.argv[3]).read_text())
     with open({calls!r}, "a") as f:
         f.write(" ".join(s["name"] for s in spec["suites"]) + "\\n")

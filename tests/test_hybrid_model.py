@@ -1,4 +1,4 @@
-"""The embedded hybrid model (evalgate/hybrid/): its data never touches an evaluation item, its torch
+"""The embedded hybrid model (evalgate/models/hybrid/): its data never touches an evaluation item, its torch
 implementation is the math vLLM runs, the shipped checkpoint loads in vLLM, and the recipe reproduces the
 first losses logged with the checkpoint."""
 
@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from evalgate.hybrid import CHECKPOINT_DIR
-from evalgate.hybrid import data as D
-from evalgate.model import HYBRID_MODEL, resolve_model
+from evalgate.models.hybrid import CHECKPOINT_DIR
+from tools.hybrid import data as D
+from evalgate.models.embedded import HYBRID_MODEL, resolve_model
 
 try:  # the data tests run without torch; the model, recipe and tokenizer tests skip where it does not import
     import torch
 
-    from evalgate.hybrid.modeling import HybridConfig, NemotronHTiny, load_checkpoint, ssd_chunked, ssd_reference
+    from tools.hybrid.modeling import HybridConfig, NemotronHTiny, load_checkpoint, ssd_chunked, ssd_reference
 except ImportError:
     torch = None
 needs_torch = pytest.mark.skipif(torch is None, reason="needs torch (pip install 'evalgate[cpu]')")
@@ -176,8 +176,8 @@ def test_embedded_alias_resolves_to_the_packaged_checkpoint() -> None:
 
 @needs_torch
 def test_torch_model_extracts_fields_from_a_heldout_document() -> None:
-    from evalgate.hybrid.tokenizer import load_tokenizer
-    from evalgate.hybrid.train import greedy
+    from tools.hybrid.tokenizer import load_tokenizer
+    from tools.hybrid.train import greedy
 
     mod = D.suite_module("docparse")
     item = D.eval_items("docparse")[0]
@@ -190,7 +190,7 @@ def test_torch_model_extracts_fields_from_a_heldout_document() -> None:
 @needs_torch
 def test_recipe_reproduces_the_first_logged_losses() -> None:
     """A CPU re-run of the recipe's first steps (tiny batch) gives the losses the GPU run logged."""
-    from evalgate.hybrid.train import REPRO, _sha_batches, train
+    from tools.hybrid.train import REPRO, _sha_batches, train
 
     corpus = D.build_code_corpus()
     if D.corpus_sha(corpus) != LOG["code_corpus_sha256"]:
@@ -212,7 +212,7 @@ def test_recipe_reproduces_the_first_logged_losses() -> None:
 # ---------------------------------------------------------------- vLLM
 def _run_verify(*args: str) -> dict:
     pytest.importorskip("vllm", reason="needs vLLM (pip install 'evalgate[cpu]')")
-    proc = subprocess.run([sys.executable, "-m", "evalgate.hybrid.verify", str(CHECKPOINT_DIR), *args],
+    proc = subprocess.run([sys.executable, "-m", "tools.hybrid.verify", str(CHECKPOINT_DIR), *args],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -261,7 +261,7 @@ def test_mtp_speculative_decoding_is_lossless_on_vllm_cpu(plain: dict, mtp1: dic
 def test_parse_mix_reads_fields_and_refuses_bad_parts_by_name() -> None:
     import argparse
 
-    from evalgate.hybrid.train import parse_mix
+    from tools.hybrid.train import parse_mix
 
     assert parse_mix("coding=6, longgen=2,longgen_rows=3-5") == replace(D.Mix(), coding=6, longgen=2,
                                                                        longgen_rows=(3, 5))

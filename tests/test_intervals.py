@@ -1,4 +1,4 @@
-"""Tests of evalgate.intervals against published values and independent computations (scipy, matrices)."""
+"""Tests of evalgate.compare.intervals against published values and independent computations (scipy, matrices)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest, ttest_rel
 
-from evalgate.intervals import (
+from evalgate.compare.intervals import (
     cluster_codes,
     clustered_se,
     newcombe_paired_interval,

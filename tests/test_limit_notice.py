@@ -12,8 +12,12 @@ from statistics import NormalDist
 import pytest
 import yaml
 
-from evalgate import cli, jobs, runner
-from evalgate.planner import limit_notice
+from evalgate import cli
+
+from evalgate.commands import jobs
+
+from evalgate.evaluate import runner
+from evalgate.commands.plan import limit_notice
 
 ROOT = Path(__file__).resolve().parent.parent
 

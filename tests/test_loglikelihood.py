@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from evalgate.engine import encode_pair, loglikelihood_key, request_key, score_pairs, score_rolling
-from evalgate.results import ItemResult, TaskResult
-from evalgate.store import GenerationJournal
+from evalgate.worker.lm_adapter import encode_pair, loglikelihood_key, request_key, score_pairs, score_rolling
+from evalgate.results.records import ItemResult, TaskResult
+from evalgate.results.store import GenerationJournal
 from taskfixtures import json_task
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def hf_tok():
     from transformers import AutoTokenizer
 
-    from evalgate.hybrid import CHECKPOINT_DIR
+    from evalgate.models.hybrid import CHECKPOINT_DIR
 
     return AutoTokenizer.from_pretrained(str(CHECKPOINT_DIR))
 
@@ -118,7 +118,7 @@ def _mc_sample(doc_id: int, lls: list[float], gold: int) -> dict[str, Any]:
 
 
 def test_choice_item_holds_each_choices_logprob() -> None:
-    from evalgate.engine.suite_eval import _choice_item, _is_loglikelihood
+    from evalgate.worker.suite_eval import _choice_item, _is_loglikelihood
 
     s = _mc_sample(3, [-4.0, -1.5, -2.0], gold=2)
     assert _is_loglikelihood(s) and not _is_loglikelihood({"resps": [["text"]]})
@@ -132,9 +132,9 @@ def test_choice_item_holds_each_choices_logprob() -> None:
 
 def test_mc_accuracy_takes_the_paired_binary_path() -> None:
     """acc / acc_norm items are 0/1: compare_tasks uses McNemar and Newcombe's interval, as for exact match."""
-    from evalgate.compare import compare_tasks
-    from evalgate.engine.suite_eval import _choice_item
-    from evalgate.thresholds import load_thresholds
+    from evalgate.compare.pairing import compare_tasks
+    from evalgate.worker.suite_eval import _choice_item
+    from evalgate.inputs.thresholds import load_thresholds
 
     rng = random.Random(0)
     base, cand = [], []
@@ -156,8 +156,8 @@ def test_mc_accuracy_takes_the_paired_binary_path() -> None:
 def test_report_shows_the_choices_escaped() -> None:
     from runfixtures import document
 
-    from evalgate.report import render_html
-    from evalgate.engine.suite_eval import _choice_item
+    from evalgate.report.render import render_html
+    from evalgate.worker.suite_eval import _choice_item
 
     base, cand = [], []
     for i in range(20):  # item 0 regresses: its gold choice loses to another under the candidate
@@ -197,15 +197,17 @@ def mc_items(n: int = 6, seed: int = 7) -> list[dict[str, Any]]:
 WORKER = r"""
 import json, sys
 from pathlib import Path
-from evalgate.config import Sampling
-from evalgate.engine import VllmEngine, make_lm, prepare_process_env
-from evalgate.engine.suite_eval import evaluate_suite as _evaluate_suite
-from evalgate.store import GenerationJournal
-from evalgate.suites import load_suite
+from evalgate.inputs.config import Sampling
+from evalgate.worker.vllm_engine import VllmEngine
+from evalgate.worker.lm_adapter import make_lm
+from evalgate.worker.engine_args import prepare_process_env
+from evalgate.worker.suite_eval import evaluate_suite as _evaluate_suite
+from evalgate.results.store import GenerationJournal
+from evalgate.suites.discovery import load_suite
 
 suites, journal, text = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 prepare_process_env({})
-from evalgate.hybrid import CHECKPOINT_DIR
+from evalgate.models.hybrid import CHECKPOINT_DIR
 sampling = Sampling(temperature=0.0, max_tokens=16, seed=0)
 engine = VllmEngine(str(CHECKPOINT_DIR), {"dtype": "float32", "enforce_eager": True, "max_model_len": 2048,
                     "kv_cache_memory_bytes": 1 << 30, "enable_prefix_caching": False, "seed": 0}, sampling)
@@ -235,8 +237,8 @@ def _reference_logprob(model: Any, ids: list[int], n_ctx: int) -> float:
 
 @pytest.mark.engine
 def test_adapter_matches_an_independent_reference_and_resumes(tmp_path: Path, hf_tok) -> None:
-    from evalgate.hybrid import CHECKPOINT_DIR
-    from evalgate.hybrid.modeling import load_checkpoint
+    from evalgate.models.hybrid import CHECKPOINT_DIR
+    from tools.hybrid.modeling import load_checkpoint
 
     d = tmp_path / "suites" / "mc"
     (d / "data").mkdir(parents=True)
@@ -317,9 +319,9 @@ def test_runner_evaluates_a_group_with_its_limit_through_lm_eval(tmp_path: Path,
     YAML's limit, run from another directory (a stand-in LM answers: a choice's log-prob is minus its length)."""
     from lm_eval.api.model import LM
 
-    from evalgate.config import Sampling
-    from evalgate.engine.suite_eval import evaluate_suite as _evaluate_suite
-    from evalgate.suites import load_suite
+    from evalgate.inputs.config import Sampling
+    from evalgate.worker.suite_eval import evaluate_suite as _evaluate_suite
+    from evalgate.suites.discovery import load_suite
 
     d = tmp_path / "suites" / "mc"
     (d / "data").mkdir(parents=True)

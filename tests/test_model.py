@@ -1,4 +1,4 @@
-"""evalgate.model without converting anything: where models live, aliases, fingerprints, and the prepare steps'
+"""evalgate.models.embedded without converting anything: where models live, aliases, fingerprints, and the prepare steps'
 reuse and failure paths (the package and the converter replaced by small fakes; the real conversion and the real
 Qwen3-Next build run in test_hybrid_model.py / test_qwen3_next.py and the engine tests)."""
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from evalgate import model
+from evalgate.models import embedded as model
 from evalgate.errors import ConfigError, ModelError
-from evalgate.hybrid import CHECKPOINT_DIR
+from evalgate.models.hybrid import CHECKPOINT_DIR
 
 
 def test_home_is_the_env_variable_expanded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -89,7 +89,7 @@ def test_resolve_model_passes_names_and_paths_through(tmp_path: Path) -> None:
 
 def test_resolve_model_hybrid_is_the_packaged_checkpoint(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert model.resolve_model(model.HYBRID_MODEL) == str(CHECKPOINT_DIR)
-    monkeypatch.setattr("evalgate.hybrid.CHECKPOINT_DIR", tmp_path)  # no model.safetensors there
+    monkeypatch.setattr("evalgate.models.hybrid.CHECKPOINT_DIR", tmp_path)  # no model.safetensors there
     with pytest.raises(ModelError, match="packaged hybrid checkpoint is missing"):
         model.resolve_model(model.HYBRID_MODEL)
 
@@ -234,7 +234,7 @@ def test_prepare_embedded_needs_the_package_and_disk(monkeypatch: pytest.MonkeyP
 def test_prepare_qwen3_next_reuses_a_current_build_and_rebuilds_a_stale_one(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from evalgate.hybrid import qwen3_next
+    from evalgate.models.hybrid import qwen3_next
 
     builds = []
 
@@ -258,7 +258,7 @@ def test_prepare_qwen3_next_reuses_a_current_build_and_rebuilds_a_stale_one(
 
 
 def test_prepare_qwen3_next_failure_is_a_model_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from evalgate.hybrid import qwen3_next
+    from evalgate.models.hybrid import qwen3_next
 
     def build(out: Path, seed: int) -> Path:
         raise OSError("disk full")

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from runfixtures import EVIL_IMG, EVIL_SCRIPT, blocking_document, document, task
 
-from evalgate.outputs import (JUNIT_NAME, MARKDOWN_NAME, render_junit, render_markdown, write_error_outputs,
+from evalgate.report.outputs import (JUNIT_NAME, MARKDOWN_NAME, render_junit, render_markdown, write_error_outputs,
                               write_outputs)
-from evalgate.plot import delta_plot
-from evalgate.report import render_html, review_items
+from evalgate.report.plot import delta_plot
+from evalgate.report.render import render_html, review_items
 
 
 def test_junit_has_one_case_per_task_and_a_failure_with_delta_ci_and_margin() -> None:
@@ -99,7 +99,7 @@ def test_report_has_plot_filters_without_script_and_escapes_every_output() -> No
 
 
 def test_evidence_line_states_the_true_relation_of_bound_and_margin() -> None:
-    from evalgate.outputs import task_evidence
+    from evalgate.report.outputs import task_evidence
 
     t = {"verdict": "INCONCLUSIVE", "delta": 0.0, "ci_low": -11.9, "ci_high": 11.9, "lower_bound": -11.9,
          "margin": 6.0, "n": 20, "ci_level": 0.9}
@@ -150,8 +150,8 @@ def test_items_needed_with_discordance_is_shown_as_an_estimate() -> None:
 
 def test_a_decided_task_shows_no_items_needed_figure() -> None:
     """A BLOCK task is decided: an under-powered MDE (20.6 > margin 10) shows no "needs ≈N items" anywhere."""
-    from evalgate.outputs import floor_note, items_needed_short
-    from evalgate.report import render_terminal
+    from evalgate.report.outputs import floor_note, items_needed_short
+    from evalgate.report.render import render_terminal
 
     doc = blocking_document()
     t = next(x for x in doc["tasks"] if x["task"] == "t")
@@ -176,8 +176,8 @@ def _no_op_doc(regress: int = 0) -> dict:
 
 
 def test_no_op_tasks_are_shown_as_not_gated_with_their_statistics_for_information() -> None:
-    from evalgate.outputs import NO_OP_NOTE
-    from evalgate.report import render_terminal
+    from evalgate.report.outputs import NO_OP_NOTE
+    from evalgate.report.render import render_terminal
 
     doc = _no_op_doc()
     t = doc["tasks"][0]

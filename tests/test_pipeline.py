@@ -1,5 +1,5 @@
-"""The pipeline (``evalgate.pipeline``): gate(job) runs load -> evaluate -> compare -> decide -> render in that order,
-writes the run directory, and maps verdicts to exit codes; the run manifest model (``evalgate.manifest``)."""
+"""The pipeline (``evalgate.commands.pipeline``): gate(job) runs load -> evaluate -> compare -> decide -> render in that order,
+writes the run directory, and maps verdicts to exit codes; the run manifest model (``evalgate.evaluate.manifest``)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from runfixtures import task
 
-from evalgate import pipeline
-from evalgate.config import EngineConfig, Sampling
+from evalgate.commands import pipeline
+from evalgate.inputs.config import EngineConfig, Sampling
 from evalgate.errors import StoreError
-from evalgate.manifest import Manifest
-from evalgate.runner import ConfigRun, SpeedError
-from evalgate.thresholds import Thresholds
+from evalgate.evaluate.manifest import Manifest
+from evalgate.evaluate.runner import ConfigRun, SpeedError
+from evalgate.inputs.thresholds import Thresholds
 
 
 def _cfg(name: str, dtype: str) -> EngineConfig:

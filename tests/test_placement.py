@@ -1,4 +1,4 @@
-"""``evalgate.placement``: the placement decision (pure, a table of cases), the alternation of fake workers (order,
+"""``evalgate.evaluate.placement``: the placement decision (pure, a table of cases), the alternation of fake workers (order,
 never two sides awake, sleep/wake counts, restarts of a side whose wake or pass failed), the manifest/report record,
 and ``run`` / ``ablate`` end to end with fake workers on a pretended CUDA host; on this CPU host ``alternate`` is
 refused before any engine starts."""
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from evalgate import placement as pl
+from evalgate.evaluate import placement as pl
 from evalgate.errors import ConfigError
 
 GiB = 2**30
@@ -126,7 +126,7 @@ class FakeWorker:
         return 0.4
 
     def wake(self) -> float:
-        from evalgate.runner import SpeedError
+        from evalgate.evaluate.runner import SpeedError
 
         assert not self.dead
         self.wakes += 1
@@ -139,7 +139,7 @@ class FakeWorker:
         return 0.6
 
     def measure(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        from evalgate.runner import SpeedError
+        from evalgate.evaluate.runner import SpeedError
 
         assert not self.dead
         assert self.name in self.gpu.awake, f"{self.name} measured asleep"
@@ -165,7 +165,7 @@ class FakeWorker:
 
 
 def _profile(repeats: int = 2, concurrency: tuple[int, ...] = (4,)) -> Any:
-    from evalgate.speed import resolve_profile
+    from evalgate.speed.speedup import resolve_profile
 
     return resolve_profile({"input_len": 8, "output_len": 8, "concurrency": list(concurrency), "repeats": repeats},
                            cuda=True)
@@ -174,7 +174,7 @@ def _profile(repeats: int = 2, concurrency: tuple[int, ...] = (4,)) -> Any:
 def test_alternation_order_and_never_two_awake() -> None:
     """The baseline sleeps before the candidate starts; then the speed phase (one warm-up per side, two repeats in
     ABBA order) wakes one side at a time, never two: sleeps and wakes exactly where the order changes side."""
-    from evalgate.speedrun import measure_speed
+    from evalgate.speed.measure import measure_speed
 
     gpu = Gpu()
     alt = pl.Alternation("alternate")
@@ -222,7 +222,7 @@ def test_together_never_sleeps() -> None:
 def test_a_wake_that_dies_restarts_that_side_and_the_pass_runs() -> None:
     """The candidate's 2nd wake fails (its engine died): that side is restarted (a new worker, started only after the
     baseline sleeps), the pass it was woken for runs on the new worker, and the restart is recorded."""
-    from evalgate.speedrun import measure_speed
+    from evalgate.speed.measure import measure_speed
 
     gpu = Gpu()
     started: list[str] = []
@@ -247,7 +247,7 @@ def test_a_wake_that_dies_restarts_that_side_and_the_pass_runs() -> None:
 
 
 def test_a_pass_that_dies_is_repeated_on_a_restarted_side() -> None:
-    from evalgate.speedrun import measure_speed
+    from evalgate.speed.measure import measure_speed
 
     gpu = Gpu()
     alt = pl.Alternation("alternate", restart=lambda role: FakeWorker(gpu, role, 100.0))
@@ -263,8 +263,8 @@ def test_a_pass_that_dies_is_repeated_on_a_restarted_side() -> None:
 def test_restarts_are_bounded_then_the_speed_part_fails() -> None:
     """Every wake of the candidate dies: 2 restarts, then SpeedError (exit 3) naming the side and the count; via
     ``measure_speed_safely`` the speed block is ``failed`` (the quality verdict is kept)."""
-    from evalgate.runner import SpeedError
-    from evalgate.speedrun import measure_speed_safely
+    from evalgate.evaluate.runner import SpeedError
+    from evalgate.speed.measure import measure_speed_safely
 
     gpu = Gpu()
     made: list[FakeWorker] = []
@@ -296,7 +296,7 @@ def test_restarts_are_bounded_then_the_speed_part_fails() -> None:
 
 def test_together_failure_is_raised_unchanged() -> None:
     """Without a restart (together mode) a failed pass is the worker's own error, as before placement existed."""
-    from evalgate.runner import SpeedError
+    from evalgate.evaluate.runner import SpeedError
 
     gpu = Gpu()
     alt = pl.Alternation("together")
@@ -313,8 +313,10 @@ def fake_cuda(monkeypatch, tmp_path):  # type: ignore[no-untyped-def]
     one shared fake GPU (``started``: (config, sleep_mode) in order)."""
     from runfixtures import task
 
-    from evalgate import engine, runner
-    from evalgate.runner import ConfigRun
+    from evalgate.engine import platform
+
+    from evalgate.evaluate import runner
+    from evalgate.evaluate.runner import ConfigRun
 
     gpu = Gpu()
     started: list[tuple[str, bool]] = []
@@ -333,10 +335,10 @@ def fake_cuda(monkeypatch, tmp_path):  # type: ignore[no-untyped-def]
     monkeypatch.setattr(runner, "start_config", start)
     monkeypatch.setattr(runner, "check_engine_values", lambda cfg, log, timeout: {"max_model_len": 2048,
                                                                                  "max_num_seqs": 256})
-    monkeypatch.setattr(engine, "_has_cuda", lambda: True)
-    monkeypatch.setattr(engine, "_gpu_capabilities", lambda visible: ((9, 0),))
-    monkeypatch.setattr(engine, "sleep_mode_problem", lambda: None)
-    monkeypatch.setattr(engine, "gpu_memory_bytes", lambda visible=None: 140 * GiB)
+    monkeypatch.setattr(platform, "_has_cuda", lambda: True)
+    monkeypatch.setattr(platform, "_gpu_capabilities", lambda visible: ((9, 0),))
+    monkeypatch.setattr(platform, "sleep_mode_problem", lambda: None)
+    monkeypatch.setattr(platform, "gpu_memory_bytes", lambda visible=None: 140 * GiB)
     (tmp_path / "t.yaml").write_text("alpha: 0.05\ndefault: {margin: 10.0}\nbootstrap_resamples: 1000\n"
                                      "traffic: {input_len: 8, output_len: 8, concurrency: 4, repeats: 2}\n")
     return gpu, started
@@ -379,7 +381,7 @@ def test_run_auto_keeps_the_shipped_configs_together(fake_cuda, tmp_path) -> Non
     """The shipped baseline sizes its KV cache (1 GiB) and the embedded model is tiny: on a 140 GiB GPU it holds
     under 1 %, so the candidate's 0.9 fits beside it: auto -> together, nothing sleeps."""
     from evalgate import cli
-    from evalgate.model import resolve_model
+    from evalgate.models.embedded import resolve_model
 
     gpu, started = fake_cuda
     gpu.exclusive = False
@@ -420,7 +422,9 @@ def test_ablate_keeps_the_baseline_asleep_between_variants(fake_cuda, tmp_path) 
 def test_alternate_on_cpu_is_refused_before_any_engine(monkeypatch, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     """On this CPU host, ``--placement alternate`` and a config's ``placement: alternate`` are exit 2, one line naming
     the option / the file and field, before any engine (or the engine-value check) starts."""
-    from evalgate import cli, engine, runner
+    from evalgate import cli
+    from evalgate.engine import platform
+    from evalgate.evaluate import runner
 
     def tripwire(*a, **k):  # type: ignore[no-untyped-def]
         raise AssertionError("an engine started")
@@ -428,7 +432,7 @@ def test_alternate_on_cpu_is_refused_before_any_engine(monkeypatch, tmp_path, ca
     monkeypatch.setattr(runner, "start_config", tripwire)
     monkeypatch.setattr(runner, "evaluate_config", tripwire)
     monkeypatch.setattr(runner, "check_engine_values", tripwire)
-    monkeypatch.setattr(engine, "_has_cuda", lambda: False)
+    monkeypatch.setattr(platform, "_has_cuda", lambda: False)
     out = tmp_path / "run"
     assert cli.main(["run", "--config", "fp16-state", "--suites", "docparse", "--out", str(out),
                      "--placement", "alternate"]) == 2
@@ -446,7 +450,7 @@ def test_alternate_on_cpu_is_refused_before_any_engine(monkeypatch, tmp_path, ca
 
 
 def test_placement_is_not_part_of_the_identity(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from evalgate.config import CONFIGS_DIR, load_config
+    from evalgate.inputs.config import CONFIGS_DIR, load_config
 
     base = load_config("fp16-state", CONFIGS_DIR, check_engine_args=False)
     (tmp_path / "alt.yaml").write_text(f"extends: {CONFIGS_DIR / 'fp16-state.yaml'}\nplacement: together\n")

@@ -10,13 +10,13 @@ import pytest
 from scipy.stats import norm
 
 from evalgate.cli import main
-from evalgate.compare import compare_tasks, plan_tasks
-from evalgate.results import ItemResult, TaskResult
-from evalgate.engine.suite_eval import _cluster
-from evalgate.store import tasks_from_json, tasks_to_json, write_json_atomic
-from evalgate.thresholds import Thresholds
+from evalgate.compare.pairing import compare_tasks, plan_tasks
+from evalgate.results.records import ItemResult, TaskResult
+from evalgate.worker.suite_eval import _cluster
+from evalgate.results.store import tasks_from_json, tasks_to_json, write_json_atomic
+from evalgate.inputs.thresholds import Thresholds
 
-K = norm.ppf(0.95) + norm.ppf(0.8)  # z_{1-alpha} + z_{power} (alpha 0.05, power 0.8), not evalgate.power's z_sum
+K = norm.ppf(0.95) + norm.ppf(0.8)  # z_{1-alpha} + z_{power} (alpha 0.05, power 0.8), not evalgate.compare.power's z_sum
 
 
 def _task(name: str, suite: str, scores: list[float], clusters: list[str | None] | None = None,

@@ -10,11 +10,11 @@ import pytest
 from scipy.stats import norm
 
 from evalgate.cli import main
-from evalgate.power import items_needed_at_discordance, mde_at_discordance
-from evalgate.results import ItemResult, TaskResult
-from evalgate.store import tasks_to_json, write_json_atomic
+from evalgate.compare.power import items_needed_at_discordance, mde_at_discordance
+from evalgate.results.records import ItemResult, TaskResult
+from evalgate.results.store import tasks_to_json, write_json_atomic
 
-K = norm.ppf(0.95) + norm.ppf(0.8)  # z_{1-alpha} + z_{power} from scipy, not evalgate.power's z_sum
+K = norm.ppf(0.95) + norm.ppf(0.8)  # z_{1-alpha} + z_{power} from scipy, not evalgate.compare.power's z_sum
 
 
 def test_mde_at_discordance_by_hand() -> None:

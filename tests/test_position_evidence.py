@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import math
 
-from evalgate.compare import compare_tasks
-from evalgate.document import task_evidence
-from evalgate.evidence import POSITION_BUCKETS, position_buckets, position_metric
+from evalgate.compare.pairing import compare_tasks
+from evalgate.report.document import task_evidence
+from evalgate.compare.evidence import POSITION_BUCKETS, position_buckets, position_metric
 from evalgate.gate import decide
-from evalgate.document import gate_document
-from evalgate.report import render_html
-from evalgate.results import ItemResult, TaskResult
-from evalgate.thresholds import Thresholds
+from evalgate.report.document import gate_document
+from evalgate.report.render import render_html
+from evalgate.results.records import ItemResult, TaskResult
+from evalgate.inputs.thresholds import Thresholds
 
 
 def _item(i: int, output: str, n_tokens: int, pos: dict[str, float] | None = None, decode: dict | None = None,

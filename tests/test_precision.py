@@ -1,4 +1,4 @@
-"""Stein's two-stage precision rule (evalgate/precision.py) and its measuring loop (speedrun.measure_speed).
+"""Stein's two-stage precision rule (evalgate/speed/precision.py) and its measuring loop (speedrun.measure_speed).
 
 Hand-computed plans and intervals (the Student t quantile from a table, not scipy), a seeded coverage simulation
 against the naive "stop when the running interval is narrow enough" rule, the pair cap and the time budget (a fake
@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from evalgate.errors import ConfigError
-from evalgate.precision import (BY_REPEATS, BY_SECONDS, MET, pair_cap, precision_note, precision_problems,
+from evalgate.speed.precision import (BY_REPEATS, BY_SECONDS, MET, pair_cap, precision_note, precision_problems,
                                 precision_record, stein_interval, stein_plan)
-from evalgate.speed import TrafficProfile, headline, repeats_needed, repeats_words
-from evalgate.speedrun import measure_speed
-from evalgate.thresholds import load_thresholds
+from evalgate.speed.speedup import TrafficProfile, headline, repeats_needed, repeats_words
+from evalgate.speed.measure import measure_speed
+from evalgate.inputs.thresholds import load_thresholds
 
 T_975_DF2 = 4.302652729749464  # t_{0.975, 2}: the table value 4.303 (Student t, 2 degrees of freedom)
 H_2PCT = math.log(1.02)  # the target half-width ±2 % on the log scale
@@ -264,9 +264,9 @@ def test_max_seconds_shares_the_budget_between_levels() -> None:
 
 
 def test_the_record_reaches_every_output() -> None:
-    from evalgate.ablate import render_table
-    from evalgate.outputs import speed_markdown, speed_properties
-    from evalgate.verdict import SpeedBlock
+    from evalgate.commands.ablate import render_table
+    from evalgate.report.outputs import speed_markdown, speed_properties
+    from evalgate.report.verdict import SpeedBlock
 
     d = [0.01, -0.01, 0.03] + [0.02] * 20
     block, _, _ = _run(d, TrafficProfile(8, 8, (4,), repeats=3, precision=0.02, max_repeats=5))
@@ -278,7 +278,7 @@ def test_the_record_reaches_every_output() -> None:
     assert ("speed_c4_precision", note) in speed_properties(sb)
     assert note in render_table([{"label": "fp16", "kind": "alone", "skipped": None, "verdict": "PASS",
                                   "speed": block["levels"], "tasks": []}])
-    from evalgate.report import render_html, render_terminal
+    from evalgate.report.render import render_html, render_terminal
     from test_speed import _doc_with_speed
 
     doc = _doc_with_speed()
@@ -297,7 +297,7 @@ def test_the_record_reaches_every_output() -> None:
 
 
 def _profile(tmp_path, text: str, **cli: Any) -> Any:
-    from evalgate.speedrun import speed_profile
+    from evalgate.speed.measure import speed_profile
 
     path = tmp_path / "thresholds.yaml"
     path.write_text(BASE + text)

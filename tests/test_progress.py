@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from evalgate import progress
+from evalgate.evaluate import progress
 
 
 class _Tty(io.StringIO):

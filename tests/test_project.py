@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from evalgate.errors import ConfigError
-from evalgate.project import builtin_dir, find_project, layout
+from evalgate.inputs.project import builtin_dir, find_project, layout
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK = "task: own_task\ncustom_dataset: !function utils.load_data\nmetric_list:\n  - metric: acc\n"

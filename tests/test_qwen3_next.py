@@ -1,4 +1,4 @@
-"""The Qwen3-Next fixture (evalgate/hybrid/qwen3_next.py, ``embedded:qwen3-next-tiny``): built byte-identically
+"""The Qwen3-Next fixture (evalgate/models/hybrid/qwen3_next.py, ``embedded:qwen3-next-tiny``): built byte-identically
 from its seed, laid out as transformers and vLLM load it (trunk and MTP head), resolved once into
 ``$EVALGATE_HOME``; through the real vLLM CPU engine its greedy outputs are varied, FP16 GDN state is applied and
 moves decode-time log-probs, and MTP drafts with counters that add up."""
@@ -19,11 +19,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from evalgate.config import load_baseline, load_config  # noqa: E402
+from evalgate.inputs.config import load_baseline, load_config  # noqa: E402
 from evalgate.errors import ModelError  # noqa: E402
-from evalgate.hybrid import CHECKPOINT_DIR  # noqa: E402
-from evalgate.hybrid import qwen3_next as Q  # noqa: E402
-from evalgate.model import QWEN3_NEXT_MODEL, model_fingerprint, prepare_qwen3_next_model, resolve_model  # noqa: E402
+from evalgate.models.hybrid import CHECKPOINT_DIR  # noqa: E402
+from evalgate.models.hybrid import qwen3_next as Q  # noqa: E402
+from evalgate.worker.probe import PROBE_PROMPTS  # noqa: E402
+from evalgate.models.embedded import QWEN3_NEXT_MODEL, model_fingerprint, prepare_qwen3_next_model, resolve_model  # noqa: E402
 
 # sha256 of model.safetensors for seed 0 (RECIPE_VERSION 1). Changes if the recipe or torch's CPU generator does.
 SEED0_SHA256 = "22ece5bab06a58dc2cb01a5451595b058ca07890d72d464040ebff46f3d927af"
@@ -56,7 +57,7 @@ def prompt_ids(ckpt: Path) -> list[list[int]]:
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(ckpt / "tokenizer.json"))
-    return [tok.encode(p).ids for p in Q.PROBE_PROMPTS]
+    return [tok.encode(p).ids for p in PROBE_PROMPTS]
 
 
 @pytest.fixture(scope="module")
@@ -229,7 +230,7 @@ def probe(ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
             "mtp1": {"engine_args": MTP1, "max_tokens": 16}, "fp32_again": {"engine_args": {}},
             "mtp1_no_fc": {"engine_args": MTP1, "max_tokens": 4, "ckpt": str(bad)}}
     args = [a for spec in runs.values() for a in ("--run", json.dumps(spec))]
-    proc = subprocess.run([sys.executable, "-m", "evalgate.hybrid.qwen3_next", "probe", str(ckpt), *args],
+    proc = subprocess.run([sys.executable, "-m", "evalgate.worker.probe", str(ckpt), *args],
                           capture_output=True, text=True, timeout=900,
                           env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evalgate.suites import SUITES_DIR, count_items, load_suite
-from evalgate.taskcode import load_module
+from evalgate.suites.discovery import SUITES_DIR, count_items, load_suite
+from evalgate.suites.taskcode import load_module
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -291,7 +291,7 @@ REAL_TASKS = ("coding_mbpp", "finance_tatqa", "finance_finqa")
 def real_tasks():
     from lm_eval.tasks import get_task_dict
 
-    from evalgate.suites import task_manager
+    from evalgate.suites.discovery import task_manager
 
     return get_task_dict(list(REAL_TASKS), task_manager())
 
@@ -325,10 +325,10 @@ def test_every_prompt_fits_the_embedded_models_window(real_tasks) -> None:
     the embedded hybrid's tokenizer (a 2,048-entry BPE, digits one per token: it needs the most tokens)."""
     from tokenizers import Tokenizer
 
-    from evalgate.config import load_config
+    from evalgate.inputs.config import load_config
 
     window = min(load_config(c).engine_args["max_model_len"] for c in ("baseline", "dense/baseline"))
-    tok = Tokenizer.from_file(str(ROOT / "evalgate" / "hybrid" / "checkpoint" / "tokenizer.json"))
+    tok = Tokenizer.from_file(str(ROOT / "evalgate" / "models" / "hybrid" / "checkpoint" / "tokenizer.json"))
     for name in REAL_TASKS:
         t = real_tasks[name]
         budget = t.config.generation_kwargs["max_gen_toks"]

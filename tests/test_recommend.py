@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from evalgate import ablate
-from evalgate.recommend import recommend, recommendation_lines
+from evalgate.commands import ablate
+from evalgate.gate.recommend import recommend, recommendation_lines
 
 
 def _row(label: str, verdict: str, *levels: tuple[int, float, float | None, float | None], config: str | None = None,
@@ -105,7 +105,7 @@ def test_table_html_and_cost_column() -> None:
 
 
 def test_ablation_rows_carry_the_verdicts_costs() -> None:
-    from evalgate.ablate import Switch, Variant
+    from evalgate.commands.ablate import Switch, Variant
     from types import SimpleNamespace
 
     v = Variant("alone", (Switch("engine_args", "k", 1),), SimpleNamespace(name="r~k"))
@@ -127,8 +127,12 @@ def test_ablate_command_writes_costs_and_the_recommendation(monkeypatch, tmp_pat
     sys.path.insert(0, str(Path(__file__).parent))
     from runfixtures import task
 
-    from evalgate import cli, engine, runner
-    from evalgate.runner import ConfigRun
+    from evalgate import cli
+
+    from evalgate.engine import platform
+
+    from evalgate.evaluate import runner
+    from evalgate.evaluate.runner import ConfigRun
 
     class Fake:
         def __init__(self, speed: float) -> None:
@@ -153,7 +157,7 @@ def test_ablate_command_writes_costs_and_the_recommendation(monkeypatch, tmp_pat
     monkeypatch.setattr(runner, "start_config", start)
     monkeypatch.setattr(runner, "check_engine_values", lambda cfg, log, timeout: {"max_model_len": 2048,
                                                                                  "max_num_seqs": 256})
-    monkeypatch.setattr(engine, "_has_cuda", lambda: False)
+    monkeypatch.setattr(platform, "_has_cuda", lambda: False)
     (tmp_path / "t.yaml").write_text("alpha: 0.05\ndefault: {margin: 10.0}\nbootstrap_resamples: 1000\n"
                                      "traffic: {input_len: 8, output_len: 8, concurrency: 4, repeats: 2}\n"
                                      "economics: {gpu_hour_usd: 3.6, api_usd_per_mtok: 20}\n")

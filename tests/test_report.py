@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evalgate.compare import compare_tasks
+from evalgate.compare.pairing import compare_tasks
 from evalgate.gate import decide
-from evalgate.document import gate_document
-from evalgate.report import render_html, render_terminal
-from evalgate.results import ItemResult, TaskResult
-from evalgate.thresholds import Thresholds
+from evalgate.report.document import gate_document
+from evalgate.report.render import render_html, render_terminal
+from evalgate.results.records import ItemResult, TaskResult
+from evalgate.inputs.thresholds import Thresholds
 
 EVIL = '<script>alert(1)</script><img src=x onerror="alert(2)">'
 
@@ -71,7 +71,7 @@ def test_terminal_table_has_one_row_per_task_and_the_verdict() -> None:
 def test_kl_curve_plots_each_position_on_a_log_axis_and_escapes_names() -> None:
     import re
 
-    from evalgate.plot import CURVE_H, CURVE_PAD_B, kl_curve
+    from evalgate.report.plot import CURVE_H, CURVE_PAD_B, kl_curve
 
     task = {"suite": "s<x>", "task": "t&1", "evidence": {"decode": {
         "kl_by_position": [0.0, 1e-6, 1e-2, 1.0], "items_by_position": [4, 4, 3, 1]}}}
@@ -91,7 +91,7 @@ def test_kl_curve_plots_each_position_on_a_log_axis_and_escapes_names() -> None:
 
 
 def test_a_missed_acceptance_floor_blocks_the_run() -> None:
-    from evalgate.thresholds import SpecDecodeFloors
+    from evalgate.inputs.thresholds import SpecDecodeFloors
 
     thr = Thresholds(alpha=0.05, default_margin=2.0, bootstrap_resamples=1000, on_inconclusive="warn")
     same = {"t": _task(["ok"] * 4, [1, 1, 0, 1])}
@@ -117,7 +117,7 @@ def test_tie_flips_are_listed_for_lossy_configs_too() -> None:
     import math
     from dataclasses import asdict, replace
 
-    from evalgate.evidence import decode_divergence
+    from evalgate.compare.evidence import decode_divergence
 
     thr = Thresholds(alpha=0.05, default_margin=2.0, bootstrap_resamples=1000)
     base = {"t": _task(["a", "b", "c"], [1, 1, 1])}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from runfixtures import blocking_document
 
-from evalgate.outputs import write_outputs
+from evalgate.report.outputs import write_outputs
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary (Debian: apt-get install chromium)")

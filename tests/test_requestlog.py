@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from evalgate.errors import ConfigError, ExitCode
-from evalgate.requestlog import (concurrency_from_log, in_flight_counts, length_summary, nearest_rank,
+from evalgate.inputs.requestlog import (concurrency_from_log, in_flight_counts, length_summary, nearest_rank,
                                  read_request_log)
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples" / "traffic"
@@ -168,9 +168,9 @@ def test_nearest_rank_quantiles_against_the_definition() -> None:
 
 
 def _profile(tmp_path: Path, traffic: str, configs: str = "", **options: object):
-    from evalgate.options import RunOptions
-    from evalgate.speedrun import speed_profile
-    from evalgate.thresholds import load_thresholds
+    from evalgate.inputs.options import RunOptions
+    from evalgate.speed.measure import speed_profile
+    from evalgate.inputs.thresholds import load_thresholds
 
     thr = tmp_path / "thresholds.yaml"
     thr.write_text(f"alpha: 0.05\ndefault: {{margin: 2.0}}\ntraffic: {traffic}\n{configs}", encoding="utf-8")
@@ -210,9 +210,9 @@ def test_a_synthetic_profile_keeps_its_keys(tmp_path: Path) -> None:
 
 
 def test_a_log_larger_than_a_repeat_needs_num_prompts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import evalgate.thresholds
+    import evalgate.inputs.thresholds
 
-    monkeypatch.setattr(evalgate.thresholds, "MAX_TRAFFIC_PROMPTS", 2)
+    monkeypatch.setattr(evalgate.inputs.thresholds, "MAX_TRAFFIC_PROMPTS", 2)
     (tmp_path / "r.jsonl").write_text('{"prompt": "a"}\n' * 3, encoding="utf-8")
     with pytest.raises(ConfigError, match=r"traffic.from: the request log holds 3 requests, more than 2 per repeat"):
         _profile(tmp_path, "{from: r.jsonl}")
@@ -241,7 +241,7 @@ class _Tokenizer:
 
 def test_the_worker_sends_each_request_as_recorded_through_vllms_custom_loader(tmp_path: Path) -> None:
     pytest.importorskip("vllm.benchmarks.datasets", reason="needs vLLM")
-    from evalgate.engine.replay import load_requests
+    from evalgate.worker.replay import load_requests
 
     p = _log(tmp_path,
              {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "one two"}], "max_tokens": 5},
@@ -268,7 +268,7 @@ def test_the_worker_sends_each_request_as_recorded_through_vllms_custom_loader(t
 
 def test_a_request_beyond_max_model_len_is_named_before_any_timed_pass(tmp_path: Path) -> None:
     pytest.importorskip("vllm.benchmarks.datasets", reason="needs vLLM")
-    from evalgate.engine.replay import LogMismatch, load_requests
+    from evalgate.worker.replay import LogMismatch, load_requests
 
     p = _log(tmp_path, {"prompt": "a b", "max_tokens": 2}, {"timestamp": 1, "body": {"messages": [
         {"role": "user", "content": "a b c"}], "max_tokens": 4}})
@@ -279,7 +279,7 @@ def test_a_request_beyond_max_model_len_is_named_before_any_timed_pass(tmp_path:
 
 
 def test_chat_requests_need_a_chat_template(tmp_path: Path) -> None:
-    from evalgate.engine.replay import LogMismatch, render
+    from evalgate.worker.replay import LogMismatch, render
 
     tok = _Tokenizer()
     tok.chat_template = None
@@ -293,7 +293,7 @@ def test_the_warm_up_is_the_first_requests_with_a_short_budget() -> None:
     pytest.importorskip("vllm.benchmarks.datasets", reason="needs vLLM")
     from vllm.benchmarks.datasets import SampleRequest
 
-    from evalgate.engine.replay import WARMUP_OUTPUT_LEN, warmup
+    from evalgate.worker.replay import WARMUP_OUTPUT_LEN, warmup
 
     reqs = [SampleRequest(prompt=f"p{i}", prompt_len=1, expected_output_len=o) for i, o in enumerate((40, 3, 50))]
     got = warmup(reqs, 2)
@@ -321,7 +321,7 @@ class _LogWorker:
 
 
 def _log_profile(path: str):
-    from evalgate.speed import TrafficProfile
+    from evalgate.speed.speedup import TrafficProfile
 
     return TrafficProfile(input_len=None, output_len=20, concurrency=(3, 4), num_prompts=6, repeats=2, prompts="log",
                           requests={"path": path, "sha256": "cd" * 32, "requests": 6, "formats": {"prompt": 6},
@@ -329,7 +329,7 @@ def _log_profile(path: str):
 
 
 def test_the_speed_phase_sends_the_log_to_both_sides_and_records_what_was_sent() -> None:
-    from evalgate.speedrun import measure_speed
+    from evalgate.speed.measure import measure_speed
 
     calls: list = []
     workers = {r: _LogWorker(r, SENT, calls) for r in ("baseline", "candidate")}
@@ -345,8 +345,8 @@ def test_the_speed_phase_sends_the_log_to_both_sides_and_records_what_was_sent()
 
 
 def test_sides_that_sent_different_requests_are_recorded_as_such() -> None:
-    from evalgate.speed import TrafficProfile
-    from evalgate.speedrun import with_sent_requests
+    from evalgate.speed.speedup import TrafficProfile
+    from evalgate.speed.measure import with_sent_requests
 
     p = TrafficProfile(input_len=None, output_len=8, concurrency=(1,), requests={"path": "x"})
     got = with_sent_requests(p, {"baseline": {"requests_sha256": "a"}, "candidate": {"requests_sha256": "b"}}).requests
@@ -356,11 +356,11 @@ def test_sides_that_sent_different_requests_are_recorded_as_such() -> None:
 def _doc(path: str) -> dict:
     from runfixtures import manifest, side, task
 
-    from evalgate.compare import compare_tasks
-    from evalgate.document import gate_document
+    from evalgate.compare.pairing import compare_tasks
+    from evalgate.report.document import gate_document
     from evalgate.gate import decide
-    from evalgate.speedrun import measure_speed
-    from evalgate.thresholds import Thresholds
+    from evalgate.speed.measure import measure_speed
+    from evalgate.inputs.thresholds import Thresholds
 
     tasks = {"t": task("t", "s", ["ok"] * 40, [1.0] * 40)}
     thr = Thresholds(alpha=0.05, default_margin=10.0, bootstrap_resamples=1000)
@@ -375,8 +375,8 @@ def _doc(path: str) -> dict:
 
 
 def test_every_output_gives_counts_and_lengths_escaped_and_no_request_text() -> None:
-    from evalgate.outputs import render_junit, render_markdown
-    from evalgate.report import render_html, render_terminal
+    from evalgate.report.outputs import render_junit, render_markdown
+    from evalgate.report.render import render_html, render_terminal
 
     doc = _doc("/logs/<b onclick=x>.jsonl")  # a path is the user's, so untrusted like any text
     words = ("6 logged requests (&lt;b onclick=x&gt;.jsonl), input p50/p90/p99/max 14/23/23/23 tokens, "

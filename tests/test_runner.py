@@ -1,4 +1,4 @@
-"""The parent side of evaluation (``evalgate.runner``, ``evalgate.procs``): store keys and the worker's spec,
+"""The parent side of evaluation (``evalgate.evaluate.runner``, ``evalgate.evaluate.procs``): store keys and the worker's spec,
 collecting stored suites into a ``ConfigRun``, and how a worker's end becomes an error. No engine."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from runfixtures import task
 
-from evalgate import runner
-from evalgate.config import EngineConfig, Sampling
+from evalgate.evaluate import runner
+from evalgate.inputs.config import EngineConfig, Sampling
 from evalgate.engine.protocol import CONFIG_ERROR_EXIT, CONFIG_ERROR_TAG, LOGPROBS_K
 from evalgate.errors import ConfigError, EngineError
-from evalgate.procs import exit_error, tail
-from evalgate.store import ResultStore, tasks_to_json
-from evalgate.suites import Suite
+from evalgate.evaluate.procs import exit_error, tail
+from evalgate.results.store import ResultStore, tasks_to_json
+from evalgate.suites.discovery import Suite
 
 
 def _cfg(tmp_path: Path, dtype: str = "float32") -> EngineConfig:
@@ -45,7 +45,7 @@ def test_store_keys_change_with_what_defines_a_result(tmp_path: Path) -> None:
 
 
 def test_store_and_journal_keys_follow_results_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from evalgate import store
+    from evalgate.results import store
 
     version = store.RESULTS_VERSION
     before = _plan(tmp_path)

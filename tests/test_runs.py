@@ -11,7 +11,7 @@ import pytest
 from runfixtures import blocking_document, task, write_run
 
 from evalgate.cli import main
-from evalgate.store import write_json_atomic
+from evalgate.results.store import write_json_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -143,7 +143,7 @@ def test_compare_without_out_writes_runs_compare_dir(tmp_path: Path, monkeypatch
 def test_compare_failing_after_it_started_writing_leaves_the_error_beside_its_files(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A failure once the run directory exists (here: rendering) still leaves an error summary for CI there."""
-    import evalgate.pipeline as runs_mod
+    import evalgate.commands.pipeline as runs_mod
 
     a, b = _runs(tmp_path, [0.0] * 5 + [1.0] * 15)
     monkeypatch.chdir(tmp_path)

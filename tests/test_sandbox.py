@@ -1,4 +1,4 @@
-"""evalgate.sandbox.run_python: pass/fail, timeouts, limits, working dir, env, isolation."""
+"""evalgate.suites.sandbox.run_python: pass/fail, timeouts, limits, working dir, env, isolation."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from evalgate.sandbox import SandboxResult, run_python
-from evalgate.taskcode import load_module
+from evalgate.suites.sandbox import SandboxResult, run_python
+from evalgate.suites.taskcode import load_module
 
 IS_ROOT = os.geteuid() == 0
 
@@ -340,7 +340,7 @@ def test_hostile_completion_is_contained_and_scored_a_failure(h: Hostile, ctx: d
     _preflight(h)
     # The suite's own settings, except: a shorter wall clock, and the heavy cases as small as above.
     monkeypatch.setattr(module, "TIMEOUT_S", min(module.TIMEOUT_S, h.timeout_s))
-    from evalgate import scoring  # the suite's scorer runs its programs through scoring's pool
+    from evalgate.suites import scoring  # the suite's scorer runs its programs through scoring's pool
 
     real = scoring.run_python
     monkeypatch.setattr(scoring, "run_python", lambda program, **kw: real(program, **{

@@ -1,4 +1,4 @@
-"""evalgate.schema: the base model of input files and the one-line errors its validation gives."""
+"""evalgate.inputs.schema: the base model of input files and the one-line errors its validation gives."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from pydantic import Field
 
 from evalgate.errors import ConfigError
-from evalgate.schema import Schema, choice, key_rows, markdown_table, rule, show, suggest, validate
+from evalgate.inputs.schema import Schema, choice, key_rows, markdown_table, rule, show, suggest, validate
 
 Small = Annotated[int, Field(strict=True, ge=1, le=9), rule("{field} must be a digit", greater_than_equal="too small")]
 

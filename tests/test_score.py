@@ -11,10 +11,10 @@ import pytest
 from scipy.stats import norm
 from scipy.stats import t as student_t
 
-import evalgate.runner
+import evalgate.evaluate.runner
 from evalgate import cli
-from evalgate.results import ItemResult, TaskResult
-from evalgate.score import INTERVAL_MEAN, INTERVAL_WILSON, task_score
+from evalgate.results.records import ItemResult, TaskResult
+from evalgate.commands.score import INTERVAL_MEAN, INTERVAL_WILSON, task_score
 
 G = Path(__file__).resolve().parent / "bad_inputs" / "good"
 
@@ -71,11 +71,11 @@ def _stub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tasks: dict[str, Task
 
     def evaluate_config(cfg, suites, **kw):
         calls.append({"config": cfg.name, "suites": [s.name for s in suites], **kw})
-        return evalgate.runner.ConfigRun(config=cfg, tasks=tasks, effective={"engine_args": {"dtype": "float32"}},
+        return evalgate.evaluate.runner.ConfigRun(config=cfg, tasks=tasks, effective={"engine_args": {"dtype": "float32"}},
                                          cached=["s2"], device={"platform": "cpu"})
 
-    monkeypatch.setattr(evalgate.runner, "evaluate_config", evaluate_config)
-    monkeypatch.setattr("evalgate.preflight.check_suites", lambda suites, **kw: {"seconds": 0.0, "tasks": {}})
+    monkeypatch.setattr(evalgate.evaluate.runner, "evaluate_config", evaluate_config)
+    monkeypatch.setattr("evalgate.evaluate.preflight.check_suites", lambda suites, **kw: {"seconds": 0.0, "tasks": {}})
     monkeypatch.setenv("EVALGATE_HOME", str(tmp_path / "home"))
     return calls
 
@@ -126,7 +126,7 @@ def test_score_needs_no_baseline_and_escapes_markdown(monkeypatch, tmp_path: Pat
 
 
 def test_one_document_has_no_interval_and_the_table_says_why() -> None:
-    from evalgate.score import render_table
+    from evalgate.commands.score import render_table
 
     s = task_score(_task("t", "s", [1.0, 0.0, 1.0], ["doc-a"] * 3))
     assert (s.interval, s.clusters, s.mean) == (INTERVAL_MEAN, 1, pytest.approx(200 / 3))

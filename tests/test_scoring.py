@@ -1,4 +1,4 @@
-"""evalgate.scoring: the sandbox pool gives the results of sequential run_python calls; the coding suite's
+"""evalgate.suites.scoring: the sandbox pool gives the results of sequential run_python calls; the coding suite's
 completions start in it as they are answered and its scorer picks them up instead of running them again."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from evalgate import scoring
-from evalgate.sandbox import run_python
-from evalgate.taskcode import load_module
+from evalgate.suites import scoring
+from evalgate.suites.sandbox import run_python
+from evalgate.suites.taskcode import load_module
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = [

@@ -1,4 +1,4 @@
-"""Unit tests of ``evalgate.engine.serve`` / ``evalgate.servespeed`` with a fake server (tests/fake_vllm.py), no vLLM.
+"""Unit tests of ``evalgate.engine.serve`` / ``evalgate.speed.serve`` with a fake server (tests/fake_vllm.py), no vLLM.
 
 Covered: engine args -> ``vllm serve`` flags, start / health / stop of the process group (also when it ignores
 SIGTERM or leaves a lingering child), fail-fast when the server exits, the start-up timeout, stop on an error
@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 from scipy.stats import t as student_t
 
-from evalgate import servespeed
-from evalgate.wording import latency_headline, latency_properties
+from evalgate.speed import serve as servespeed
+from evalgate.report.wording import latency_headline, latency_properties
 from evalgate.engine import serve
 from evalgate.engine.serve import ServeError, Server, parse_bench_result, run_bench, serve_flags
-from evalgate.speed import TrafficProfile
+from evalgate.speed.speedup import TrafficProfile
 
 FAKE = Path(__file__).with_name("fake_vllm.py")
 
@@ -326,9 +326,9 @@ def test_a_serve_mode_verdict_shows_its_latencies_in_terminal_markdown_and_junit
     """The serve block goes through the typed Verdict (its extra keys kept) into every rendered output."""
     import xml.etree.ElementTree as ET
 
-    from evalgate.outputs import render_junit, render_markdown
-    from evalgate.report import render_terminal
-    from evalgate.verdict import Verdict
+    from evalgate.report.outputs import render_junit, render_markdown
+    from evalgate.report.render import render_terminal
+    from evalgate.report.verdict import Verdict
 
     block = _latency_block()
     doc = json.loads((Path(__file__).parent / "verdicts" / "v1" / "speed_pass.json").read_text())

@@ -11,9 +11,9 @@ import pytest
 pytest.importorskip("vllm", reason="needs vLLM (pip install 'evalgate[cpu]')")
 
 from evalgate.engine import serve  # noqa: E402
-from evalgate.config import load_config  # noqa: E402
-from evalgate.model import resolve_model  # noqa: E402
-from evalgate.servespeed import logged_args  # noqa: E402
+from evalgate.inputs.config import load_config  # noqa: E402
+from evalgate.models.embedded import resolve_model  # noqa: E402
+from evalgate.speed.serve import logged_args  # noqa: E402
 
 pytestmark = pytest.mark.engine
 IN_LEN, OUT_LEN, PROMPTS, CONCURRENCY = 16, 8, 8, 2

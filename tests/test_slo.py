@@ -12,14 +12,16 @@ from types import SimpleNamespace
 import pytest
 from scipy.stats import t as student_t
 
-from evalgate import gate, servespeed
+from evalgate import gate
+
+from evalgate.speed import serve as servespeed
 from evalgate.engine import serve
 from evalgate.engine.serve import ServeError, bench_command, parse_bench_result
 from evalgate.errors import ConfigError
-from evalgate.speed import TrafficProfile
-from evalgate.speedrun import with_latency_slos
-from evalgate.thresholds import LatencySlos, SpeedFloors, load_thresholds
-from evalgate.wording import goodput_words, latency_properties, slo_rows
+from evalgate.speed.speedup import TrafficProfile
+from evalgate.speed.measure import with_latency_slos
+from evalgate.inputs.thresholds import LatencySlos, SpeedFloors, load_thresholds
+from evalgate.report.wording import goodput_words, latency_properties, slo_rows
 
 FAKE = Path(__file__).with_name("fake_vllm.py")
 
@@ -182,8 +184,8 @@ def test_serve_mode_measures_goodput_per_level_and_the_report_shows_the_objectiv
 def test_an_objective_nobody_measured_fails_closed(tmp_path: Path) -> None:
     """An SLO with no speed phase (no traffic section, or --no-speed) is refused before any engine (exit 2, naming
     the objective); where it still reaches the gate unmeasured (a compare of stored runs), it BLOCKs."""
-    from evalgate.options import RunOptions
-    from evalgate.speedrun import speed_profile
+    from evalgate.inputs.options import RunOptions
+    from evalgate.speed.measure import speed_profile
 
     thr = _thresholds(tmp_path, "speed: {max_ttft_p99_ms: 500}\n")
     for options, words in ((RunOptions(), "no speed is measured"), (RunOptions(no_speed=True), "--no-speed")):
@@ -205,8 +207,8 @@ def test_a_missed_objective_is_a_junit_failure() -> None:
     import json
     import xml.etree.ElementTree as ET
 
-    from evalgate.outputs import render_junit
-    from evalgate.verdict import Verdict
+    from evalgate.report.outputs import render_junit
+    from evalgate.report.verdict import Verdict
 
     doc = json.loads((Path(__file__).parent / "verdicts" / "v1" / "speed_pass.json").read_text())
     doc["verdict"] = "BLOCK"

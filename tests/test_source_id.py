@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from evalgate.engine.suite_eval import source_id
-from evalgate.outputs import render_markdown
-from evalgate.report import render_html
-from evalgate.store import tasks_from_json, tasks_to_json
+from evalgate.worker.suite_eval import source_id
+from evalgate.report.outputs import render_markdown
+from evalgate.report.render import render_html
+from evalgate.results.store import tasks_from_json, tasks_to_json
 
 from runfixtures import EVIL_SCRIPT, document, task
 
@@ -66,8 +66,8 @@ def test_a_field_the_task_names_comes_first() -> None:
 
 
 def test_the_task_names_its_id_field_in_metadata_evalgate(tmp_path) -> None:
-    from evalgate.suites import load_suite
-    from evalgate.tasknotes import task_notes
+    from evalgate.suites.discovery import load_suite
+    from evalgate.suites.tasknotes import task_notes
 
     d = tmp_path / "s"
     d.mkdir()

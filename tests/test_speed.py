@@ -12,11 +12,11 @@ import pytest
 
 from evalgate.errors import ConfigError, ExitCode
 from evalgate.gate import speed_floor_failures
-from evalgate.speed import (CPU_PROFILE, CUDA_PROFILE, FASTER, SLOWER, UNMEASURABLE, TrafficProfile, coefficient_of_variation,
+from evalgate.speed.speedup import (CPU_PROFILE, CUDA_PROFILE, FASTER, SLOWER, UNMEASURABLE, TrafficProfile, coefficient_of_variation,
                             MAX_REPEATS, compare_speed, describe, detectable_ratio, headline, paired_log_interval, paired_t_power,
                             profile_problems, repeats_needed, resolve_profile)
-from evalgate.speedrun import measure_speed
-from evalgate.thresholds import load_thresholds
+from evalgate.speed.measure import measure_speed
+from evalgate.inputs.thresholds import load_thresholds
 
 T_975_DF2 = 4.302652729911275  # Student t quantile 0.975 at 2 degrees of freedom (tables)
 T_975_DF4 = 2.7764451051977987
@@ -121,7 +121,7 @@ def test_level_and_power_reach_the_mde() -> None:
 def test_the_profile_takes_the_thresholds_power(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from evalgate.speedrun import speed_profile
+    from evalgate.speed.measure import speed_profile
 
     path = tmp_path / "thresholds.yaml"
     path.write_text(BASE + "power: 0.9\ntraffic: {concurrency: 4}\n")
@@ -326,7 +326,7 @@ def _doc_with_speed(min_speedup: float | None = None, evil: bool = False) -> dic
     sys.path.insert(0, str(Path(__file__).parent))
     from runfixtures import EVIL_SCRIPT, equal_sides_document
 
-    from evalgate.thresholds import SpeedFloors
+    from evalgate.inputs.thresholds import SpeedFloors
 
     workers = {"baseline": FakeWorker("baseline", {16: [100, 104, 98]}, []),
                "candidate": FakeWorker("candidate", {16: [101, 103, 99]}, [])}
@@ -339,8 +339,8 @@ def _doc_with_speed(min_speedup: float | None = None, evil: bool = False) -> dic
 def test_speed_reaches_every_output() -> None:
     import xml.etree.ElementTree as ET
 
-    from evalgate.outputs import render_junit, render_markdown
-    from evalgate.report import render_html, render_terminal
+    from evalgate.report.outputs import render_junit, render_markdown
+    from evalgate.report.render import render_html, render_terminal
 
     doc = _doc_with_speed(evil=True)
     assert doc["verdict"] == "PASS" and doc["speed"]["levels"][0]["verdict"] == UNMEASURABLE
@@ -357,9 +357,9 @@ def test_speed_reaches_every_output() -> None:
 
 
 def test_speed_mde_and_repeats_needed_reach_markdown_html_and_the_headline() -> None:
-    from evalgate.outputs import speed_markdown
-    from evalgate.report import render_html
-    from evalgate.verdict import SpeedBlock
+    from evalgate.report.outputs import speed_markdown
+    from evalgate.report.render import render_html
+    from evalgate.report.verdict import SpeedBlock
 
     workers = {"baseline": FakeWorker("baseline", {16: list(C16_BASE)}, []),
                "candidate": FakeWorker("candidate", {16: list(C16_CAND)}, [])}
@@ -371,7 +371,7 @@ def test_speed_mde_and_repeats_needed_reach_markdown_html_and_the_headline() -> 
     assert "| 16 | 2,253 | 1,372 | ×0.61 | 95% [0.34, 1.25] | ×2.35 | 7.5%/19.0% | no measurable speed-up; needs " \
            "≈6 repeats in all |" in md
     assert "80 % power" in md
-    from evalgate.outputs import speed_properties
+    from evalgate.report.outputs import speed_properties
     props = dict(speed_properties(SpeedBlock.model_validate(block)))
     assert props["speed_c16_repeats_needed"] == 6 and float(props["speedup_c16_mde"]) == pytest.approx(2.349, abs=1e-3)
     doc = _doc_with_speed()
@@ -389,7 +389,7 @@ def test_speed_mde_and_repeats_needed_reach_markdown_html_and_the_headline() -> 
 def test_min_speedup_blocks_through_the_document() -> None:
     import xml.etree.ElementTree as ET
 
-    from evalgate.outputs import render_junit
+    from evalgate.report.outputs import render_junit
 
     doc = _doc_with_speed(min_speedup=1.1)
     assert doc["verdict"] == "BLOCK"
@@ -406,8 +406,8 @@ def test_documents_without_speed_render_as_before() -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from runfixtures import blocking_document
 
-    from evalgate.outputs import render_junit, render_markdown
-    from evalgate.report import render_html, render_terminal
+    from evalgate.report.outputs import render_junit, render_markdown
+    from evalgate.report.render import render_html, render_terminal
 
     doc = blocking_document()
     assert "speed" not in doc
@@ -416,7 +416,7 @@ def test_documents_without_speed_render_as_before() -> None:
 
 
 def test_tradeoff_and_sweep_plots_escape_labels_and_skip_missing_values() -> None:
-    from evalgate.plot import sweep_plot, tradeoff_plot
+    from evalgate.report.plot import sweep_plot, tradeoff_plot
 
     svg = tradeoff_plot([{"label": "<b>x</b>", "ratio": 1.5, "ratio_low": 1.2, "ratio_high": 1.8, "delta": -0.4,
                           "delta_low": -1.0, "delta_high": 0.2, "verdict": "PASS"},
@@ -432,7 +432,7 @@ def test_tradeoff_and_sweep_plots_escape_labels_and_skip_missing_values() -> Non
 def test_a_stored_speed_level_with_an_impossible_mde_field_is_refused(key: str, value: Any) -> None:
     from pydantic import ValidationError
 
-    from evalgate.verdict import SpeedLevel
+    from evalgate.report.verdict import SpeedLevel
 
     with pytest.raises(ValidationError, match=key):
         SpeedLevel.model_validate({"concurrency": 16, key: value})
@@ -443,7 +443,7 @@ def test_every_timed_pass_starts_with_an_empty_prefix_cache(monkeypatch: pytest.
     one before it (under placement: alternate a wake resets it, which would make the pairs' passes uneven)."""
     from types import SimpleNamespace
 
-    from evalgate.engine import throughput
+    from evalgate.worker import throughput
 
     calls: list[str] = []
     out = SimpleNamespace(prompt_token_ids=[1, 2], outputs=[SimpleNamespace(token_ids=[3, 4, 5])])

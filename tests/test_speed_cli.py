@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 from runfixtures import task
 
-from evalgate import cli, runner
+from evalgate import cli
+
+from evalgate.evaluate import runner
 from evalgate.errors import ExitCode
-from evalgate.runner import ConfigRun, SpeedError
+from evalgate.evaluate.runner import ConfigRun, SpeedError
 
 THR = "alpha: 0.05\ndefault: {margin: 10.0}\nbootstrap_resamples: 1000\n"
 

@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("vllm", reason="needs vLLM (pip install 'evalgate[cpu]')")
 
 from evalgate.cli import THRESHOLDS_FILE, main  # noqa: E402
-from evalgate.thresholds import load_thresholds  # noqa: E402
+from evalgate.inputs.thresholds import load_thresholds  # noqa: E402
 
 pytestmark = pytest.mark.engine
 PROMPTS, OUT_LEN, IN_LEN = 4, 16, 32
@@ -70,7 +70,7 @@ def test_a_run_records_a_speed_block_with_positive_throughputs_on_both_sides(tmp
 def test_a_run_replays_a_recorded_request_log_on_both_sides(tmp_path: Path) -> None:
     """traffic.from with the shipped example log (six /v1/completions requests behind a gateway's wrapper) and
     concurrency from its timestamps: both sides send the same six requests, each with its own output budget."""
-    from evalgate.requestlog import read_request_log
+    from evalgate.inputs.requestlog import read_request_log
 
     log = Path(__file__).resolve().parent.parent / "docs" / "examples" / "traffic" / "completions.jsonl"
     default_budget = 20

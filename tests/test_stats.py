@@ -1,4 +1,4 @@
-"""Tests of evalgate.stats against independent computations (scipy, closed forms)."""
+"""Tests of evalgate.compare.stats against independent computations (scipy, closed forms)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest, norm
 
-import evalgate.stats as stats
-from evalgate.stats import (
+import evalgate.compare.stats as stats
+from evalgate.compare.stats import (
     BOOTSTRAP_METHOD,
     PairedComparison,
     flipped_items,
@@ -263,8 +263,8 @@ def test_flipped_items_validates() -> None:
 
 from scipy.stats import t as student_t  # noqa: E402
 
-from evalgate.intervals import NEWCOMBE_METHOD, newcombe_paired_interval  # noqa: E402
-from evalgate.stats import CLUSTER_BOOTSTRAP_METHOD, LOSS_TEST_MCNEMAR, power_se  # noqa: E402
+from evalgate.compare.intervals import NEWCOMBE_METHOD, newcombe_paired_interval  # noqa: E402
+from evalgate.compare.stats import CLUSTER_BOOTSTRAP_METHOD, LOSS_TEST_MCNEMAR, power_se  # noqa: E402
 
 
 def test_singleton_clusters_change_nothing() -> None:

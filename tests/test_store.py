@@ -1,4 +1,4 @@
-"""evalgate.store: atomic writes, checksums, quarantine of corrupt entries, concurrent writers and readers."""
+"""evalgate.results.store: atomic writes, checksums, quarantine of corrupt entries, concurrent writers and readers."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-import evalgate.store as store_mod
+import evalgate.results.store as store_mod
 from evalgate.errors import ExitCode, StoreError
-from evalgate.results import ItemResult, TaskResult
-from evalgate.store import (ResultStore, content_key, read_json, tasks_from_json, tasks_to_json,
+from evalgate.results.records import ItemResult, TaskResult
+from evalgate.results.store import (ResultStore, content_key, read_json, tasks_from_json, tasks_to_json,
                             write_json_atomic)
 
 KEY = content_key({"config": "a", "suite": "s"})

@@ -3,7 +3,7 @@
 The task code is loaded the way lm-eval loads it (the ``!function module.fn`` a task YAML names, by path from the
 YAML's folder) and called with the YAML's ``dataset_kwargs``. A change here changes what every baseline was measured
 on; refactoring task code must leave these digests alone (they were taken before the task modules shared
-``evalgate.taskcode``)."""
+``evalgate.suites.taskcode``)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evalgate.suites import SUITES_DIR
-from evalgate.taskcode import load_module
+from evalgate.suites.discovery import SUITES_DIR
+from evalgate.suites.taskcode import load_module
 
 DIGESTS = {
     "coding/coding_humaneval.yaml": (164, "3a5e8c72690bc460d51425f85cbc94de3be150c9f5fbecd971122d705727c891"),

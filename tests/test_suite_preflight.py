@@ -1,4 +1,4 @@
-"""The suite pre-flight (``evalgate.preflight``): what it refuses beyond the bad-input corpus, and what it passes.
+"""The suite pre-flight (``evalgate.evaluate.preflight``): what it refuses beyond the bad-input corpus, and what it passes.
 
 The corpus cases (``tests/bad_inputs/suites/preflight-*``, run by ``test_bad_inputs.py`` through ``evalgate run``
 with engine start-up replaced by tripwires) cover one suite error per class. Here: every shipped suite passes; the
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-import evalgate.runner
+import evalgate.evaluate.runner
 from evalgate import cli
 from evalgate.errors import ConfigError, ExitCode
-from evalgate.preflight import ITEMS, PreflightError, check_suites, run_checks
-from evalgate.suites import list_suites, load_suite
+from evalgate.evaluate.preflight import ITEMS, PreflightError, check_suites, run_checks
+from evalgate.suites.discovery import list_suites, load_suite
 
 REPO = Path(__file__).resolve().parent.parent
 B = REPO / "tests" / "bad_inputs"
@@ -98,7 +98,7 @@ def test_ablate_refuses_a_bad_suite_before_the_baseline_engine(monkeypatch: pyte
         raise AssertionError("an engine started")
 
     for name in ("start_config", "evaluate_config", "check_engine_values", "_run_worker"):
-        monkeypatch.setattr(evalgate.runner, name, trip)
+        monkeypatch.setattr(evalgate.evaluate.runner, name, trip)
     monkeypatch.setenv("EVALGATE_HOME", str(tmp_path / "home"))
     case = B / "suites" / "preflight-scorer-keyerror"
     code = cli.main(["ablate", "--config", str(G / "configs" / "cand.yaml"), "--configs-dir", str(G / "configs"),

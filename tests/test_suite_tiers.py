@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from evalgate.errors import ConfigError
-from evalgate.evidence import POSITION_BUCKETS, position_metric
-from evalgate.suites import SUITES_DIR, count_items, list_suites, load_suite, task_notes
-from evalgate.taskcode import load_module
+from evalgate.compare.evidence import POSITION_BUCKETS, position_metric
+from evalgate.suites.discovery import SUITES_DIR, count_items, list_suites, load_suite, task_notes
+from evalgate.suites.taskcode import load_module
 
 
 def _module(path: str):
@@ -186,7 +186,7 @@ def test_longgen_scores_by_hand() -> None:
 def new_tasks():
     from lm_eval.tasks import get_task_dict
 
-    from evalgate.suites import task_manager
+    from evalgate.suites.discovery import task_manager
 
     return get_task_dict(list(NEW), task_manager())
 
@@ -240,7 +240,7 @@ def test_every_task_sets_its_own_token_budget() -> None:
     """The hybrid baseline's sampling.max_tokens (1300) is only a cap: a task without max_gen_toks would get it all."""
     import yaml
 
-    from evalgate.yamlio import Loader as _Loader
+    from evalgate.inputs.yamlio import Loader as _Loader
 
     for suite in list_suites(SUITES_DIR):
         for path in sorted(suite.path.glob("*.yaml")):

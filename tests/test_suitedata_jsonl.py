@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from evalgate.suitedata import _data_file_problem
+from evalgate.suites.data import _data_file_problem
 
 
 @pytest.mark.parametrize("text,problem", [

@@ -1,4 +1,4 @@
-"""The three suites (generators, prompts, scorers, lm-eval loading) and evalgate.suites."""
+"""The three suites (generators, prompts, scorers, lm-eval loading) and evalgate.suites.discovery."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from evalgate.errors import ConfigError, ExitCode
-from evalgate.suites import SUITES_DIR, content_hash, count_items, default_suites_dir, list_suites, load_suite
-from evalgate.taskcode import load_module
+from evalgate.suites.discovery import SUITES_DIR, content_hash, count_items, default_suites_dir, list_suites, load_suite
+from evalgate.suites.taskcode import load_module
 
 
 def _utils(suite: str):
@@ -209,7 +209,7 @@ def test_every_canonical_solution_passes_in_the_sandbox() -> None:
 def task_dict():
     from lm_eval.tasks import get_task_dict
 
-    from evalgate.suites import task_manager
+    from evalgate.suites.discovery import task_manager
 
     return get_task_dict([t for s in list_suites(SUITES_DIR) for t in s.tasks], task_manager())
 
@@ -268,7 +268,7 @@ def test_lm_eval_prompt_matches_utils(task_dict) -> None:
     assert t.doc_to_text(doc) == DOC.doc_to_text(doc)
 
 
-# ---------------------------------------------------------------- evalgate.suites
+# ---------------------------------------------------------------- evalgate.suites.discovery
 def test_list_suites_real_tree() -> None:
     suites = {s.name: s for s in list_suites(SUITES_DIR)}
     assert {"coding", "docparse", "finance", "longgen"} <= set(suites)

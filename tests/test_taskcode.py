@@ -1,4 +1,4 @@
-"""evalgate.taskcode: loading a task's sibling module by path, and the first JSON object of a model output."""
+"""evalgate.suites.taskcode: loading a task's sibling module by path, and the first JSON object of a model output."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from evalgate.suites import SUITES_DIR
-from evalgate.taskcode import first_json_object, load_module, sibling
+from evalgate.suites.discovery import SUITES_DIR
+from evalgate.suites.taskcode import first_json_object, load_module, sibling
 
 
 def test_load_module_runs_the_file_afresh_under_a_folder_name(tmp_path: Path) -> None:

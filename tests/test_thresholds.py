@@ -1,4 +1,4 @@
-"""Tests of evalgate.thresholds: precedence and every way a thresholds file can be wrong."""
+"""Tests of evalgate.inputs.thresholds: precedence and every way a thresholds file can be wrong."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from evalgate.errors import ConfigError, ExitCode
-from evalgate.thresholds import TaskThreshold, Thresholds, load_thresholds
+from evalgate.inputs.thresholds import TaskThreshold, Thresholds, load_thresholds
 
 GOOD = """\
 # thresholds.yaml (margins in points)
@@ -321,8 +321,8 @@ def test_bad_v2_value_names_the_field(tmp_path: Path, text: str, field: str, fra
 
 def test_repository_thresholds_file_is_valid() -> None:
     from evalgate.cli import THRESHOLDS_FILE
-    from evalgate.config import list_configs
-    from evalgate.suites import list_suites
+    from evalgate.inputs.config import list_configs
+    from evalgate.suites.discovery import list_suites
 
     t = load_thresholds(THRESHOLDS_FILE)
     suites = list_suites()

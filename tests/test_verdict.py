@@ -1,4 +1,4 @@
-"""The typed verdict (evalgate.verdict): reads what evalgate wrote before, dumps it back unchanged, renders it.
+"""The typed verdict (evalgate.report.verdict): reads what evalgate wrote before, dumps it back unchanged, renders it.
 
 ``tests/verdicts/v1/*.json`` were written by ``report.gate_document`` as it was before the Verdict model existed
 (commit b24be7d), from the fixtures of ``runfixtures`` and ``test_speed`` (and one lossless, spec-decoding run).
@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from runfixtures import blocking_document, document, task  # noqa: E402
 
 from evalgate.errors import StoreError  # noqa: E402
-from evalgate.runs import read_verdict, rerender  # noqa: E402
-from evalgate.verdict import TaskVerdict, Verdict, as_verdict  # noqa: E402
+from evalgate.commands.stored import read_verdict, rerender  # noqa: E402
+from evalgate.report.verdict import TaskVerdict, Verdict, as_verdict  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "verdicts" / "v1"
 NAMES = sorted(p.stem for p in GOLDEN.glob("*.json"))
@@ -155,7 +155,7 @@ def test_every_field_of_every_part_is_described() -> None:
 
 
 def test_a_failed_speed_block_keeps_its_keys_in_order_and_renders_as_an_error() -> None:
-    from evalgate.outputs import render_junit, render_markdown
+    from evalgate.report.outputs import render_junit, render_markdown
 
     raw = json.loads((GOLDEN / "speed_pass.json").read_text(encoding="utf-8"))
     raw["speed"] = {"status": "failed", "error": "engine died", "profile": {"input_len": 8}, "thresholds": None}

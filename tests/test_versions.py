@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from evalgate import config, engine
-from evalgate.engine import ENGINE_COUNTERS, PER_REQUEST, evalgate_extras
+from evalgate.engine import platform
+
+from evalgate.inputs import config
+from evalgate.worker.engine_args import ENGINE_COUNTERS, PER_REQUEST, evalgate_extras
 from evalgate.errors import ConfigError
 
 # The fields that matter here, as the two releases spell them (0.26.0 lacks per_request_spec_decode_metrics).
@@ -60,7 +62,7 @@ def test_mtp_drafter_is_told_the_engine_dtype(monkeypatch: pytest.MonkeyPatch) -
     assert "hf_overrides" not in evalgate_extras({**MTP, "dtype": "float32", "hf_overrides": {}}, V026)[0]
     # Every platform: vLLM-CPU's oneDNN GEMM gives non-finite output for a bf16 weight fed FP32 activations (the
     # drafter's eh_proj without this; measured on vllm-cpu 0.32), so a host without CUDA gets it too.
-    monkeypatch.setattr(engine, "_has_cuda", lambda: False)
+    monkeypatch.setattr(platform, "_has_cuda", lambda: False)
     assert "hf_overrides" in evalgate_extras({**MTP, "dtype": "float32"}, V026)[0]
 
 
@@ -91,7 +93,7 @@ def test_installed_vllm_version_names_the_distribution() -> None:
 
 
 def test_summary_and_report_say_where_acceptance_came_from() -> None:
-    from evalgate.outputs import spec_decode_line
+    from evalgate.report.outputs import spec_decode_line
 
     sd = {"drafts": 10.0, "draft_tokens": 10.0, "accepted_tokens": 8.0, "acceptance_rate": 0.8,
           "mean_acceptance_length": 1.8}

@@ -13,7 +13,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from evalgate import config
+from evalgate.inputs import config
 from evalgate.engine import argnames, readback
 from evalgate.errors import ConfigError, ExitCode
 
@@ -113,7 +113,7 @@ def test_engine_arg_reads_a_renamed_switch_under_either_name() -> None:
 
 
 def test_flashinfer_under_the_new_name_is_refused_on_cpu_naming_that_field(monkeypatch: pytest.MonkeyPatch) -> None:
-    import evalgate.engine as engine
+    import evalgate.engine.platform as engine
 
     monkeypatch.setattr(engine, "_has_cuda", lambda: False)
     with pytest.raises(ConfigError) as ei:
@@ -232,7 +232,7 @@ def test_serve_benchmark_detection_checks_every_flag_evalgate_passes() -> None:
 
 def test_speed_mode_without_its_benchmark_code_is_exit_2_naming_version_and_field(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from evalgate.speedrun import check_benchmark_code
+    from evalgate.speed.measure import check_benchmark_code
 
     monkeypatch.setattr(argnames, "installed_vllm_version", lambda: "vllm 0.40.0")
     monkeypatch.setattr(argnames, "vllm_source", _reader({"benchmarks/datasets/datasets.py": DATASETS_SRC}))

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from evalgate.suites import load_suite
+from evalgate.suites.discovery import load_suite
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "evalgate.yml"
@@ -93,8 +93,8 @@ def test_the_shipped_cpu_job_can_pass() -> None:
     task's data as lm-eval would."""
     from statistics import NormalDist
 
-    from evalgate.suites import count_items, list_suites, load_suite
-    from evalgate.thresholds import load_thresholds
+    from evalgate.suites.discovery import count_items, list_suites, load_suite
+    from evalgate.inputs.thresholds import load_thresholds
 
     env = _cpu_gate_env()
     assert env["GATE_CONFIGS"] == "fp16-state"

@@ -1,4 +1,4 @@
-"""evalgate.yamlio: the one strict YAML reader of configs, thresholds and suite YAMLs."""
+"""evalgate.inputs.yamlio: the one strict YAML reader of configs, thresholds and suite YAMLs."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from evalgate.config import WORDING as CONFIG
+from evalgate.inputs.config import WORDING as CONFIG
 from evalgate.errors import ConfigError, ExitCode
-from evalgate.suitefiles import WORDING as SUITE
-from evalgate.thresholds import WORDING as THRESHOLDS
-from evalgate.yamlio import MAX_DEPTH, MAX_NODES, Wording, parse, read_mapping
+from evalgate.suites.files import WORDING as SUITE
+from evalgate.inputs.thresholds import WORDING as THRESHOLDS
+from evalgate.inputs.yamlio import MAX_DEPTH, MAX_NODES, Wording, parse, read_mapping
 
 PLAIN = Wording("test")
 

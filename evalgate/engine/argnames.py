@@ -2,8 +2,8 @@
 engine args vLLM renamed, and the other version-dependent names evalgate uses (benchmark functions, ``vllm bench
 serve`` flags, speculative-decoding metrics), each detected in vLLM's source without importing it.
 
-The config loader (``evalgate.config``) checks a config's engine-arg names against these before any engine starts,
-and the speed phase's pre-flight (``evalgate.speedrun.speed_profile``) checks the benchmark code it will call; every
+The config loader (``evalgate.inputs.config``) checks a config's engine-arg names against these before any engine starts,
+and the speed phase's pre-flight (``evalgate.speed.measure.speed_profile``) checks the benchmark code it will call; every
 vLLM import of evalgate lives in this package (``evalgate.engine``). The matrix of names per vLLM version:
 docs/vllm-versions.md.
 """

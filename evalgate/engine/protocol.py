@@ -1,6 +1,6 @@
-"""What the parent (``evalgate.runner``) and the engine worker (``evalgate.engine.worker``) agree on (no vLLM).
+"""What the parent (``evalgate.evaluate.runner``) and the engine worker (``evalgate.worker.main``) agree on (no vLLM).
 
-The parent writes a spec (JSON) and starts ``python -m evalgate.runner SPEC``; the worker files each suite's results
+The parent writes a spec (JSON) and starts ``python -m evalgate.worker SPEC``; the worker files each suite's results
 in the store, prints tagged lines to its log, and exits with ``CONFIG_ERROR_EXIT`` when vLLM refuses a value.
 """
 

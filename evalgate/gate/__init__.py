@@ -7,7 +7,7 @@
   objectives (``overrule``, ``escalate``);
 * :mod:`evalgate.gate.diff`: which engine-config keys differ (the NO-OP rule's input).
 
-``evidence`` only measures, the verdict builder (``evalgate.document``) only assembles, renderers only render.
+``evidence`` only measures, the verdict builder (``evalgate.report.document``) only assembles, renderers only render.
 """
 
 from evalgate.gate.accuracy import (RULE_LOSS, RULE_LOSSLESS, RULE_LOSSLESS_KL, RULE_NON_INFERIOR, RULE_UNDECIDED,

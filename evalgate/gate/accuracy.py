@@ -8,7 +8,7 @@ configured power:
   baseline (``PairedComparison.ci_low``/``ci_high``), so ``LB`` is a one-sided (1 - alpha) lower
   confidence bound (non-inferiority in the confidence-interval form; S. Wellek, *Testing
   Statistical Hypotheses of Equivalence and Noninferiority*, 2nd ed., CRC, 2010, ch. 2);
-* ``MDE = (z_{1-alpha} + z_power) * SE`` (``evalgate.power``): the run is *powered* when
+* ``MDE = (z_{1-alpha} + z_power) * SE`` (``evalgate.compare.power``): the run is *powered* when
   ``MDE <= m``, i.e. a truly equal candidate passes with probability >= power;
 * the *loss test*: H0 "delta >= 0" against "the candidate is worse", one-sided p-value
   ``PairedComparison.p_loss`` (McNemar exact for 0/1 scores, else bootstrap and t), rejected at
@@ -47,9 +47,10 @@ from dataclasses import dataclass
 from enum import Enum
 
 from evalgate.fmt import MINUS, decimals_apart, num, p_value
-from evalgate.power import describe_items_needed, holm_levels, items_needed, mde
-from evalgate.stats import PairedComparison
-from evalgate.thresholds import TaskThreshold, Thresholds
+from evalgate.compare.power import describe_items_needed, holm_levels, items_needed, mde
+from evalgate.compare.agreement import OutputAgreement, is_near_tie
+from evalgate.compare.stats import PairedComparison
+from evalgate.inputs.thresholds import TaskThreshold, Thresholds
 
 __all__ = ["Decision", "OutputAgreement", "TaskDecision", "Verdict", "decide", "is_near_tie", "overall_of",
            "shows_non_inferiority"]
@@ -72,45 +73,6 @@ class Verdict(str, Enum):
     BLOCK = "BLOCK"
     NO_OP = "NO-OP"
     INCONCLUSIVE = "INCONCLUSIVE"
-
-
-@dataclass(frozen=True)
-class OutputAgreement:
-    """How far a task's greedy outputs agree on both sides (the evidence a lossless config is gated on).
-
-    Attributes:
-        identical: items with byte-identical outputs.
-        n: items compared.
-        differing: ``item_id`` of every item whose outputs differ, ascending.
-        tie_flips: the differing items whose first differing token was a near-tie under the baseline's
-            decode-time log-probs (``evidence.DecodeDivergence.tie_gap`` <= the tolerance): numerics, not a
-            changed model. They count as agreeing.
-        kl_mean: token-weighted mean decode-time KL(baseline || candidate) along the common prefixes, nats;
-            None when not measured (then only identity is gated).
-    """
-
-    identical: int
-    n: int
-    differing: tuple[int, ...] = ()
-    tie_flips: tuple[int, ...] = ()
-    kl_mean: float | None = None
-
-    @property
-    def agreeing(self) -> int:
-        """Items that agree: identical, or differing only after a near-tie."""
-        return self.identical + len(self.tie_flips)
-
-    @property
-    def share(self) -> float:
-        """``agreeing / n`` (0..1); NaN for no items."""
-        return self.agreeing / self.n if self.n else math.nan
-
-
-def is_near_tie(tie_gap: float | None, tolerance: float) -> bool:
-    """A differing output whose first differing token the baseline ranked within ``tolerance`` nats of its own
-    (``evidence.DecodeDivergence.tie_gap``; None: the outputs are identical, never a tie-flip): numerics, not a
-    changed model, so the lossless rule counts it as agreeing."""
-    return tie_gap is not None and tie_gap <= tolerance
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Each item is a function signature and docstring in the style of the Python standard library (the code the
 embedded hybrid was trained on), preceded by two solved functions of other kinds; the model completes the body.
-The program ``prompt + completion + tests`` runs in ``evalgate.sandbox.run_python`` (as ``coding_humaneval``).
+The program ``prompt + completion + tests`` runs in ``evalgate.suites.sandbox.run_python`` (as ``coding_humaneval``).
 Function kinds (``KINDS``) range from a one-token body (``return a + b``) to a short expression over a list;
 names, parameter names and test values vary with ``random.Random(seed)``.
 """
@@ -14,7 +14,7 @@ from typing import Callable
 
 import datasets
 
-from evalgate import scoring
+from evalgate.suites import scoring
 
 TIMEOUT_S = 10.0
 
@@ -138,5 +138,5 @@ def process_results(doc: dict, results: list[str]) -> dict[str, float]:
     return {"pass_at_1": float(outcome.passed)}
 
 
-# Completions start in the sandbox pool as they are generated (evalgate.scoring); process_results picks them up.
+# Completions start in the sandbox pool as they are generated (evalgate.suites.scoring); process_results picks them up.
 scoring.register_program("coding_small", build_program, timeout_s=TIMEOUT_S)

@@ -7,7 +7,7 @@ Language Models", the format of their few-shot prompts): the problem text, its f
 the three shots (task_id 2, 3, 4, lm-eval's ``first_n`` sampler over the prompt split) end their code in
 ``[DONE]``, the stop string. pass@1 as MBPP defines it: greedy completion passes iff the program
 ``test_imports + completion + every assert of test_list`` exits 0, run exactly as ``coding_humaneval`` runs its
-programs (:func:`evalgate.sandbox.run_python`, the same limits).
+programs (:func:`evalgate.suites.sandbox.run_python`, the same limits).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import datasets
 
-from evalgate import scoring
+from evalgate.suites import scoring
 
 DATA = Path(__file__).resolve().parent / "data" / "mbpp"
 TIMEOUT_S = 10.0  # wall-clock seconds per program, as coding_humaneval; MBPP's asserts take well under 1 s
@@ -67,5 +67,5 @@ def process_results(doc: dict, results: list[str]) -> dict[str, float]:
     return {"pass_at_1": float(outcome.passed)}
 
 
-# Completions start in the sandbox pool as they are generated (evalgate.scoring); process_results picks them up.
+# Completions start in the sandbox pool as they are generated (evalgate.suites.scoring); process_results picks them up.
 scoring.register_program("coding_mbpp", build_program, timeout_s=TIMEOUT_S)

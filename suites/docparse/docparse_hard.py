@@ -6,7 +6,7 @@ requested fields (a bill-to company beside the vendor, a due date beside the inv
 invoice number, subtotal/shipping/tax beside the total, an emergency contact beside the member, an order date
 beside the ship date, a volumetric weight beside the weight), line items, address lines and several noise lines.
 ``distractors`` (0-4) sets how many distractor kinds a document gets; the shipped YAML's value was tuned so the
-embedded model's FP32 baseline lands between 20 % and 80 % (its card: ``evalgate/hybrid/README.md``).
+embedded model's FP32 baseline lands between 20 % and 80 % (its card: ``evalgate/models/hybrid/README.md``).
 Everything comes from ``random.Random(seed)``.
 """
 
@@ -17,7 +17,7 @@ from typing import Callable, TypeVar
 
 import datasets
 
-from evalgate.taskcode import sibling
+from evalgate.suites.taskcode import sibling
 
 U = sibling(__file__, "utils")
 T = TypeVar("T")

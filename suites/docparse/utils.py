@@ -15,7 +15,7 @@ import re
 
 import datasets
 
-from evalgate.taskcode import first_json_object
+from evalgate.suites.taskcode import first_json_object
 
 KINDS = ("invoice", "receipt", "form", "table")
 FIELDS = {  # kind -> (field, type) in the order the prompt asks for them

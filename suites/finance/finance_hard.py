@@ -11,7 +11,7 @@ examples of the question's type, ``utils.process_results``: num_match at 1 % tol
 
 ``lookup_share`` sets the share of single-cell questions (``lookup`` and ``lookup_text``); the shipped YAML's value
 was tuned so the embedded model's FP32 baseline lands between 20 % and 80 % (it cannot do arithmetic: 0 % on every
-operation tier, see ``evalgate/hybrid/README.md``). Each statement gets ``per_statement`` questions (its
+operation tier, see ``evalgate/models/hybrid/README.md``). Each statement gets ``per_statement`` questions (its
 ``doc_group``). Everything comes from ``random.Random(seed)``.
 """
 
@@ -21,7 +21,7 @@ import random
 
 import datasets
 
-from evalgate.taskcode import sibling
+from evalgate.suites.taskcode import sibling
 
 U = sibling(__file__, "utils")
 SINGLE = ("lookup", "lookup_text")

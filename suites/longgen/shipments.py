@@ -12,7 +12,7 @@ rows precedes the log. The folder is self-contained, so its content hash covers 
 Scoring is position by position: a gold row counts as correct when some output line holds a JSON object with its
 ``order_id`` and all four fields right (the first such line). ``row_acc`` is the share of correct rows;
 ``pos_<lo>_<hi>`` is the share of correct rows among those whose gold JSON *starts* at output token ``lo <= t < hi``,
-counted in the embedded hybrid's tokenizer (``evalgate/hybrid/checkpoint/tokenizer.json``, digits one per token)
+counted in the embedded hybrid's tokenizer (``evalgate/models/hybrid/checkpoint/tokenizer.json``, digits one per token)
 over the gold output; ``POSITION_BUCKETS`` are the buckets, and every item has rows in each of them. Everything is
 generated from ``random.Random(seed)``.
 """
@@ -39,9 +39,9 @@ POSITION_BUCKETS = ((0, 256), (256, 512), (512, 1024), (1024, None))
 def _tokenizer_file() -> Path:
     """The embedded hybrid's tokenizer: from the installed evalgate package, else next to this repository's suites."""
     try:
-        import evalgate.hybrid
+        import evalgate.models.hybrid
 
-        return Path(evalgate.hybrid.__file__).parent / "checkpoint" / "tokenizer.json"
+        return Path(evalgate.models.hybrid.__file__).parent / "checkpoint" / "tokenizer.json"
     except ImportError:
         return Path(__file__).resolve().parents[2] / "evalgate" / "hybrid" / "checkpoint" / "tokenizer.json"
 

@@ -18,7 +18,7 @@ import json
 
 import datasets
 
-from evalgate.taskcode import first_json_object
+from evalgate.suites.taskcode import first_json_object
 
 # (gt_parse section, key) of the fields asked for, in this order, when the receipt has them.
 FIELDS = (("total", "total_price"), ("sub_total", "subtotal_price"), ("sub_total", "tax_price"),

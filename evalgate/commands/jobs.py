@@ -1,0 +1,379 @@
+"""Where a gate's two sides come from (``pipeline.Job``): each job's ``load`` reads and checks its inputs before
+any engine starts, and its ``evaluate`` produces both sides for ``pipeline.gate`` to compare, decide and render.
+
+* ``EngineJob`` (``evalgate run``): a candidate config and its baseline, both evaluated by engine workers (or served
+  from the store), speed measured on the warm workers;
+* ``VariantJob`` (``evalgate ablate``): one variant of a recipe against a baseline already evaluated on a live worker;
+* ``StoredJob`` (``evalgate compare``): two stored run directories; nothing is evaluated.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evalgate.errors import StoreError
+from evalgate.evaluate.manifest import Manifest
+from evalgate.inputs.options import RunOptions
+from evalgate.commands.pipeline import Evaluated, evaluated_runs, load_suites, run_manifest, stamp_now
+from evalgate.evaluate.placement import placement_record, summary_line
+from evalgate.speed.measure import check_profile, measure_speed_safely, speed_profile
+from evalgate.results.store import write_json_atomic
+
+log = logging.getLogger("evalgate")
+
+
+@dataclass
+class EngineJob:
+    """``evalgate run``: gate ``config`` against its baseline, both evaluated by engines (or the store).
+
+    Attributes:
+        config: config name or YAML path. configs_dir, suites_dir, thresholds_path: the project's folders and file.
+        suite_names: suites to run (None: all). options: the run options. out: the run directory (None: the default
+            ``runs/<config>-<UTC time>``; set by ``load``). announce: called with the run directory once it is known
+            (the CLI writes error outputs there).
+    """
+
+    config: str
+    configs_dir: Path
+    suites_dir: Path
+    thresholds_path: Path
+    suite_names: list[str] | None
+    options: RunOptions
+    out: Path | None = None  # type: ignore[assignment]
+    announce: Callable[[Path], None] = lambda out: None
+    stamp: str = field(default_factory=stamp_now)
+
+    def load(self) -> Any:
+        """Configs, thresholds and suites, checked (each task by the suite pre-flight, ``evalgate.evaluate.preflight``); the
+        run directory and evalgate's home (and its store) checked writable; the traffic profile against both engines'
+        limits. Returns the thresholds. Raises ConfigError (exit 2) for bad input, PreflightError (exit 3) when the
+        pre-flight crashed or timed out, before the baseline's engine starts."""
+        from evalgate.inputs import config as config_mod
+        from evalgate.inputs.chat import check_protocols
+        from evalgate.engine.platform import check_platform
+        from evalgate.engine.device import check_same_hardware
+        from evalgate.models.embedded import check_home
+        from evalgate.paths import check_writable_dir
+        from evalgate.evaluate.placement import resolve as resolve_placement
+        from evalgate.evaluate.preflight import check_suites
+        from evalgate.suites.discovery import check_datasets, list_suites
+        from evalgate.inputs.thresholds import load_thresholds
+
+        t0 = time.monotonic()
+        if self.out:  # a given --out first: the cheapest check, and the one CI's error outputs need
+            check_writable_dir(self.out, field="--out", what="the run directory")
+        self.cand = config_mod.load_config(self.config, self.configs_dir)
+        self.base = config_mod.load_baseline(self.cand, self.configs_dir)
+        for cfg in (self.base, self.cand):
+            check_platform(cfg.engine_args, cfg.path, cfg.env)
+        check_same_hardware(self.base, self.cand)
+        check_protocols(self.base, self.cand)
+        self.placement = resolve_placement(self.base, self.cand, self.options.placement)  # said once engines start
+        thresholds = load_thresholds(self.thresholds_path)
+        self.suites = load_suites(self.suites_dir, self.suite_names)
+        every = list_suites(self.suites_dir)
+        # Every task's data must be at hand before an engine starts; offline, lm-eval must not wait on the hub.
+        os.environ.update(check_datasets(self.suites))
+        thresholds.check_names([s.name for s in every], [t for s in every for t in s.tasks],
+                               [*config_mod.list_configs(self.configs_dir), self.cand.name])
+        if not self.out:
+            self.out = Path("runs") / f"{self.cand.name.replace('/', '_')}-{self.stamp}"
+            check_writable_dir(self.out, field="--out (default)", what="the run directory")
+        check_home()  # the store is written after each side: a broken home must not cost the baseline's engine run
+        self.profile = speed_profile(self.options, thresholds, self.cand.name)  # cheap: before the pre-flight
+        # Each task built by lm-eval, its items' requests built and item 0 scored: a suite error is exit 2 here.
+        self.preflight = check_suites(self.suites, limit=self.options.limit, timeout=self.options.timeout)
+        self.announce(self.out)
+        self.timings = {"load": time.monotonic() - t0, "preflight": self.preflight["seconds"]}
+        self._check_values(thresholds)
+        self._notice_unpowered(thresholds)  # last: only a run that will start its engines gets the notice
+        return thresholds
+
+    def _notice_unpowered(self, thresholds: Any) -> None:
+        """One line on stderr, before any engine starts, when at ``--limit`` the run cannot PASS
+        (``planner.limit_notice``); a notice, not a refusal: small limits are run on purpose."""
+        from evalgate.commands.plan import limit_notice
+
+        if self.options.limit is None:
+            return
+        tasks = []
+        for suite in self.suites:
+            for spec in suite.specs:
+                th = thresholds.for_task(suite.name, spec.name, self.cand.name)
+                tasks.append((spec.name, th.margin, th.alpha, spec.limit))
+        notice = limit_notice(tasks, self.options.limit, thresholds.power)
+        if notice:
+            log.warning("%s", notice)
+
+    def _check_values(self, thresholds: Any) -> None:
+        """vLLM validates the candidate's values before the baseline runs (a refused value costs seconds, not a
+        baseline); with a traffic profile, both engines' limits are checked against it."""
+        from evalgate.evaluate import runner
+
+        def check(role: str, cfg: Any) -> dict[str, int]:
+            return runner.check_engine_values(cfg, self.out / "logs" / f"{role}-check.log", self.options.timeout)
+
+        limits = {"candidate": check("candidate", self.cand)}
+        if self.profile is not None:  # a profile the engines cannot run is refused before any engine starts
+            limits["baseline"] = check("baseline", self.base)
+            check_profile(self.profile, {"baseline": self.base, "candidate": self.cand}, limits, thresholds,
+                          config=self.cand.name, options=self.options)
+
+    def evaluate(self, thresholds: Any) -> Evaluated:
+        """Baseline, then candidate (with the baseline as reference), each side's results written as it finishes;
+        then the speed phase on both warm workers. With ``placement: alternate`` both start in sleep mode, the
+        baseline sleeps before the candidate's worker starts and the speed phase wakes one side at a time
+        (``placement.Alternation``: the one place that keeps the rule, and restarts a side whose sleep, wake or pass
+        failed). The workers are killed on any error or interrupt."""
+        from evalgate.evaluate.placement import Alternation
+
+        runs: dict[str, Any] = {}
+        workers: dict[str, Any] = {}
+        speed = None
+        alternate = self.placement.mode == "alternate"
+        log.info("placement: %s (%s)", self.placement.mode, self.placement.reason)
+        self.alternation = alt = Alternation(self.placement.mode, restart=self._restart if alternate else None)
+        self._runs = runs
+        try:
+            for role, cfg in (("baseline", self.base), ("candidate", self.cand)):
+                alt.before_start(role)  # alternate: the baseline sleeps before the candidate's worker starts
+                runs[role] = self._evaluate_side(role, cfg, runs.get("baseline"), workers)
+                if role in workers:
+                    alt.started(role, workers[role])
+            if self.profile is not None:
+                t0 = time.monotonic()
+                speed = self._measure({role: alt.proxy(role) for role in workers})
+                self.timings["speed"] = time.monotonic() - t0
+        except BaseException:  # an error or Ctrl-C: stop the engines now (they run in sessions of their own)
+            for w in [*workers.values(), *alt.workers.values()]:
+                w.kill()
+            raise
+        record = placement_record(self.placement, alt)
+        for w in alt.workers.values():
+            w.close()
+        if alternate and alt.stats:
+            log.info("%s", summary_line(record))
+        manifest = run_manifest(runs, thresholds, self.suites, limit=self.options.limit, stamp=self.stamp,
+                                timings=self.timings, placement=record)
+        return evaluated_runs(runs, manifest, speed=speed)
+
+    def _restart(self, role: str) -> Any:
+        """A new worker for ``role`` after its engine failed in the speed phase: every suite result comes from the
+        store (nothing is recomputed), its log ``logs/<role>.restart<n>.log``."""
+        from evalgate.evaluate import runner
+        from evalgate.models.embedded import evalgate_home
+        from evalgate.results.store import ResultStore
+
+        cfg = self.base if role == "baseline" else self.cand
+        n = self.alternation.stats.get(role, {}).get("restarts", 0)
+        worker, _ = runner.start_config(
+            cfg, self.suites, limit=self.options.limit, store=ResultStore(evalgate_home() / "store"),
+            log_path=self.out / "logs" / f"{role}.restart{n}.log", timeout_s=self.options.timeout,
+            reference=self._runs.get("baseline") if role == "candidate" else None,
+            logprob_items=self.options.logprob_items, sleep_mode=True)
+        return worker
+
+    def _measure(self, workers: dict[str, Any]) -> dict[str, Any]:
+        """The speed block: offline on the two warm workers, or (``traffic.mode: serve``) ``vllm serve`` +
+        ``vllm bench serve`` per config after the suites' engines stopped (``servespeed.measure_configs``)."""
+        if self.profile.mode != "serve":
+            return measure_speed_safely(workers, self.profile)
+        from evalgate.speed.serve import measure_configs
+
+        return measure_configs(self.base, self.cand, self.profile, self.out / "logs", progress=log.info)
+
+    def _evaluate_side(self, role: str, cfg: Any, reference: Any, workers: dict[str, Any]) -> Any:
+        """One side's ``ConfigRun`` (its worker kept in ``workers`` when speed is measured), written to
+        ``<role>.json`` at once."""
+        from evalgate.evaluate import runner
+        from evalgate.models.embedded import evalgate_home
+        from evalgate.evaluate.progress import engine_progress
+        from evalgate.results.store import ResultStore, tasks_to_json
+
+        log_path = self.out / "logs" / f"{role}.log"
+        log.info("%s '%s': %s (engine log: %s)", role, cfg.name, ", ".join(s.name for s in self.suites), log_path)
+        t0 = time.monotonic()
+        kwargs = dict(limit=self.options.limit, store=ResultStore(evalgate_home() / "store"), log_path=log_path,
+                      timeout_s=self.options.timeout, reference=reference, logprob_items=self.options.logprob_items)
+        with engine_progress(log_path, f"{role} {cfg.name}", [s.name for s in self.suites]):
+            if self.profile is None or self.profile.mode == "serve":  # serve mode starts servers of its own
+                run = runner.evaluate_config(cfg, self.suites, **kwargs)
+            else:  # the engine stays up for the speed phase, after both sides' suites
+                workers[role], run = runner.start_config(cfg, self.suites, **kwargs,
+                                                         sleep_mode=self.placement.mode == "alternate")
+        self.timings[f"{role}:total"] = time.monotonic() - t0
+        self.timings.update({f"{role}:{k}": v for k, v in run.timings.items()})
+        write_json_atomic(self.out / f"{role}.json", {"config": cfg.name, "effective": run.effective,
+                                                     "spec_decode": run.spec_decode,
+                                                     "evidence_sources": run.evidence_sources,
+                                                     "tasks": tasks_to_json(run.tasks)})
+        return run
+
+
+@dataclass
+class VariantJob:
+    """``evalgate ablate``: one variant config against a baseline already evaluated on a live worker.
+
+    Attributes:
+        variant: the variant's config. baseline: ``(worker, ConfigRun)`` of the baseline. thresholds, suites,
+        options, profile (None: no speed), stamp: the ablation's. gate_name: whose thresholds apply. out: the
+        variant's run directory; log_path: its engine log. alternation, placement: the ablation's
+        (``placement.Alternation`` holding the baseline's worker, and its ``Placement``); None: both resident.
+    """
+
+    variant: Any
+    baseline: tuple[Any, Any]
+    thresholds: Any
+    suites: list[Any]
+    options: RunOptions
+    profile: Any
+    stamp: str
+    gate_name: str
+    out: Path
+    log_path: Path
+    alternation: Any = None  # placement.Alternation of the ablation (None: both resident)
+    placement: Any = None    # placement.Placement of the ablation (None: not recorded)
+
+    def load(self) -> Any:
+        """Nothing to load: the ablation loaded and checked everything; returns its thresholds."""
+        return self.thresholds
+
+    def evaluate(self, thresholds: Any) -> Evaluated:
+        """The variant's suites (the baseline's run as reference), then its speed against the baseline's worker;
+        the variant's worker is stopped either way. With ``alternation`` in ``alternate`` mode the baseline sleeps
+        before the variant's worker starts and stays asleep between variants; each speed pass wakes its side only
+        (``placement.Alternation``). Raises ConfigError (vLLM refused a value), EngineError."""
+        from evalgate.evaluate import runner
+        from evalgate.models.embedded import evalgate_home
+        from evalgate.evaluate.placement import Alternation, placement_record
+        from evalgate.results.store import ResultStore
+
+        base_worker, base_run = self.baseline
+        alt = self.alternation
+        if alt is None:  # a caller without an alternation: both resident, as before placement existed
+            alt = Alternation("together")
+            alt.started("baseline", base_worker)
+        alternate = alt.mode == "alternate"
+        store = ResultStore(evalgate_home() / "store")
+
+        def start(log_path: Path) -> Any:
+            worker, run = runner.start_config(self.variant, self.suites, limit=self.options.limit, store=store,
+                                              log_path=log_path, timeout_s=self.options.timeout, reference=base_run,
+                                              logprob_items=self.options.logprob_items, sleep_mode=alternate)
+            return worker, run
+
+        restart_baseline = alt.restart
+
+        def restart(role: str) -> Any:  # the variant's own restarts; the baseline's are the ablation's
+            if role == "baseline":
+                return restart_baseline("baseline")  # type: ignore[misc]
+            n = alt.stats.get("candidate", {}).get("restarts", 0)
+            return start(self.log_path.with_suffix(f".restart{n}.log"))[0]
+
+        alt.stats.pop("candidate", None)  # this variant's sleeps and wakes only (the baseline's are cumulative)
+        alt.before_start("candidate")
+        worker, run = start(self.log_path)
+        alt.started("candidate", worker)
+        if alternate and restart_baseline is not None:
+            alt.restart = restart
+        timings: dict[str, float] = {}
+        try:
+            speed = None
+            if self.profile is not None:
+                t0 = time.monotonic()
+                speed = measure_speed_safely({r: alt.proxy(r) for r in ("baseline", "candidate")}, self.profile)
+                timings["speed"] = time.monotonic() - t0
+        except BaseException:
+            alt.workers.get("candidate", worker).kill()
+            alt.stopped("candidate")
+            raise
+        finally:
+            alt.restart = restart_baseline
+        record = placement_record(self.placement, alt) if self.placement is not None else None
+        if alternate and record is not None:
+            log.info("%s", summary_line(record))
+        alt.workers.get("candidate", worker).close()
+        alt.stopped("candidate")
+        runs = {"baseline": base_run, "candidate": run}
+        manifest = run_manifest(runs, thresholds, self.suites, limit=self.options.limit, stamp=self.stamp,
+                                timings=timings, placement=record)
+        return evaluated_runs(runs, manifest, gate_name=self.gate_name, speed=speed)
+
+
+@dataclass
+class StoredJob:
+    """``evalgate compare``: run B's candidate gated against run A's candidate, both read from their run directories
+    (runs over different suite contents or items are not comparable: StoreError, exit 3)."""
+
+    run_a: Path
+    run_b: Path
+    thresholds_path: Path
+    out: Path
+
+    def load(self) -> Any:
+        """Both run directories (candidate results and complete, well-typed manifests; run B's log-prob evidence
+        dropped: it was measured against run B's own baseline), the thresholds and the output directory (writable);
+        refuses runs whose tasks' suites are not listed in both manifests under the same content hash
+        (``runs.check_comparable``). Returns the thresholds.
+
+        Raises:
+            StoreError (exit 3): a run directory is missing or malformed, or the runs are not comparable.
+            ConfigError (exit 2): bad thresholds, or an output directory that cannot be written.
+        """
+        from evalgate.paths import check_writable_dir
+        from evalgate.commands.stored import candidate_tasks, check_comparable, read_side, suite_hashes, without_evidence
+        from evalgate.inputs.thresholds import load_thresholds
+
+        (self.res_a, self.man_a), (self.res_b, self.man_b) = read_side(self.run_a), read_side(self.run_b)
+        self.hashes = {k: suite_hashes(m) for k, m in (("a", self.man_a), ("b", self.man_b))}
+        tasks_a, tasks_b = candidate_tasks(self.run_a, self.res_a), candidate_tasks(self.run_b, self.res_b)
+        check_comparable({"a": tasks_a, "b": tasks_b}, {"a": self.man_a, "b": self.man_b},
+                         {"a": self.run_a, "b": self.run_b})
+        self.tasks = {"baseline": tasks_a, "candidate": without_evidence(tasks_b)}
+        thresholds = load_thresholds(self.thresholds_path)
+        check_writable_dir(self.out, field="--out", what="the comparison's run directory")
+        return thresholds
+
+    def evaluate(self, thresholds: Any) -> Evaluated:
+        """Nothing is evaluated: the two candidates' stored items, and a manifest merging both runs' (``"a → b"``
+        where they differ)."""
+        from evalgate.commands.stored import merged
+
+        eff = {"baseline": self.res_a.get("effective", {}), "candidate": self.res_b.get("effective", {})}
+        cand_a, cand_b = self.man_a.get("candidate", {}), self.man_b.get("candidate", {})
+        vers_a, vers_b = self.man_a.get("versions", {}), self.man_b.get("versions", {})
+        manifest = _manifest_of({
+            "created": stamp_now(), "model": merged(self.man_a.get("model"), self.man_b.get("model")),
+            "limit": merged(self.man_a.get("limit"), self.man_b.get("limit")),
+            "versions": {k: merged(vers_a.get(k, "absent"), vers_b.get(k, "absent")) for k in sorted(vers_a | vers_b)},
+            "thresholds": str(thresholds.path), "timings": {},
+            "suites": [s for s in self.man_a.get("suites", []) if s["name"] in self.hashes["b"]],
+            "compared_runs": {"baseline": str(self.run_a), "candidate": str(self.run_b),
+                              "rule": "baseline side = run A's candidate, candidate side = run B's candidate"},
+            "baseline": {"name": self.res_a.get("config", "A"), "requested": {}, **cand_a, "effective": eff["baseline"],
+                         "run_dir": str(self.run_a)},
+            "candidate": {"name": self.res_b.get("config", "B"), "requested": {}, **cand_b,
+                          "effective": eff["candidate"], "run_dir": str(self.run_b)}}, self.run_b)
+        # Run B's candidate is gated: its config name picks per-config margins, its expectation the lossless check.
+        return Evaluated(tasks=self.tasks, effective=eff, gate_name=self.res_b.get("config"),
+                         expect=cand_b.get("expect", "lossy"), manifest=manifest, pair=f"{self.run_a} vs {self.run_b}",
+                         files={"baseline.json": self.res_a, "candidate.json": self.res_b})
+
+
+def _manifest_of(data: dict[str, Any], source: Path) -> Manifest:
+    """``Manifest`` of ``data`` built from the manifests under ``source``; StoreError (exit 3) when they are
+    malformed (naming the first bad field)."""
+    from pydantic import ValidationError
+
+    try:
+        return Manifest.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise StoreError(f"{source / 'manifest.json'}: malformed manifest: {'.'.join(map(str, err['loc']))}: "
+                         f"{err['msg']}") from None

@@ -1,0 +1,191 @@
+"""One gate, top to bottom: load -> evaluate both sides -> compare -> decide -> render (``gate``).
+
+Every verdict evalgate writes comes out of ``gate(job)``; a *job* (``evalgate.commands.jobs``) says where its two sides
+come from:
+
+* ``EngineJob`` (``evalgate run``, and the benchmarks that run it): a candidate config and its baseline, loaded and
+  checked before any engine starts, both evaluated by engine workers (or served from the store), speed measured on
+  the warm workers;
+* ``VariantJob`` (``evalgate ablate``): one variant of a recipe against a baseline already evaluated on a live worker;
+* ``StoredJob`` (``evalgate compare``): two stored run directories; nothing is evaluated.
+
+The statistics are ``compare.compare_tasks``; every decision is the gate's (``gate.decide``, then
+``gate.overrule`` inside ``document.build_verdict``); ``decide_and_render`` is the one place that turns comparisons into the verdict
+document and writes it (``manifest.json``, ``verdict.json``, report, JUnit, Markdown).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from evalgate.errors import ConfigError, ExitCode, StoreError
+from evalgate.evaluate.manifest import Manifest, SuiteEntry, side
+from evalgate.report.outputs import write_outputs
+from evalgate.results.store import write_json_atomic
+
+VERDICT_EXIT = {"PASS": ExitCode.PASS, "BLOCK": ExitCode.BLOCK, "NO-OP": ExitCode.NO_OP,
+                "INCONCLUSIVE": ExitCode.INCONCLUSIVE}
+ROLES = ("baseline", "candidate")
+
+
+@dataclass
+class Evaluated:
+    """Both sides evaluated: what compare, decide and render need.
+
+    Attributes:
+        tasks: role (``baseline``/``candidate``) -> task name -> ``TaskResult``.
+        effective: role -> the engine config as applied (read back; ``{}`` when unknown).
+        gate_name: the config whose ``configs.<name>`` thresholds apply. expect: ``lossy`` or ``lossless``.
+        manifest: the run manifest (``timings["compare"]`` is added by ``gate``).
+        speed: the speed block (``speedrun.measure_speed``), None when speed was not measured.
+        files: JSON files to write into the run directory with the verdict (name -> object), e.g. a compare's
+            ``baseline.json``; a run writes its sides' files as each side finishes instead.
+        pair: for two stored runs, ``"A vs B"``: a comparison that fails is then "not comparable".
+    """
+
+    tasks: dict[str, dict[str, Any]]
+    effective: dict[str, dict[str, Any]]
+    gate_name: str | None
+    expect: str
+    manifest: Manifest
+    speed: dict[str, Any] | None = None
+    files: dict[str, Any] = field(default_factory=dict)
+    pair: str | None = None
+
+
+class Job(Protocol):
+    """Where a gate's two sides come from: ``load`` reads and checks the inputs (no engine yet) and returns the
+    thresholds; ``evaluate`` evaluates both sides; ``out`` is the run directory (known once ``load`` returned)."""
+
+    out: Path
+
+    def load(self) -> Any: ...
+
+    def evaluate(self, thresholds: Any) -> Evaluated: ...
+
+
+@dataclass
+class Outcome:
+    """A gate's result: the verdict document, the run directory, the speed block (None: not measured) and the HTML
+    report's path."""
+
+    doc: dict[str, Any]
+    out: Path
+    speed: dict[str, Any] | None
+    report: Path | None = None
+
+    @property
+    def exit_code(self) -> int:
+        """The verdict's exit code (0 PASS, 1 BLOCK, 4 NO-OP, 5 INCONCLUSIVE)."""
+        return int(VERDICT_EXIT[self.doc["verdict"]])
+
+    @property
+    def speed_failed(self) -> str | None:
+        """Why the speed measurement failed, None when it was measured or not asked for."""
+        if self.speed is None or self.speed.get("status") == "measured":
+            return None
+        return str(self.speed.get("error"))
+
+    def check_speed(self) -> None:
+        """Raise ``SpeedError`` (exit 3) when the speed measurement failed: the quality verdict is kept on disk, but
+        the run as a whole failed."""
+        from evalgate.evaluate.runner import SpeedError
+
+        if self.speed_failed is not None:
+            raise SpeedError(f"quality verdict {self.doc['verdict']} (kept in {self.out / 'verdict.json'}), but the "
+                             f"speed measurement failed: {self.speed_failed}")
+
+
+def gate(job: Job) -> Outcome:
+    """The gate, in the order it runs: load, evaluate both sides, compare, decide, render.
+
+    Returns:
+        The ``Outcome`` (verdict document, run directory, speed block).
+    Raises:
+        ConfigError (exit 2): bad input, refused before any engine starts (or a value vLLM refuses).
+        EngineError, StoreError (exit 3): an engine failed, a stored run is missing or the runs are not comparable.
+    """
+    from evalgate.compare.pairing import compare_tasks
+
+    thresholds = job.load()                     # 1. load: configs, thresholds, suites; bad input ends here
+    sides = job.evaluate(thresholds)            # 2. evaluate both sides: engines, the store, or stored runs
+    t0 = time.monotonic()
+    try:                                        # 3. compare: the paired statistics, per task
+        comparisons = compare_tasks(sides.tasks["baseline"], sides.tasks["candidate"], thresholds,
+                                    config=sides.gate_name)
+    except StoreError as exc:
+        if sides.pair is None:
+            raise
+        raise StoreError(f"runs are not comparable ({sides.pair}): {exc}") from exc
+    sides.manifest.timings["compare"] = time.monotonic() - t0
+    doc, paths = decide_and_render(comparisons, sides, thresholds, job.out)  # 4. decide and 5. render: one call
+    return Outcome(doc, job.out, sides.speed, paths["html"])
+
+
+def decide_and_render(comparisons: list[Any], sides: Evaluated, thresholds: Any,
+                      out: Path) -> tuple[dict[str, Any], dict[str, Path]]:
+    """The verdict: ``gate.decide`` over the comparisons, the gate's overrides (``document.build_verdict`` calls
+    ``gate.overrule``: health, speculative-decoding and speed floors), then ``sides.files``, ``manifest.json``, ``verdict.json`` and the
+    rendered outputs (``outputs.write_outputs``) in ``out``. Returns the verdict document and the rendered files'
+    paths (``{"html", "junit", "markdown"}``)."""
+    from evalgate.report.document import build_verdict
+    from evalgate.gate import decide
+
+    name = sides.gate_name
+    decision = decide([(c.suite, c.task, c.comparison) for c in comparisons], thresholds,
+                      baseline_effective=sides.effective["baseline"], candidate_effective=sides.effective["candidate"],
+                      config=name, expect=sides.expect,
+                      outputs={c.task: c.agreement(thresholds.near_tie_logprob) for c in comparisons})
+    manifest = sides.manifest.as_json()
+    verdict = build_verdict(decision, comparisons, manifest, spec_floors=thresholds.spec_floors_for(name),
+                            near_tie=thresholds.near_tie_logprob, speed=sides.speed,
+                            speed_floors=thresholds.speed_floors_for(name), economics=thresholds.economics_for(name))
+    doc = verdict.to_dict()
+    for filename, obj in sides.files.items():
+        write_json_atomic(out / filename, obj)
+    write_json_atomic(out / "manifest.json", manifest)
+    write_json_atomic(out / "verdict.json", doc)
+    return doc, write_outputs(verdict, out)
+
+
+def stamp_now() -> str:
+    """The run's UTC time stamp, e.g. ``20261201T104705Z`` (run directory names, ``manifest.created``)."""
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def run_manifest(runs: dict[str, Any], thresholds: Any, suites: list[Any], *, limit: int | None, stamp: str,
+                 timings: dict[str, float], placement: dict[str, Any] | None = None) -> Manifest:
+    """The manifest of two evaluated configs (``runs``: role -> ``runner.ConfigRun``); ``placement``: the
+    ``placement.placement_record`` (None: not written)."""
+    from evalgate.evaluate.runner import versions
+
+    extra = {} if placement is None else {"placement": placement}
+    return Manifest(**extra, created=stamp, model=runs["candidate"].config.model, limit=limit, versions=versions(),
+                    thresholds=str(thresholds.path), timings=timings,
+                    suites=[SuiteEntry(name=s.name, tasks=list(s.tasks), content_hash=s.content_hash) for s in suites],
+                    baseline=side(runs["baseline"]), candidate=side(runs["candidate"]))
+
+
+def evaluated_runs(runs: dict[str, Any], manifest: Manifest, *, gate_name: str | None = None,
+                   speed: dict[str, Any] | None = None) -> Evaluated:
+    """``Evaluated`` of two ``runner.ConfigRun``s; ``gate_name`` defaults to the candidate's config name."""
+    cand = runs["candidate"].config
+    return Evaluated(tasks={r: runs[r].tasks for r in ROLES}, effective={r: runs[r].effective for r in ROLES},
+                     gate_name=gate_name or cand.name, expect=cand.expect, manifest=manifest, speed=speed)
+
+
+def load_suites(suites_dir: Path, names: list[str] | None) -> list[Any]:
+    """The suites ``names`` (all under ``suites_dir`` when None). Raises ConfigError when there are none."""
+    from evalgate.suites.discovery import list_suites, load_suite
+
+    twice = sorted({n for n in names or [] if (names or []).count(n) > 1})
+    if twice:  # a suite listed twice (a typo for another?) would appear twice in the manifest and the runs: refuse
+        raise ConfigError(f"suite {twice[0]!r} is named more than once", field="--suites")
+    suites = [load_suite(n, suites_dir) for n in names] if names else list_suites(suites_dir)
+    if not suites:
+        raise ConfigError("no suites found", path=suites_dir)
+    return suites

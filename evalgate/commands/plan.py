@@ -1,0 +1,262 @@
+"""``evalgate plan``: how many items each task needs for a margin, from a pilot run's discordance (or an assumed
+one), against the items its suite holds. Prints; decides nothing (the statistics are ``compare.plan_tasks`` and
+``power``)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from evalgate.errors import ConfigError, EvalgateError
+
+
+def plan(config: str, margin: float, thresholds_path: Path, configs_dir: Path, from_dir: Path | None = None,
+         assume_discordance: float | None = None) -> None:
+    """Print the items each task needs so that MDE <= ``margin`` (points), from a pilot run's discordance
+    (``from_dir``; default the newest ``runs/<config>-*``), against the items its suite holds: a task that needs more
+    cannot be powered at that margin, and the line says which margin it can. With ``assume_discordance`` (a share
+    in [0, 1]) there is no pilot: every task of every suite, the items it needs for ``margin`` at that discordance
+    (``power.items_needed_at_discordance``) against its suite's size, then its MDE at full size.
+
+    Raises:
+        ConfigError: margin not in (0, 100], unknown config, a pilot of another config, a share outside [0, 1].
+        StoreError: the pilot run is missing or malformed.
+    """
+    from evalgate.inputs.thresholds import load_thresholds
+
+    if not margin > 0 or margin > 100:
+        raise ConfigError(f"must be > 0 and <= 100 points, got {margin}", field="--margin")
+    thresholds = load_thresholds(thresholds_path)
+    name = Path(config).stem if config.endswith((".yaml", ".yml")) else config
+    if not from_dir:
+        _find_config(config, configs_dir)  # a config that does not exist has no pilot to find
+    if assume_discordance is not None:
+        return _plan_assumed(assume_discordance, name, margin, thresholds, _config_model(config, configs_dir))
+    _plan_from_pilot(config, name, margin, thresholds, configs_dir, from_dir or _latest_run(name))
+
+
+def limit_notice(tasks: list[tuple[str, float, float, int | None]], limit: int, power: float) -> str | None:
+    """The one-line notice for a ``--limit`` at which the run cannot PASS, or None when every task could.
+
+    Whatever the outputs, a task of n items has ``MDE >= (z_{1-alpha} + z_power) * 100 / n`` points (the gate's SE
+    floor, ``power.se_floor``), and PASS needs ``MDE <= margin`` on every task; so a task gated on fewer than
+    ``power.items_floor(margin, alpha, power)`` items can never PASS, and neither can the run. A task's items are at
+    most ``min(limit, its suite's own limit)``. Nothing is refused: small limits are run on purpose (to see a
+    NO-OP, or a lossless config's BLOCK).
+
+    Args:
+        tasks: per task ``(name, margin in points, one-sided alpha, the suite YAML's limit or None)``.
+        limit: the run's ``--limit`` (items per task, >= 1).
+        power: the thresholds' power.
+
+    Returns:
+        e.g. ``"notice: at --limit 40 no task can PASS (its MDE is at least (z_(1-alpha) + z_power) * 100 / n: 6.22 pts
+        or more here, above every task's margin of 4-6 pts), so the run can only end INCONCLUSIVE, BLOCK or NO-OP;
+        every task could PASS from --limit 63"``; None when every task could PASS at ``limit``.
+
+    Raises:
+        ValueError: a margin < 0, levels out of range (``power.items_floor``).
+    """
+    from evalgate.compare.power import items_floor, z_sum
+
+    blocked, needed, never = [], [], []
+    for name, margin, alpha, suite_limit in tasks:
+        floor = items_floor(margin, alpha, power)
+        cap = limit if suite_limit is None else min(limit, suite_limit)
+        if floor is None or cap < floor:
+            blocked.append((name, margin, z_sum(alpha, power) * 100.0 / cap))
+        if floor is None or (suite_limit is not None and suite_limit < floor):
+            never.append(name)  # no --limit helps: a zero margin, or the suite's own limit is below the floor
+        elif floor is not None:
+            needed.append(floor)
+    if not blocked:
+        return None
+    margins = sorted({m for _, m, _ in blocked})
+    span = f"{margins[0]:g}" if len(margins) == 1 else f"{margins[0]:g}-{margins[-1]:g}"
+    least = min(f for _, _, f in blocked)
+    if len(blocked) == len(tasks):
+        head = (f"no task can PASS (its MDE is at least (z_(1-alpha) + z_power) * 100 / n: {least:.2f} pts or more "
+                f"here, above every task's margin of {span} pts), so the run can only end INCONCLUSIVE, BLOCK or NO-OP")
+    else:
+        head = (f"the run cannot PASS: {len(blocked)} of {len(tasks)} tasks cannot ({', '.join(n for n, _, _ in blocked)}: "
+                f"MDE at least (z_(1-alpha) + z_power) * 100 / n: {least:.2f} pts or more here, above their margin of "
+                f"{span} pts)")
+    if never:
+        tail = f"no --limit can make {', '.join(never)} PASS (its margin or its suite's own limit is too small)"
+    else:
+        tail = f"every task could PASS from --limit {max(needed)}"
+    return f"notice: at --limit {limit} {head}; {tail}"
+
+
+def _plan_from_pilot(config: str, name: str, margin: float, thresholds: Any, configs_dir: Path, pilot: Path) -> None:
+    """``plan`` from the pilot run directory ``pilot``."""
+    from evalgate.compare.pairing import plan_tasks
+    from evalgate.results.store import read_json, tasks_from_json
+
+    sides = {role: read_json(pilot / f"{role}.json", f"{role} results") for role in ("baseline", "candidate")}
+    gated = sides["candidate"].get("config") if isinstance(sides["candidate"], dict) else None
+    by_path = config.endswith((".yaml", ".yml"))  # a path names the config by its file's stem only
+    if isinstance(gated, str) and gated and name not in (gated, *([Path(gated).name] if by_path else [])):
+        _find_config(config, configs_dir)
+        raise ConfigError(f"pilot run {pilot} gated config '{gated}', not '{name}'; pass --config {gated} or a run "
+                          f"of {name}", field="--config")
+    tasks = {role: tasks_from_json(d.get("tasks", {}) if isinstance(d, dict) else {}, pilot / f"{role}.json")
+             for role, d in sides.items()}
+    available, unknown = _suite_sizes(tasks["baseline"])
+    plans = plan_tasks(tasks["baseline"], tasks["candidate"], thresholds, margin=margin, config=name,
+                       available=available)
+    print(f"pilot: {pilot} (config {name}); margin {margin:g} pts, power {thresholds.power:g}")
+    _print_plans(plans, margin)
+    for task, why in unknown.items():
+        print(f"{task}: suite size unknown ({why}); cannot check the items needed against it")
+    _print_floors(plans)
+    manifest = pilot / "manifest.json"
+    model = read_json(manifest, "run manifest").get("model") if manifest.is_file() else None
+    print(f"\nat full size, MDE extrapolated from the pilot's discordance (power {thresholds.power:g}):")
+    _print_full_size([(t.suite, t.task, t.available, t.min_margin) for t in plans],
+                     model or _config_model(config, configs_dir), thresholds, name)
+
+
+def _print_plans(plans: list[Any], margin: float) -> None:
+    """The plan table, then one line per task that its suite cannot power at ``margin``."""
+    print(f"{'suite/task':34} {'n':>5} {'changed':>7} {'SE':>6} {'MDE':>6} {'alpha':>6} {'items needed':>13} "
+          f"{'suite has':>9}")
+    for t in plans:
+        need = "-" if t.items_needed is None else ("\u2265" if t.basis == "floor" else "") + str(t.items_needed)
+        if t.clusters_needed is not None:
+            need += f" ({t.clusters_needed} docs)"
+        have = "?" if t.available is None else str(t.available)
+        print(f"{t.suite + '/' + t.task:34} {t.n:>5} {t.changed:>7} {t.se:>6.2f} {t.mde:>6.2f} {t.alpha:>6.3g} {need:>13} "
+              f"{have:>9}")
+    for t in plans:
+        if t.exceeds_suite:
+            _print_short(t.suite, t.task, t.items_needed, t.available, margin, t.min_margin,
+                         floor=t.basis == "floor")
+
+
+def _print_short(suite: str, task: str, needed: int, available: int, margin: float, min_margin: float | None, *,
+                 floor: bool = False) -> None:
+    """The line for a task whose suite holds fewer than the ``needed`` items for ``margin`` (points); ``min_margin``
+    is the whole suite's MDE (the margin it can be powered for), ``floor`` marks a pilot in which no item changed."""
+    least = "at least " if floor else ""
+    basis = "if no item changes" if floor else "at this discordance"
+    fix = (f"raise the margin to {math.ceil(min_margin * 10 - 1e-9) / 10:.1f} pts or more (the whole suite's "
+           f"MDE {basis}) or add items") if min_margin is not None else "raise the margin or add items"
+    print(f"{suite}/{task}: needs {least}{needed} items; suite has {available}: cannot be powered "
+          f"at a {margin:g}-point margin; {fix}")
+
+
+def _print_floors(plans: list[Any]) -> None:
+    """What a floor (no item changed in the pilot) means, when any plan is one."""
+    floors = [t for t in plans if t.basis == "floor"]
+    if floors:
+        print(f"\u2265N: no item changed in the pilot ({', '.join(t.task for t in floors)}), so there is no discordance to "
+              "extrapolate from: N is a floor, not an estimate. No run of fewer items is powered for this margin "
+              "(the SE is never below 100/N), and N suffice only if (almost) no item changes; a larger pilot "
+              "that sees changes gives an estimate")
+
+
+def _config_model(config: str, configs_dir: Path) -> str | None:
+    """The model the planned config evaluates (None when the config cannot be loaded)."""
+    from evalgate.inputs.config import load_config
+
+    try:
+        return load_config(config, configs_dir, check_engine_args=False).model
+    except EvalgateError:
+        return None
+
+
+def _plan_assumed(p: float, name: str, margin: float, thresholds: Any, model: str | None) -> None:
+    """``plan --assume-discordance P --margin M``: every task of every suite, the items it needs for ``margin``
+    (points) at an assumed discordance ``p`` against its suite's size, then its MDE at full size."""
+    from evalgate.compare.power import items_needed_at_discordance, mde_at_discordance
+    from evalgate.suites.discovery import default_suites_dir, list_suites
+
+    if not 0.0 <= p <= 1.0:
+        raise ConfigError(f"must be a share in [0, 1], got {p}", field="--assume-discordance")
+    rows, needs = [], []
+    for suite in list_suites(default_suites_dir()):
+        sizes, _ = _suite_sizes({t: _Named(suite.name) for t in suite.tasks})
+        for task in suite.tasks:
+            n = sizes.get(task)
+            alpha = thresholds.for_task(suite.name, task, name).alpha
+            full = mde_at_discordance(p, n, alpha, thresholds.power) if n else None
+            rows.append((suite.name, task, n, full))
+            needs.append((suite.name, task, alpha, items_needed_at_discordance(p, margin, alpha, thresholds.power),
+                          n, full))
+    print(f"no pilot: items needed for a {margin:g}-point margin and MDE at full size, assuming {100 * p:g} % of "
+          f"items change score between baseline and candidate (an assumption, not a measurement: a pilot run gives "
+          f"the real figure, 'evalgate plan --from RUN_DIR'); MDE = (z_(1-alpha) + z_power) * max(100 * sqrt({p:g} / "
+          f"n), 100 / n), items needed = the least n with MDE <= {margin:g}, power {thresholds.power:g}")
+    print(f"{'suite/task':34} {'alpha':>6} {'items needed':>13} {'suite has':>9}")
+    for suite_name, task, alpha, need, n, _ in needs:
+        print(f"{suite_name + '/' + task:34} {alpha:>6.3g} {need:>13} {n if n else '?':>9}")
+    for suite_name, task, _, need, n, full in needs:
+        if need is not None and n and need > n:
+            _print_short(suite_name, task, need, n, margin, full)
+    print(f"\nat full size, MDE at the assumed discordance (power {thresholds.power:g}):")
+    _print_full_size(rows, model, thresholds, name)
+
+
+class _Named:
+    """The one attribute ``_suite_sizes`` reads of a task result: its suite."""
+
+    def __init__(self, suite: str) -> None:
+        self.suite = suite
+
+
+def _print_full_size(rows: list[tuple[str, str, int | None, float | None]], model: str | None, thresholds: Any,
+                     config: str) -> None:
+    """One line per (suite, task, items at full size, MDE at full size): the FP32 baseline's accuracy that the task
+    YAML records for ``model`` (``metadata.evalgate``; '-' when none), the items, the MDE and the gate's margin."""
+    from evalgate.suites.discovery import default_suites_dir, load_suite, task_notes
+
+    print(f"{'suite/task':34} {'baseline':>8} {'items':>6} {'MDE':>6} {'margin':>6}  measured ({model or 'model unknown'})")
+    loaded: dict[str, Any] = {}
+    for suite, task, n, mde_full in rows:
+        try:
+            loaded.setdefault(suite, load_suite(suite, default_suites_dir()))
+            notes = task_notes(loaded[suite], task)
+        except ConfigError as exc:
+            print(f"{suite + '/' + task:34} {'?':>8}  ({exc})")
+            continue
+        acc = notes.baseline_accuracy.get(model or "")
+        margin = thresholds.for_task(suite, task, config).margin
+        print(f"{suite + '/' + task:34} {'-' if acc is None else f'{100 * acc:.1f}%':>8} {n if n else '?':>6} "
+              f"{'-' if mde_full is None else f'{mde_full:.2f}':>6} {margin:>6g}  {notes.measured or '-'}")
+
+
+def _suite_sizes(tasks: dict[str, Any]) -> tuple[dict[str, int], dict[str, str]]:
+    """Items each task's suite holds (``suites.count_items``, from the current ``suites/``): ``(sizes, unknown)``,
+    ``unknown`` mapping a task to why its size could not be had (suite gone, data not generated locally)."""
+    from evalgate.suites.discovery import count_items, default_suites_dir, load_suite
+
+    sizes: dict[str, int] = {}
+    unknown: dict[str, str] = {}
+    loaded: dict[str, Any] = {}
+    for name, t in sorted(tasks.items()):
+        try:
+            if t.suite not in loaded:
+                loaded[t.suite] = load_suite(t.suite, default_suites_dir())
+            sizes[name] = count_items(loaded[t.suite], name)
+        except ConfigError as exc:
+            unknown[name] = str(exc)
+    return sizes, unknown
+
+
+def _find_config(ref: str, configs_dir: Path) -> None:
+    """ConfigError (exit 2, like ``run``: with the closest known name) when config ``ref`` does not exist."""
+    from evalgate.inputs.config import _find
+
+    _find(ref, configs_dir, None, field="--config")
+
+
+def _latest_run(config: str) -> Path:
+    """The newest ``runs/<config>-<UTC time>`` directory holding both sides' results."""
+    found = sorted(p for p in Path("runs").glob(f"{config.replace('/', '_')}-*")
+                   if (p / "baseline.json").is_file() and (p / "candidate.json").is_file())
+    if not found:
+        raise ConfigError(f"no pilot run of '{config}' under runs/; run 'evalgate run --config {config} --limit 40' "
+                          "or pass --from RUN_DIR (or --assume-discordance P to plan without one)", field="--from")
+    return found[-1]

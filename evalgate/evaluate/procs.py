@@ -1,0 +1,93 @@
+"""A worker process's plumbing, parent side: start it in a session of its own (killed with the gate), stop its whole
+process group, and turn how it ended (exit code, signal, log tail) into a one-line error."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from evalgate.engine.protocol import CONFIG_ERROR_EXIT, CONFIG_ERROR_TAG
+from evalgate.errors import ConfigError, EngineError
+from evalgate.results.store import write_json_atomic
+
+LOG_TAIL_LINES = 8
+
+
+def spawn(spec: dict[str, Any], cfg: Any, log_path: Path, log: Any, **popen: Any) -> subprocess.Popen[Any]:
+    """Start ``python -m evalgate.worker SPEC`` (the spec written beside the log) in a session of its own, killed
+    when this process dies, with the config's environment; stdout and stderr to ``log``."""
+    spec_path = log_path.with_suffix(".spec.json")
+    write_json_atomic(spec_path, spec)
+    return subprocess.Popen([sys.executable, "-m", "evalgate.worker", str(spec_path)], stdout=log,
+                            stderr=subprocess.STDOUT, env={**os.environ, **cfg.env}, start_new_session=True,
+                            preexec_fn=_die_with_parent, **popen)
+
+
+def exit_error(rc: int, cfg: Any, log_path: Path, doing: str = "") -> ConfigError | EngineError:
+    """The error a worker's non-zero exit code ``rc`` means (``doing``: what it was doing, for the message)."""
+    if rc == CONFIG_ERROR_EXIT:  # the worker's pre-flight (EngineArgs -> engine config, no model loaded) refused
+        return ConfigError(f"vLLM rejected a value: {_config_error(log_path)}", path=cfg.path, field="engine_args")
+    how = f"was killed by signal {-rc} ({_signal_hint(-rc)})" if rc < 0 else f"exited with code {rc}"
+    return EngineError(f"engine for {cfg.name} {how}{doing}; last log lines: {tail(log_path)} (log: {log_path})")
+
+
+def _config_error(log_path: Path) -> str:
+    """The reason the worker's pre-flight printed for a refused engine-arg value."""
+    lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+    return next((ln.split(CONFIG_ERROR_TAG, 1)[1].strip() for ln in reversed(lines) if CONFIG_ERROR_TAG in ln),
+                "vLLM rejected the engine args")
+
+
+def _signal_hint(signum: int) -> str:
+    """``SIGKILL; out of memory?`` and the like, for an engine killed by a signal."""
+    import signal
+
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        return "unknown signal"
+    hints = {"SIGKILL": "out of memory? the kernel's OOM killer sends SIGKILL", "SIGSEGV": "a crash in native code",
+             "SIGBUS": "a crash in native code, or /dev/shm full", "SIGABRT": "aborted by native code"}
+    return f"{name}; {hints[name]}" if name in hints else name
+
+
+def _die_with_parent() -> None:
+    """In the worker, before exec: ask Linux to SIGKILL it when the gate process dies (no orphaned engines).
+
+    The worker runs in its own session (so a timeout can kill its whole process group), which also means
+    a kill of the gate's group would not reach it; PR_SET_PDEATHSIG closes that gap. No-op elsewhere.
+    """
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def kill_group(proc: subprocess.Popen[Any]) -> None:
+    """SIGKILL the process group of ``proc`` (the worker and everything it started) and reap it."""
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def tail(log_path: Path, n: int = LOG_TAIL_LINES) -> str:
+    """The last ``n`` meaningful log lines joined by " | " (progress bars and blank lines dropped)."""
+    try:
+        lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return "<no log>"
+    keep = [ln.strip()[:300] for ln in lines if ln.strip() and "it/s]" not in ln and "%|" not in ln]
+    # The last error lines (the cause, often well above the end of the log) first, then the last lines.
+    errors = [ln for ln in keep if "Error" in ln or "error" in ln][-3:]
+    last = [ln for ln in keep[-n:] if ln not in errors][-(n - len(errors)):]
+    return " | ".join(errors + last)

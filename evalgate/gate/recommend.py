@@ -1,0 +1,119 @@
+"""The ablation's closing recommendation (issue 27, item 5): at each measured concurrency, the fastest variant that
+PASSes quality and is faster for sure, or "none" with the reason. Pure choice logic over ``ablate.ablation_rows``.
+
+A variant qualifies at concurrency ``c`` when
+
+* its row ran (not skipped, not pending) and its verdict is ``PASS`` (``BLOCK``, ``INCONCLUSIVE`` and ``NO-OP`` never
+  qualify: a switch that may cost quality, or that the engine did not apply, is not recommended);
+* its speed-up at ``c`` (candidate / baseline output tok/s, medians) has an interval whose lower end is > 1: it is
+  faster for sure, not merely in its point estimate (no interval, with fewer than 2 repeats: not shown faster);
+* ``slo_failure(row, c)`` is empty: a hook for a per-level refusal beyond the verdict. Latency SLOs need no hook
+  today: they are decided in serve mode by ``evalgate run`` (``gate.slo_failures``: a missed objective BLOCKs the
+  verdict, so such a variant never PASSes), and ``ablate`` refuses serve mode; the default never refuses.
+
+Among those, the largest speed-up wins; a tie on the speed-up goes to the larger lower bound, then to the fewer
+switches (the simpler change), then to the table's order, and the tied variants are named. Rows of the same config
+(a switch alone and the first cumulative step) count once, under the first row's label.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from evalgate.speed.economics import usd
+
+__all__ = ["recommend", "recommendation_lines"]
+
+SloCheck = Callable[[Mapping[str, Any], int], str]
+
+
+def _no_slo(row: Mapping[str, Any], concurrency: int) -> str:
+    return ""
+
+
+def _level(row: Mapping[str, Any], c: int) -> Mapping[str, Any] | None:
+    return next((s for s in row.get("speed") or [] if s.get("concurrency") == c), None)
+
+
+def _ran(row: Mapping[str, Any]) -> bool:
+    return not row.get("skipped") and not row.get("pending") and bool(row.get("verdict"))
+
+
+def _ratio(s: Mapping[str, Any]) -> str:
+    lo, hi = s.get("ci_low"), s.get("ci_high")
+    ci = f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else " [no interval]"
+    return f"\u00d7{s['ratio']:.2f}{ci}"
+
+
+def recommend(rows: Sequence[Mapping[str, Any]], slo_failure: SloCheck = _no_slo) -> list[dict[str, Any]]:
+    """The recommendation at each concurrency some row measured (ascending).
+
+    Args:
+        rows: ``ablate.ablation_rows`` (each with ``label``, ``config``, ``verdict``, ``speed`` levels, ``skipped``,
+            ``pending``, ``switches`` and optionally ``economics`` levels).
+        slo_failure: ``(row, concurrency) -> reason`` ("" when the variant meets every latency SLO at that level).
+    Returns:
+        Per concurrency ``{concurrency, config, label, ratio, ci_low, ci_high, level, usd_per_mtok, tied, reason}``;
+        ``config`` and ``label`` are None when no variant qualifies and ``reason`` says why; ``usd_per_mtok`` is the
+        chosen variant's $ per million output tokens when the row has an economics block, else None; ``tied``
+        lists the labels of the variants with the same speed-up and lower bound.
+    """
+    seen: set[str] = set()
+    unique = []
+    for r in rows:
+        if _ran(r) and r.get("config") not in seen:
+            seen.add(r.get("config"))
+            unique.append(r)
+    levels = sorted({s["concurrency"] for r in unique for s in r.get("speed") or [] if s.get("ratio") is not None})
+    out = []
+    for c in levels:
+        measured = [(i, r, _level(r, c)) for i, r in enumerate(unique)]
+        measured = [(i, r, s) for i, r, s in measured if s is not None and s.get("ratio") is not None]
+        passed = [(i, r, s) for i, r, s in measured if r.get("verdict") == "PASS"]
+        sure = [(i, r, s) for i, r, s in passed if s.get("ci_low") is not None and s["ci_low"] > 1]
+        within = [(i, r, s) for i, r, s in sure if not slo_failure(r, c)]
+        entry: dict[str, Any] = {"concurrency": c, "config": None, "label": None, "ratio": None, "ci_low": None,
+                                 "ci_high": None, "level": None, "usd_per_mtok": None, "tied": []}
+        if within:
+            def key(x: tuple[int, Mapping[str, Any], Mapping[str, Any]]) -> tuple[float, float, int, int]:
+                i, r, s = x
+                return (-s["ratio"], -s["ci_low"], len(r.get("switches") or []), i)
+
+            within.sort(key=key)
+            _, best, s = within[0]
+            tied = [r["label"] for _, r, t in within[1:] if (t["ratio"], t["ci_low"]) == (s["ratio"], s["ci_low"])]
+            cost = next((e for e in best.get("economics") or [] if e.get("concurrency") == c), None)
+            level = s.get("level") or 0.95
+            entry.update(config=best["config"], label=best["label"], ratio=s["ratio"], ci_low=s["ci_low"],
+                         ci_high=s.get("ci_high"), level=level, tied=tied,
+                         usd_per_mtok=None if cost is None else (cost.get("candidate") or {}).get("usd_per_mtok"),
+                         reason=f"the fastest variant that PASSes with its speed-up's lower {100 * level:.0f} % bound "
+                                f"above 1: {_ratio(s)}" + (f" (tied with {', '.join(tied)})" if tied else ""))
+        elif not measured:
+            entry["reason"] = "no variant measured its speed at this concurrency"
+        elif not passed:
+            entry["reason"] = (f"no variant PASSes quality ({len(measured)} measured: "
+                               + ", ".join(f"{r['label']} {r['verdict']}" for _, r, _ in measured) + ")")
+        elif not sure:
+            _, r, s = max(passed, key=lambda x: x[2]["ratio"])
+            entry["reason"] = (f"no PASS variant is faster for sure (lower bound of its speed-up > 1); the fastest, "
+                               f"{r['label']}, is {_ratio(s)}")
+        else:
+            entry["reason"] = "every PASS variant faster for sure breaks a latency SLO: " + "; ".join(
+                f"{r['label']}: {slo_failure(r, c)}" for _, r, _ in sure)
+        out.append(entry)
+    return out
+
+
+def recommendation_lines(recs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The recommendation as text, one line per concurrency: ``c=16: recommend async_scheduling=True (config x): the
+    fastest ...`` or ``c=16: none: no variant PASSes quality ...``. Empty when nothing was measured."""
+    out = []
+    for r in recs:
+        if r.get("config") is None:
+            out.append(f"c={r['concurrency']}: none: {r['reason']}")
+        else:
+            cost = f"; {usd(r['usd_per_mtok'])} per M output tokens" if r.get("usd_per_mtok") is not None else ""
+            out.append(f"c={r['concurrency']}: recommend {r['label']} (config {r['config']}): {r['reason']}{cost}")
+    return out

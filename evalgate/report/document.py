@@ -1,0 +1,197 @@
+"""Build the verdict (``verdict.Verdict``, written as ``verdict.json``) from the gate's decision and the facts.
+
+Assembles, decides nothing: the evidence of each task comes from ``evidence`` (facts), which of it fails the
+candidate and the final verdict from ``gate`` (``gate.health_alpha``, ``gate.health_failures``, ``gate.overrule``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from evalgate import gate
+from evalgate.compare.pairing import TaskComparison
+from evalgate.speed.economics import economics_block
+from evalgate.compare.evidence import HEALTH_INDICATORS, HealthShift, SpecDecodeHealth, as_dict, spec_decode_health, task_facts
+from evalgate.fmt import json_number as _num
+from evalgate.compare.power import items_needed_basis
+from evalgate.compare.reasoning import reasoning_summary
+from evalgate.results.records import ItemResult
+from evalgate.report.verdict import VERSION, Verdict
+
+__all__ = ["build_verdict", "gate_document", "task_evidence"]
+
+
+def task_evidence(pairs: Sequence[tuple[ItemResult, ItemResult]], spec: SpecDecodeHealth | None, *,
+                  lossless: bool = False, health_alpha: float = 0.05) -> dict[str, Any]:
+    """One task's ``evidence`` block: ``evidence.task_facts`` plus the gate's judgement of them.
+
+    Args:
+        pairs: ``(baseline, candidate)`` items of the task.
+        spec: the candidate's spec-decode counters (``evidence.spec_decode_health``), None when off.
+        lossless: the candidate is declared lossless; health_alpha: the per-test level (``gate.health_alpha``).
+    Returns:
+        ``task_facts``'s keys, with ``contradictions`` extended by the health rises that are not significant and
+        ``failures`` (``gate.health_failures``: what fails the candidate whatever its accuracy). Raises ValueError
+        for no pairs.
+    """
+    facts = task_facts(pairs, spec)
+    shares = {kind: (facts["health"]["baseline"][kind], facts["health"]["candidate"][kind])
+              for kind in HEALTH_INDICATORS}
+    failures, warnings = gate.health_failures(
+        decode_nonfinite=(facts["decode"] or {}).get("nonfinite_items", 0),
+        prefill_nonfinite=(facts["logit"] or {}).get("nonfinite_items", 0),
+        shifts=[HealthShift(**sh) for sh in facts["health_shifts"]], shares=shares, lossless=lossless,
+        alpha=health_alpha)
+    return {**facts, "contradictions": [*facts["contradictions"], *warnings], "health_shifts": facts["health_shifts"],
+            "failures": failures}
+
+
+def build_verdict(decision: gate.Decision, comparisons: list[TaskComparison], manifest: dict[str, Any], *,
+                  spec_floors: Any = None, near_tie: float = 0.0, speed: dict[str, Any] | None = None,
+                  speed_floors: Any = None, economics: dict[str, Any] | None = None) -> Verdict:
+    """The verdict of a run: ``decision`` overruled by the evidence rules (``gate.overrule``), with every task's
+    statistics, changed items and evidence.
+
+    Args:
+        decision: from ``gate.decide``.
+        comparisons: from ``compare.compare_tasks`` (same tasks as the decision).
+        manifest: run metadata: ``baseline``/``candidate`` (name, requested, effective, expect, spec_decode,
+            evidence_sources), suites, versions, timings.
+        spec_floors: ``thresholds.SpecDecodeFloors`` for the candidate (None: no floors); a missed floor BLOCKs.
+        near_tie: nats (``thresholds.near_tie_logprob``); each task lists as ``tie_flips`` the differing items whose
+            first flip was within it (numerics), for lossy configs too.
+        speed: the measured ``speed`` block (``speed.speed_block``, or a failed one), None when speed was not
+            measured (the verdict then has no ``speed``).
+        speed_floors: ``thresholds.SpeedFloors`` for the candidate; a missed ``min_speedup``/``max_slowdown`` or
+            latency objective (serve mode) BLOCKs.
+        economics: ``thresholds.Thresholds.economics_for(config)`` (None: not set): the verdict gets an ``economics``
+            block (``economics.economics_block``) when speed was measured. It is computed after the decision and
+            never changes it.
+    Raises:
+        KeyError: ``manifest`` lacks ``baseline`` or ``candidate``; ValueError: a comparison without items.
+    """
+    base, cand = manifest["baseline"], manifest["candidate"]
+    spec = {role: spec_decode_health(manifest[role].get("spec_decode") or {}) for role in ("baseline", "candidate")}
+    expect = cand.get("expect", "lossy")
+    level = gate.health_alpha([td.threshold.alpha for td in decision.tasks], len(comparisons), len(HEALTH_INDICATORS))
+    evidence = {c.task: task_evidence(c.pairs, spec["candidate"], lossless=expect == "lossless", health_alpha=level)
+                for c in comparisons}
+    speculative = bool((cand.get("effective") or {}).get("engine_args", {}).get("speculative_config"))
+    decision = gate.overrule(decision, {t: e["failures"] for t, e in evidence.items()}, expect=expect,
+                             spec=spec["candidate"], speculative=speculative, spec_floors=spec_floors, speed=speed,
+                             speed_floors=speed_floors)
+    by_task = {c.task: c for c in comparisons}
+    gated = decision.verdict is not gate.Verdict.NO_OP
+    tasks = [_task_row(td, by_task[td.task], near_tie, gated, evidence[td.task]) for td in decision.tasks]
+    reasons = list(decision.reasons)
+    if not gated:
+        reasons += _not_applied(base.get("requested") or {}, cand.get("requested") or {}, cand.get("effective") or {})
+    doc: dict[str, Any] = {
+        "version": VERSION, "verdict": decision.verdict.value, "reasons": reasons, "tasks": tasks,
+        "config_diff": _diff_rows(base["requested"], cand["requested"]),
+        "effective_diff": _diff_rows(base["effective"], cand["effective"]),
+        "spec_decode": {role: as_dict(h) for role, h in spec.items()},
+        # Where the candidate's acceptance counts came from (runner.ConfigRun.evidence_sources); None when none.
+        "spec_decode_source": (cand.get("evidence_sources") or {}).get("spec_decode"),
+        "manifest": manifest,
+    }
+    if speed is not None:
+        doc["speed"] = {**speed, "thresholds": None if speed_floors is None else {
+            "min_speedup": speed_floors.min_speedup, "max_slowdown": speed_floors.max_slowdown,
+            **({"slos_ms": speed_floors.slos()} if speed_floors.slos() else {})}}
+    cost = economics_block(speed, economics, {role: (manifest[role].get("requested") or {}).get("engine_args")
+                                              for role in ("baseline", "candidate")})
+    if cost is not None:
+        doc["economics"] = cost
+    return Verdict.model_validate(doc)
+
+
+def gate_document(decision: gate.Decision, comparisons: list[TaskComparison], manifest: dict[str, Any],
+                  **options: Any) -> dict[str, Any]:
+    """``build_verdict(...).to_dict()``: the JSON-able document written as ``verdict.json`` (same arguments)."""
+    return build_verdict(decision, comparisons, manifest, **options).to_dict()
+
+
+def _task_row(td: gate.TaskDecision, c: TaskComparison, near_tie: float, gated: bool,
+              evidence: dict[str, Any]) -> dict[str, Any]:
+    """One task of the verdict: statistics (points; None for NaN where the document always wrote null), threshold,
+    verdict, flipped and changed items."""
+    cmp = td.comparison
+    flips = [_flip(c, i, "regressed") for i in c.regressed] + [_flip(c, i, "improved") for i in c.improved]
+    flipped = set(c.regressed) | set(c.improved)
+    changed = [_flip(c, i, "changed") for i, (b, k) in enumerate(c.pairs) if b.output != k.output and i not in flipped]
+    row = {
+        "suite": td.suite, "task": td.task, "metric": c.metric, "verdict": td.verdict.value, "reason": td.reason,
+        "n": cmp.n, "baseline": cmp.baseline_mean, "candidate": cmp.candidate_mean, "delta": cmp.delta,
+        "ci_low": cmp.ci_low, "ci_high": cmp.ci_high, "ci_level": 1 - 2 * td.threshold.alpha,
+        "lower_bound": cmp.lower_bound, "margin": td.threshold.margin, "margin_source": td.threshold.source,
+        "alpha": td.threshold.alpha, "method": cmp.method, "binary": cmp.binary, "mcnemar_p": _num(cmp.mcnemar_p),
+        "stderr": _num(cmp.stderr), "n_regressed": cmp.n_regressed, "n_improved": cmp.n_improved,
+        "identical_outputs": c.identical_outputs, "flipped": flips, "changed_outputs": changed,
+        "tie_flips": list(c.agreement(near_tie).tie_flips), **_decision_fields(td), "gated": gated,
+        "evidence": evidence,
+    }
+    reasoning = reasoning_summary(c.pairs)
+    if reasoning is not None:  # with chat.think_end only: other documents stay as they were
+        row["reasoning"] = reasoning
+    return row
+
+
+def _decision_fields(td: gate.TaskDecision) -> dict[str, Any]:
+    """Power, the rule applied and the cross-check intervals of one task (points; None for NaN)."""
+    cmp, agree = td.comparison, td.lossless
+    changed = cmp.n_regressed + cmp.n_improved
+    return {
+        "mde": _num(td.mde), "power": _num(td.power), "rule": td.rule, "items_needed": td.items_needed,
+        "items_needed_basis": items_needed_basis(td.items_needed, changed),
+        "discordant": changed, "n_clusters": cmp.n_clusters,
+        "loss_p": _num(cmp.p_loss), "loss_test": cmp.loss_test, "loss_alpha": _num(td.loss_alpha),
+        "loss_shown": td.loss_shown, "se_power": _num(cmp.se_power),
+        "cross_check": {"bootstrap": [_num(cmp.boot_low), _num(cmp.boot_high)],
+                        "t": [_num(cmp.t_low), _num(cmp.t_high)],
+                        "newcombe": [_num(cmp.newcombe_low), _num(cmp.newcombe_high)]},
+        "lossless": None if agree is None else {
+            "identical": agree.identical, "n": agree.n, "share": agree.share,
+            "required_share": td.required_share, "differing_items": list(agree.differing),
+            "tie_flips": list(agree.tie_flips), "kl_mean": agree.kl_mean},
+    }
+
+
+def _not_applied(base_requested: dict[str, Any], cand_requested: dict[str, Any],
+                 cand_effective: dict[str, Any]) -> list[str]:
+    """For a NO-OP: one sentence per requested difference, with what the engine applied instead, e.g.
+    ``engine_args.async_scheduling: requested True (baseline: <absent>), but the engine applied False to both``."""
+    out = []
+    for key, (b, c) in sorted(gate.effective_diff(base_requested, cand_requested).items()):
+        value: Any = cand_effective
+        for part in key.split("."):  # the same dotted key in the engine's read-back
+            value = value.get(part, gate.MISSING) if isinstance(value, dict) else gate.MISSING
+        shown = "not reported" if value is gate.MISSING else repr(value)
+        out.append(f"{key}: requested {c!r} (baseline: {b!r}), but the engine applied {shown} to both")
+    return out
+
+
+def _flip(c: TaskComparison, i: int, kind: str) -> dict[str, Any]:
+    """Item ``i`` of ``c`` with both outputs and scores (and, for a multiple-choice item, each choice's log-probs)."""
+    b, k = c.pairs[i]
+    out = {"kind": kind, "item_id": b.item_id, "item_hash": b.item_hash, "prompt": b.prompt, "target": b.target,
+           "baseline_output": b.output, "candidate_output": k.output,
+           "baseline_score": b.score, "candidate_score": k.score}
+    sid = b.source_id if b.source_id is not None else k.source_id  # one side may come from an older store entry
+    if sid is not None:
+        out["source_id"] = sid
+    if b.thought is not None or k.thought is not None:
+        out["baseline_thought"], out["candidate_thought"] = b.thought, k.thought
+    if b.choices and k.choices:
+        out["choices"] = [{"continuation": cb["continuation"], "baseline_logprob": cb["logprob"],
+                           "candidate_logprob": ck["logprob"], "gold": cb["continuation"] == b.target}
+                          for cb, ck in zip(b.choices, k.choices)]
+    return out
+
+
+def _diff_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, str]]:
+    """``gate.effective_diff`` as rows of ``repr`` strings (``(unset)`` for a key on one side only)."""
+    return [{"key": key, "baseline": "(unset)" if va is gate.MISSING else repr(va),
+             "candidate": "(unset)" if vb is gate.MISSING else repr(vb)}
+            for key, (va, vb) in sorted(gate.effective_diff(a, b).items())]

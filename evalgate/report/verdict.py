@@ -1,0 +1,472 @@
+"""The verdict document (``verdict.json``) as a typed, versioned model: written from it, read back into it.
+
+``evalgate run``/``compare``/``ablate`` build a :class:`Verdict` (``evalgate.report.document.build_verdict``) and write
+``Verdict.to_dict()``; ``evalgate report RUN_DIR``, ``evalgate compare`` and every renderer (HTML, JUnit, Markdown,
+terminal, plots) read it back with :func:`as_verdict`. The JSON keys and values are those evalgate has always
+written (``version`` 1). A document only ever gained keys, so every field has a default meaning "not recorded"
+(a missing verdict reads as BLOCK: fail closed); an old document reads as it was written and dumps back to the
+same keys and values, and unknown keys are kept. Numbers keep their JSON type (an integer margin stays ``2``,
+not ``2.0``). Points are percentage points (0-100 scale); shares are 0..1; KL is in nats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+VERSION = 1
+Number = Union[int, float]  # smart union: an int stays an int, a float (also NaN) a float
+VerdictName = Literal["PASS", "BLOCK", "NO-OP", "INCONCLUSIVE"]
+
+
+class _Record(BaseModel):
+    """Base of every part of the document: unknown keys are kept (documents from newer versions still read)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+def _f(description: str, default: Any = None) -> Any:
+    return Field(default=default, description=description)
+
+
+def _list(description: str) -> Any:
+    return Field(default_factory=list, description=description)
+
+
+class DiffRow(_Record):
+    """One engine-config key that differs between the sides (``gate.effective_diff``)."""
+
+    key: str = _f("dotted key, e.g. ``engine_args.dtype``", "")
+    baseline: str = _f("the baseline's value as Python ``repr``, or ``(unset)``", "")
+    candidate: str = _f("the candidate's value as Python ``repr``, or ``(unset)``", "")
+
+
+class Choice(_Record):
+    """One choice of a multiple-choice (log-likelihood) item on both sides."""
+
+    continuation: str = _f("the choice's text", "")
+    baseline_logprob: Number | None = _f("log-prob of the choice under the baseline, nats (summed over tokens)")
+    candidate_logprob: Number | None = _f("log-prob of the choice under the candidate, nats")
+    gold: bool = _f("the choice is the reference answer", False)
+
+
+class Flip(_Record):
+    """One item whose score (``regressed``/``improved``) or only its output (``changed``) changed."""
+
+    kind: Literal["regressed", "improved", "changed"] = _f("what changed", "changed")
+    item_id: int = _f("lm-eval ``doc_id``", 0)
+    item_hash: str = _f("lm-eval ``doc_hash`` (pairs the sides)", "")
+    source_id: str | None = _f("the dataset's own id of the item (its doc's ``id``, ``doc_id``, ``uid``, ``qid`` or "
+                               "``task_id``; untrusted when rendered); absent when its docs carry none")
+    prompt: str = _f("the exact text sent to the engine (untrusted when rendered)", "")
+    target: str = _f("the reference answer", "")
+    baseline_output: str = _f("the baseline's generation (untrusted)", "")
+    candidate_output: str = _f("the candidate's generation (untrusted)", "")
+    baseline_score: Number = _f("the baseline's primary metric, 0..1", 0.0)
+    candidate_score: Number = _f("the candidate's primary metric, 0..1", 0.0)
+    choices: list[Choice] | None = _f("per choice of a multiple-choice item; absent for a generated item")
+    baseline_thought: str | None = _f("the baseline's stripped thought (``chat.think_end``; untrusted), None if none")
+    candidate_thought: str | None = _f("the candidate's stripped thought (untrusted), None if none")
+
+
+class CrossCheck(_Record):
+    """The other intervals of Δ, points, ``[low, high]`` (None where undefined), for comparison with the one gated."""
+
+    bootstrap: list[Number | None] = _list("paired (cluster) bootstrap percentile interval")
+    t: list[Number | None] = _list("paired t interval")
+    newcombe: list[Number | None] = _list("Newcombe's paired-proportion interval (0/1 scores)")
+
+
+class Lossless(_Record):
+    """Output agreement of a task of a candidate declared ``expect: lossless`` (``gate.OutputAgreement``)."""
+
+    identical: int = _f("items with byte-identical outputs", 0)
+    n: int = _f("items compared", 0)
+    share: Number | None = _f("agreeing share (identical or near-tie flips), 0..1; NaN for no items")
+    required_share: Number | None = _f("``min_identical_share`` the gate required, 0..1")
+    differing_items: list[int] = _list("``item_id`` of each item whose outputs differ")
+    tie_flips: list[int] = _list("differing items whose first flip was a near-tie (count as agreeing)")
+    kl_mean: Number | None = _f("token-weighted decode-time KL(baseline || candidate), nats/token; None: not measured")
+
+
+class HealthShares(_Record):
+    """Output-health shares of one side of one task (``evidence.OutputHealth``), 0..1."""
+
+    n: int = _f("items", 0)
+    truncated: Number | None = _f("share that hit ``max_tokens`` (vLLM ``finish_reason == 'length'``)")
+    empty: Number | None = _f("share with an empty or whitespace output")
+    unparseable: Number | None = _f("share failing the task's format metric; None when the task has none")
+    degenerate: Number | None = _f("share with a 1-8 character unit repeated 12 or more times")
+
+
+class HealthShift(_Record):
+    """Paired change of one health indicator (``evidence.HealthShift``)."""
+
+    kind: str = _f("``degenerate``, ``empty`` or ``truncated``", "")
+    worse: int = _f("items healthy under the baseline, unhealthy under the candidate", 0)
+    better: int = _f("the reverse", 0)
+    p: Number = _f("one-sided exact McNemar p of 'the candidate is unhealthy more often'", 1.0)
+
+
+class Divergence(_Record):
+    """Greedy identity of one task's outputs (``evidence.Divergence``); offsets in characters of decoded text."""
+
+    n: int = _f("paired items", 0)
+    identical_share: Number | None = _f("share of items with byte-identical outputs, 0..1")
+    first_divergence: list[int] = _list("per differing item, the character offset of the first difference")
+    curve: list[Number] = _list("share of items still identical up to each of ``offsets``")
+    offsets: list[int] = _list("the character offsets of ``curve``")
+
+
+class PrefillSummary(_Record):
+    """Teacher-forced next-token divergence along the baseline's output (``evidence.prefill_summary``), nats."""
+
+    items: int = _f("items scored", 0)
+    kl_mean: Number | None = _f("mean of the items' mean KL(baseline || candidate)")
+    kl_p99: Number | None = _f("largest item 99th-percentile KL")
+    kl_max: Number | None = _f("largest KL at any position")
+    top1_agreement: Number | None = _f("token-weighted share of positions with the same top-ranked token")
+    max_abs_dlogprob: Number | None = _f("largest |log p_base(t) − log p_cand(t)| for the baseline's token t")
+    nonfinite_items: int = _f("items whose candidate gave a NaN or +inf log-prob (always a failure)", 0)
+    kl_by_position: list[Number] = _list("mean KL over the items at each output position")
+
+
+class DecodeSummary(_Record):
+    """Decode-time next-token divergence along the tokens both sides generated alike (``evidence.decode_summary``)."""
+
+    items: int = _f("items with a decode record", 0)
+    positions: int = _f("compared positions over the items left in the means", 0)
+    kl_mean: Number | None = _f("token-weighted mean KL(baseline || candidate), nats/token")
+    kl_max: Number | None = _f("largest KL at any compared position, nats")
+    top1_agreement: Number | None = _f("token-weighted share of positions with the same top-ranked token")
+    max_abs_dlogprob: Number | None = _f("largest |log p_base(t) − log p_cand(t)| for the baseline's token t")
+    nonfinite_items: int = _f("items whose candidate recorded a NaN or +inf log-prob (always a failure)", 0)
+    unscored_items: int = _f("items left out of the means (a non-finite KL)", 0)
+    mean_common_prefix: Number | None = _f("mean number of leading output tokens identical on both sides")
+    tie_gaps: dict[str, Number | None] = Field(default_factory=dict, description=(
+        "per differing item (``item_id``), the baseline's log-prob gap between its token and the candidate's at the "
+        "first flip, nats; None when not a near-tie"))
+    kl_by_position: list[Number] = _list("mean KL over the items compared at each output position")
+    items_by_position: list[int] = _list("how many items each ``kl_by_position`` value covers")
+
+
+class PositionBucket(_Record):
+    """Quality, identity and decode KL in one bucket ``[lo, hi)`` of output tokens (``evidence.position_buckets``)."""
+
+    lo: int = _f("first output token of the bucket", 0)
+    hi: int | None = _f("end of the bucket (exclusive); None: open")
+    reaching: int = _f("items whose baseline output is longer than ``lo`` tokens", 0)
+    identical_share: Number | None = _f("share of those the candidate reproduced through the bucket; None: unknown")
+    kl_mean: Number | None = _f("mean decode-time KL over the bucket's compared positions, nats/token")
+    kl_positions: int = _f("how many positions that mean covers", 0)
+    metric: str | None = _f("the per-item metric that scores the bucket (``pos_<lo>_<hi>``), None when none")
+    scored: int = _f("items scored in the bucket on both sides", 0)
+    baseline: Number | None = _f("baseline quality in the bucket, points")
+    candidate: Number | None = _f("candidate quality in the bucket, points")
+    delta: Number | None = _f("candidate − baseline in the bucket, points")
+
+
+class Evidence(_Record):
+    """Engine evidence of one task beside its accuracy (``evidence`` facts, the gate's health judgement)."""
+
+    health: dict[str, HealthShares] = Field(default_factory=dict, description="``baseline``/``candidate`` shares")
+    divergence: Divergence | None = _f("greedy identity of the outputs")
+    logit: PrefillSummary | None = _f("teacher-forced prefill divergence; None when no item was scored")
+    decode: DecodeSummary | None = _f("decode-time divergence; None when not measured")
+    by_position: list[PositionBucket] = _list("quality, identity and decode KL per output-token bucket")
+    contradictions: list[str] = _list("warnings: evidence that disagrees with itself, health rises not significant")
+    health_shifts: list[HealthShift] = _list("paired degenerate / empty / truncated shifts")
+    failures: list[str] = _list("what BLOCKs the candidate whatever its accuracy (``gate.health_failures``)")
+
+
+class TokenDiff(_Record):
+    """Per-item token counts of one kind on both sides: means and the paired difference (``reasoning.paired_tokens``)."""
+
+    baseline: Number | None = _f("baseline mean, tokens per item")
+    candidate: Number | None = _f("candidate mean, tokens per item")
+    delta: Number | None = _f("mean of candidate − baseline per item, tokens")
+    ci_low: Number | None = _f("lower end of the interval of delta (paired t), None when n < 2")
+    ci_high: Number | None = _f("upper end of that interval")
+
+
+class Reasoning(_Record):
+    """Thinking and answer tokens of one task (``chat.think_end`` set; ``reasoning.reasoning_summary``)."""
+
+    n: int = _f("paired items counted", 0)
+    level: Number | None = _f("two-sided level of the intervals", 0.95)
+    method: str = _f("how the intervals were computed", "")
+    thinking_tokens: TokenDiff | None = _f("tokens of the stripped thought per item")
+    answer_tokens: TokenDiff | None = _f("tokens of the scored answer per item")
+    truncated_thought: dict[str, int] = Field(default_factory=dict, description="``baseline``/``candidate``: items "
+                                              "whose thought never ended (scored as an empty answer)")
+
+
+class TaskVerdict(_Record):
+    """One task: its paired statistics (points), threshold, verdict, rule and changed items."""
+
+    suite: str = _f("the evalgate suite", "")
+    task: str = _f("lm-eval task name", "")
+    metric: str = _f("the primary metric", "")
+    verdict: VerdictName = _f("the task's outcome (PASS, BLOCK or INCONCLUSIVE; kept under a NO-OP run); a task "
+                              "without one reads as BLOCK (fail closed)", "BLOCK")
+    reason: str = _f("the sentence that explains the verdict", "")
+    n: int = _f("paired items", 0)
+    baseline: Number | None = _f("baseline mean, points")
+    candidate: Number | None = _f("candidate mean, points")
+    delta: Number | None = _f("Δ = candidate − baseline, points")
+    ci_low: Number | None = _f("lower end of the two-sided (1 − 2 alpha) interval of Δ, points")
+    ci_high: Number | None = _f("upper end of that interval, points")
+    ci_level: Number | None = _f("its level, 1 − 2 alpha")
+    lower_bound: Number | None = _f("the one-sided (1 − alpha) lower confidence bound the gate compares to −margin")
+    margin: Number | None = _f("non-inferiority margin, points")
+    margin_source: str = _f("where the margin came from (thresholds entry)", "")
+    alpha: Number | None = _f("the task's one-sided level")
+    method: str = _f("how the interval was computed", "")
+    binary: bool = _f("the scores are 0/1", False)
+    mcnemar_p: Number | None = _f("two-sided exact McNemar p (0/1 scores); None when undefined")
+    stderr: Number | None = _f("standard error of Δ, points")
+    n_regressed: int = _f("items the candidate scored lower", 0)
+    n_improved: int = _f("items the candidate scored higher", 0)
+    identical_outputs: int = _f("items with byte-identical outputs", 0)
+    flipped: list[Flip] = _list("regressed then improved items, with prompt, target, both outputs and scores")
+    changed_outputs: list[Flip] = _list("items whose output changed but whose score did not")
+    tie_flips: list[int] | None = _f("differing items whose first flip was within ``near_tie_logprob``; absent in "
+                                     "documents written before near-ties were recorded")
+    mde: Number | None = _f("minimum detectable effect at alpha and power, points")
+    power: Number | None = _f("the configured power")
+    rule: str = _f("which rule produced the verdict (``gate.RULE_*``)", "")
+    items_needed: int | None = _f("items for MDE <= margin at this run's discordance")
+    items_needed_basis: str | None = _f("``discordance`` (an estimate) or ``floor`` (no item changed: a lower bound)")
+    discordant: int | None = _f("items whose score changed")
+    n_clusters: int | None = _f("source documents (clusters) among the items")
+    loss_p: Number | None = _f("one-sided p of the loss test")
+    loss_test: str = _f("which loss test ran", "")
+    loss_alpha: Number | None = _f("the loss test's level after Holm's correction")
+    loss_shown: bool = _f("the loss test rejected: a loss is shown", False)
+    se_power: Number | None = _f("the standard error used for power and MDE, points")
+    cross_check: CrossCheck | None = _f("the other intervals of Δ")
+    lossless: Lossless | None = _f("output agreement when the candidate is declared lossless, else None")
+    gated: bool = _f("the task counts toward the verdict (False under NO-OP)", True)
+    evidence: Evidence | None = _f("engine evidence; None in documents written before it existed")
+    reasoning: Reasoning | None = _f("thinking and answer tokens per side (``chat.think_end``); None without it")
+
+    def items_needed_figure(self) -> tuple[int | None, str | None]:
+        """``(items, basis)`` for MDE <= margin; ``(None, None)`` without a figure.
+
+        A document written before ``items_needed_basis`` existed stored the extrapolated SE floor when no item
+        changed; its figure is recomputed from its own statistics (``power.items_needed``).
+        """
+        from evalgate.compare import power
+
+        need, basis = self.items_needed, self.items_needed_basis
+        if need is not None and basis is None:
+            try:
+                need = power.items_needed(self.se_power, self.n, self.margin, self.alpha, self.power,
+                                          discordant=self.discordant)
+            except (TypeError, ValueError):
+                pass
+            basis = power.items_needed_basis(need, self.discordant)
+        return need, basis
+
+
+class SpecDecodeCounts(_Record):
+    """vLLM's speculative-decoding counters of one side over the run (``evidence.SpecDecodeHealth``)."""
+
+    drafts: Number = _f("``spec_decode_num_drafts``", 0.0)
+    draft_tokens: Number = _f("``spec_decode_num_draft_tokens``", 0.0)
+    accepted_tokens: Number = _f("``spec_decode_num_accepted_tokens``", 0.0)
+    acceptance_rate: Number | None = _f("accepted / draft tokens, 0..1")
+    mean_acceptance_length: Number | None = _f("1 + accepted / drafts (tokens per target step)")
+
+
+class SpeedSide(_Record):
+    """One side's throughput at one concurrency level (``speed.speed_block``)."""
+
+    output_tok_s: list[Number] = _list("output tokens/s of each repeat")
+    median: Number | None = _f("their median, output tok/s")
+    total_tok_s: list[Number] = _list("prompt + output tokens/s of each repeat")
+    cv: Number | None = _f("coefficient of variation of the repeats")
+
+
+class SpeedPrecision(_Record):
+    """A level's precision target and what Stein's two-stage rule reached (``precision.precision_record``)."""
+
+    target: Number | None = _f("``traffic.precision``: the wanted half-width of the interval, share of the ratio")
+    achieved_half_width: Number | None = _f("the interval's half-width reached (upper half, share of the ratio)")
+    pairs: int | None = _f("interleaved pairs measured in all (first stage included)")
+    stopped: str | None = _f("``met`` (target reached), ``max_repeats`` or ``max_seconds`` (capped short of it)")
+    pairs_needed: int | None = _f("pairs in all Stein's rule asked for: max(n0, ceil(t\u00b2 s0\u00b2 / h\u00b2))")
+
+
+class SpeedLevel(_Record):
+    """Speed-up at one concurrency level."""
+
+    concurrency: int = _f("concurrent requests", 0)
+    ratio: Number | None = _f("candidate / baseline output tok/s (medians)")
+    ci_low: Number | None = _f("interval of the ratio, low end; None with fewer than 2 repeats")
+    ci_high: Number | None = _f("interval of the ratio, high end")
+    level: Number | None = _f("the interval's level")
+    verdict: str = _f("``faster``, ``slower`` or ``no measurable speed-up``", "")
+    mde_ratio: Number | None = Field(default=None, ge=1, description=(
+        "minimum detectable speed-up at these repeats and spread, at the profile's power (>= 1; "
+        "``speed.detectable_ratio``); None with fewer than 2 repeats or no spread"))
+    repeats_needed: int | None = Field(default=None, ge=2, description=(
+        "an unresolved level's repeats in all that would resolve the observed ratio at this spread "
+        "(``speed.repeats_needed``; 101 = more than 100); None otherwise"))
+    precision: SpeedPrecision | None = _f("with ``traffic.precision``: target, half-width reached, pairs, why it "
+                                          "stopped, pairs needed (the interval is then Stein's); None otherwise")
+    baseline: SpeedSide = Field(default_factory=SpeedSide, description="the baseline's throughput")
+    candidate: SpeedSide = Field(default_factory=SpeedSide, description="the candidate's throughput")
+
+
+class SpeedThresholds(_Record):
+    """The speed floors the candidate was gated on (``thresholds.SpeedFloors``)."""
+
+    min_speedup: Number | None = _f("a lossy candidate's interval must lie at or above this ratio")
+    max_slowdown: Number | None = _f("a lossless candidate's interval must reach 1 − this share")
+    slos_ms: dict[str, Number] | None = _f("latency objectives (serve mode): latency field, e.g. ``ttft_p99_ms`` -> "
+                                           "ceiling in ms on the candidate's median over repeats; absent when none")
+
+
+class SpeedBlock(_Record):
+    """Speed measured beside the quality delta (``speed.speed_block``, or a failed measurement)."""
+
+    status: str = _f("``measured`` or ``failed``", "measured")
+    error: str | None = _f("why the measurement failed (``failed`` only)")
+    method: str = _f("how the speed-up and its interval are computed", "")
+    profile: dict[str, Any] = Field(default_factory=dict, description="the traffic profile (``TrafficProfile``)")
+    levels: list[SpeedLevel] = _list("one row per concurrency level")
+    ratio: Number | None = _f("the headline (first level) speed-up")
+    ci_low: Number | None = _f("its interval, low end")
+    ci_high: Number | None = _f("its interval, high end")
+    verdict: str | None = _f("its reading")
+    concurrency: int | None = _f("its concurrency")
+    sides: dict[str, Any] = Field(default_factory=dict, description="per side: device, ISA, versions, raw repeats")
+    thresholds: SpeedThresholds | None = _f("the speed floors; None when none apply")
+
+
+class EconomicsSide(_Record):
+    """One side's cost at one concurrency level, at full load (``economics.economics_block``); US dollars."""
+
+    output_tok_s: Number | None = _f("the side's median output tok/s at this level")
+    usd_per_mtok: Number | None = _f("gpu_hour_usd * gpus * 1e6 / (output tok/s * 3600): $ per million output tokens")
+    break_even_utilisation: Number | None = _f("usd_per_mtok / api_usd_per_mtok: the share of the hour the GPUs must be "
+                                               "busy for self-hosting to beat the API (> 1: never); None without an "
+                                               "API price")
+    api_saving_usd_per_mtok: Number | None = _f("api_usd_per_mtok − usd_per_mtok (full load); None without an API price")
+    api_saving_share: Number | None = _f("1 − break_even_utilisation (full load); None without an API price")
+
+
+class EconomicsLevel(_Record):
+    """The switch's cost change at one concurrency level (``economics.economics_block``)."""
+
+    concurrency: int = _f("concurrent requests", 0)
+    baseline: EconomicsSide = Field(default_factory=EconomicsSide, description="the baseline's cost")
+    candidate: EconomicsSide = Field(default_factory=EconomicsSide, description="the candidate's cost")
+    saving_usd_per_mtok: Number | None = _f("baseline − candidate $ per million output tokens (> 0: the switch saves)")
+    cost_change: Number | None = _f("candidate / baseline cost − 1 (negative: cheaper) = (GPU ratio / speed-up) − 1")
+    cost_change_low: Number | None = _f("its interval's low end, from the speed-up's high end; None without one")
+    cost_change_high: Number | None = _f("its interval's high end, from the speed-up's low end; None without one")
+    level: Number | None = _f("the interval's level (the speed-up's)")
+
+
+class EconomicsBlock(_Record):
+    """What the measured throughput costs (``economics``; ``thresholds.yaml`` ``economics``). Report only: never
+    changes the verdict."""
+
+    gpu_hour_usd: Number | None = _f("price of one GPU-hour, US dollars")
+    api_usd_per_mtok: Number | None = _f("the API price compared against, $ per million output tokens; None: not set")
+    gpus: dict[str, int] = Field(default_factory=dict, description="GPUs per engine, per side")
+    gpus_source: str = _f("``economics.gpus`` or the engine args' parallel sizes", "")
+    levels: list[EconomicsLevel] = _list("one row per measured concurrency level")
+
+
+class Verdict(_Record):
+    """The verdict of one gate run: overall outcome, reasons, every task, config diffs, evidence, manifest."""
+
+    version: int = _f("document format version", VERSION)
+    verdict: VerdictName = _f("the overall outcome; the exit code follows it. A document without one reads as BLOCK "
+                              "(fail closed; ``runs.read_verdict`` refuses a file without it)", "BLOCK")
+    reasons: list[str] = _list("one sentence per reason, failures that always block first")
+    tasks: list[TaskVerdict] = _list("every task, in the gate's order")
+    config_diff: list[DiffRow] = _list("requested engine config (config files), keys that differ")
+    effective_diff: list[DiffRow] = _list("effective engine config (as the engine applied it), keys that differ")
+    spec_decode: dict[str, SpecDecodeCounts | None] = Field(
+        default_factory=dict, description="per side (``baseline``/``candidate``): spec-decode counters or None")
+    spec_decode_source: str | None = _f("where the candidate's counts came from (``per_request``, ``engine_counters``, "
+                                        "``mixed``); None when none")
+    manifest: dict[str, Any] = Field(default_factory=dict, description=(
+        "run metadata: ``baseline``/``candidate`` (name, path, expect, requested, effective, ...), model, limit, "
+        "suites, versions, thresholds, timings"))
+    speed: SpeedBlock | None = _f("speed beside the quality delta; absent when speed was not measured")
+    economics: EconomicsBlock | None = _f("cost per million output tokens per side and the switch's saving; absent "
+                                          "without an ``economics`` section or a speed measurement")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-able document (``verdict.json``): the keys that were set, in the order evalgate writes them."""
+        return self.model_dump(exclude_unset=True)
+
+    def side(self, role: str) -> dict[str, Any]:
+        """The manifest entry of ``baseline`` or ``candidate`` (empty when not recorded)."""
+        entry = self.manifest.get(role)
+        return entry if isinstance(entry, dict) else {}
+
+
+class _ManifestSuite(_Record):
+    """What the renderers read of one ``manifest.suites`` entry."""
+
+    name: str = ""
+    content_hash: str = ""
+    tasks: list[str] = []
+
+
+class _ManifestSide(_Record):
+    """What the renderers read of ``manifest.baseline`` / ``manifest.candidate``."""
+
+    requested: dict[str, Any] | None = None
+    effective: dict[str, Any] | None = None
+    cached_suites: list[str] | None = None
+
+
+class ManifestShape(_Record):
+    """The shape of ``Verdict.manifest`` that the renderers rely on (the manifest stays a plain mapping in the
+    model, so old and compare manifests keep their keys): checked by ``runs.read_verdict`` so that a wrong-typed
+    manifest field of a stored ``verdict.json`` is named, not a renderer's TypeError."""
+
+    versions: dict[str, Any] = {}
+    timings: dict[str, Number] = {}
+    suites: list[_ManifestSuite] = []
+    baseline: _ManifestSide | None = None
+    candidate: _ManifestSide | None = None
+
+
+class _SpeedProfileShape(_Record):
+    concurrency: list[int] = []
+
+
+class _SpeedSideShape(_Record):
+    isa: list[str] | None = None
+    device: str | None = None
+
+
+class SpeedShape(_Record):
+    """The shape of ``SpeedBlock.profile`` and ``SpeedBlock.sides`` the renderers rely on (see ``ManifestShape``)."""
+
+    profile: _SpeedProfileShape = _SpeedProfileShape()
+    sides: dict[str, _SpeedSideShape] = {}
+
+
+def as_verdict(doc: Verdict | Mapping[str, Any]) -> Verdict:
+    """``doc`` as a :class:`Verdict`; a mapping (a read ``verdict.json``) is validated.
+
+    Raises:
+        pydantic.ValidationError: the mapping is not a verdict document (e.g. no ``verdict``, a wrong type).
+    """
+    return doc if isinstance(doc, Verdict) else Verdict.model_validate(doc)
+
+
+def as_task(t: TaskVerdict | Mapping[str, Any]) -> TaskVerdict:
+    """``t`` as a :class:`TaskVerdict` (a mapping is validated)."""
+    return t if isinstance(t, TaskVerdict) else TaskVerdict.model_validate(t)

@@ -1,0 +1,353 @@
+"""Parent side of the speed measurement: which profile to measure (``speed_profile``, checked against both
+engines' limits: ``check_profile``), then interleaved repeats on two live engine workers (``runner.Worker``).
+
+Both workers have finished their suites and keep their engines warm. Per concurrency level: one warm-up pass per
+side (different prompts, a short output; excluded), then ``repeats`` timed passes per side, interleaved: repeat i
+runs baseline then candidate when i is even, candidate then baseline when odd (an ABBA order, so a steady drift of
+the host's load does not favour the side measured second). Statistics: ``evalgate.speed.speedup``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from evalgate.errors import ConfigError
+from evalgate.inputs.requestlog import FROM_LOG
+from evalgate.speed.speedup import TrafficProfile, compare_speed, speed_block
+from evalgate.inputs.thresholds import SLO_KEYS
+
+log = logging.getLogger("evalgate")
+WARMUP_OUTPUT_LEN = 16  # tokens: enough to run the decode path at the level's batch size
+
+
+def measure_speed(workers: Mapping[str, Any], profile: TrafficProfile,
+                  progress: Callable[[str], None] | None = None,
+                  clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+    """Measure ``profile`` on both sides and compare; ``workers`` maps ``baseline``/``candidate`` to an object with
+    ``measure(command) -> result`` (``throughput.measure``'s fields) and ``info`` (its ``ready`` reply).
+
+    Without ``profile.precision``: ``repeats`` interleaved pairs per level. With it (Stein's two-stage rule,
+    ``evalgate.speed.precision``): ``repeats`` pairs (the first stage), then the pairs ``stein_plan`` asks for, still
+    interleaved, until that count, ``precision.pair_cap`` pairs in all, or the ``max_seconds`` budget ends; the
+    level's interval is then Stein's (``stein_interval``) and its row records ``precision``. The budget (seconds,
+    from this call's start, by ``clock``) is shared out: each level may use an equal share of what is left when it
+    starts; a second-stage pair is not started when the mean duration of the level's pairs so far would take it past
+    that share (the first stage always runs).
+
+    Returns:
+        The ``speed`` block (``speed.speed_block``) with every raw repeat under ``sides.<role>.runs`` (with
+        ``precision``, each marked ``stage`` 1 or 2).
+    Raises:
+        SpeedError (from a worker): a measurement failed.
+    """
+    say = progress or log.info
+    start = clock()
+    runs: dict[str, list[dict[str, Any]]] = {"baseline": [], "candidate": []}
+    levels = []
+    sent: dict[str, Any] = {}
+    for k, c in enumerate(profile.concurrency):
+        n = profile.prompts_at(c)
+        cmd = {"input_len": profile.input_len, "output_len": profile.output_len, "num_prompts": n,
+               "prompts": profile.prompts, "concurrency": c}
+        warm = {**cmd, "output_len": min(profile.output_len, WARMUP_OUTPUT_LEN), "num_prompts": min(n, c), "seed": 1,
+                "label": "warm-up"}
+        if profile.requests is not None:  # traffic.from: the log's requests (engine.replay), warm-up its first ones
+            cmd = {"log": {"path": profile.requests["path"], "sha256": profile.requests["sha256"], "num_prompts": n,
+                           "output_len": profile.output_len}, "concurrency": c}
+            warm = {**cmd, "warmup": True, "label": "warm-up"}
+        level_start = clock()
+        for role in ("baseline", "candidate"):
+            r = workers[role].measure(warm)
+            if "requests_summary" in r:
+                sent[role] = r["requests_summary"]
+        out: dict[str, list[float]] = {"baseline": [], "candidate": []}
+        total: dict[str, list[float]] = {"baseline": [], "candidate": []}
+        pair_seconds: list[float] = []
+
+        def pair(i: int, planned: int, stage: int | None) -> None:
+            t0 = clock()
+            order = ("baseline", "candidate") if i % 2 == 0 else ("candidate", "baseline")
+            for role in order:
+                r = workers[role].measure({**cmd, "label": f"repeat {i + 1}/{planned}"})
+                r.pop("requests_summary", None)  # the warm-up's reply recorded it
+                out[role].append(float(r["output_tok_s"]))
+                total[role].append(float(r["total_tok_s"]))
+                runs[role].append({"concurrency": c, "repeat": i, **({"stage": stage} if stage else {}), **r})
+            pair_seconds.append(clock() - t0)
+            say(f"speed c={c} repeat {i + 1}/{planned}: baseline {out['baseline'][-1]:,.0f}, candidate "
+                f"{out['candidate'][-1]:,.0f} output tok/s")
+
+        stage1 = 1 if profile.precision is not None else None
+        for i in range(profile.repeats):
+            pair(i, profile.repeats, stage1)
+        comp = compare_speed(c, out["baseline"], out["candidate"], profile.level, total["baseline"],
+                             total["candidate"], profile.power)
+        if profile.precision is not None:
+            deadline = None
+            if profile.max_seconds is not None:  # this level's share of the budget left when it started
+                left = start + profile.max_seconds - level_start
+                deadline = level_start + left / (len(profile.concurrency) - k)
+            comp = _second_stage(comp, profile, out, total, pair, pair_seconds, deadline, clock, say)
+        levels.append(comp)
+    sides = {role: {**{k: v for k, v in (workers[role].info or {}).items() if k != "event"}, "runs": runs[role]}
+             for role in ("baseline", "candidate")}
+    if profile.requests is not None:
+        profile = with_sent_requests(profile, sent)
+    return speed_block(levels, profile, sides)
+
+
+def _second_stage(first: Any, profile: TrafficProfile, out: dict[str, list[float]], total: dict[str, list[float]],
+                  pair: Callable[[int, int, int | None], None], pair_seconds: list[float], deadline: float | None,
+                  clock: Callable[[], float], say: Callable[[str], None]) -> Any:
+    """Stein's second stage at one level (``measure_speed``): plan from the first stage's pairs, measure the pairs it
+    asks for (``pair(i, planned, 2)`` appends one interleaved pair to ``out``/``total``) within the pair cap and the
+    level's ``deadline``, and return ``first`` (a ``SpeedComparison`` of the first stage) recomputed over all pairs
+    with Stein's interval, its reading and the ``precision`` record."""
+    import dataclasses
+
+    from evalgate.speed.precision import BY_REPEATS, BY_SECONDS, MET, pair_cap, precision_record, stein_interval, stein_plan
+    from evalgate.speed.speedup import UNMEASURABLE, describe, repeats_needed
+
+    plan = stein_plan(out["baseline"], out["candidate"], profile.precision, profile.level)
+    cap = pair_cap(profile.repeats, profile.max_repeats)
+    planned = min(plan.pairs_needed, cap)
+    if plan.pairs_needed > profile.repeats:
+        say(f"speed c={first.concurrency}: first-stage spread {plan.sd:.4f} (log ratio) needs {plan.pairs_needed} "
+            f"pairs in all for \u00b1{100 * profile.precision:g} %; measuring up to {planned}")
+    stopped, i = MET, profile.repeats
+    while i < plan.pairs_needed:
+        if i >= cap:
+            stopped = BY_REPEATS
+            break
+        if deadline is not None and clock() + sum(pair_seconds) / len(pair_seconds) > deadline:
+            stopped = BY_SECONDS
+            break
+        pair(i, planned, 2)
+        i += 1
+    comp = compare_speed(first.concurrency, out["baseline"], out["candidate"], profile.level, total["baseline"],
+                         total["candidate"], profile.power)
+    lo, hi = stein_interval(out["baseline"], out["candidate"], plan)
+    verdict = describe(lo, hi)
+    need = repeats_needed(out["baseline"], out["candidate"], profile.level, profile.power) \
+        if verdict == UNMEASURABLE else None
+    return dataclasses.replace(comp, ci_low=lo, ci_high=hi, verdict=verdict, repeats_needed=need,
+                               precision=precision_record(profile.precision, plan, i, stopped))
+
+
+def with_sent_requests(profile: TrafficProfile, sent: Mapping[str, dict[str, Any]]) -> TrafficProfile:
+    """``profile`` with what each side's worker sent of the request log (``engine.replay.load_requests``'
+    summaries, by role): ``requests.sent`` (the baseline's: count and token-length quantiles; the candidate's too,
+    as ``sent_candidate``, when its tokenizer counted differently) and ``requests.same_requests`` (both sides sent
+    the same prompt texts and output budgets: equal ``requests_sha256``)."""
+    import dataclasses
+
+    base, cand = sent.get("baseline"), sent.get("candidate")
+    meta = dict(profile.requests or {})
+    meta["sent"] = base
+    if cand != base:
+        meta["sent_candidate"] = cand
+    meta["same_requests"] = bool(base and cand and base.get("requests_sha256") == cand.get("requests_sha256"))
+    return dataclasses.replace(profile, requests=meta)
+
+
+def speed_profile(options: Any, thresholds: Any, config_name: str, *, default_on: bool = False) -> Any:
+    """The traffic profile to measure, or None: speed is measured when the thresholds file has a ``traffic``
+    section (or ``configs.<name>.traffic``), the command line asks for it (``--speed``/``--concurrency``/
+    ``--repeats``/``--precision``/...) or ``default_on`` (ablate), and never with ``--no-speed``.
+
+    Raises:
+        ConfigError: the profile is invalid (also its precision keys together: ``precision.precision_problems``), asks ``mode: serve`` for what serve mode cannot measure
+            (``servespeed.serve_problems``), or the installed vLLM lacks the benchmark code the mode calls
+            (``check_benchmark_code``).
+    """
+    from evalgate.engine.platform import has_cuda
+    from evalgate.speed.speedup import resolve_profile
+
+    fields = thresholds.traffic_for(config_name)
+    if options.no_speed or not (default_on or options.wants_speed or fields is not None):
+        refuse_unmeasured_slos(thresholds, config_name, "--no-speed" if options.no_speed else None)
+        return None
+    fields = dict(fields or {})
+    log_path = fields.pop("from", None)
+    from_log = fields.get("concurrency") == FROM_LOG
+    if from_log:
+        fields.pop("concurrency")
+    profile = resolve_profile(fields, cuda=has_cuda(), concurrency=options.concurrency, repeats=options.repeats,
+                              power=thresholds.power,  # the speed MDE at the quality side's power
+                              precision=getattr(options, "precision", None),
+                              max_repeats=getattr(options, "max_repeats", None),
+                              max_seconds=getattr(options, "max_seconds", None))
+    from evalgate.speed.precision import precision_problems
+
+    for fld, msg in precision_problems(profile.repeats, profile.precision, profile.max_repeats, profile.max_seconds):
+        path, dotted = traffic_source(thresholds, config_name, fld, options)
+        raise ConfigError(msg, path=path, field=dotted)
+    if log_path is not None or from_log:
+        profile = log_profile(profile, fields, log_path, from_log and not options.concurrency, thresholds,
+                              config_name, options)
+    if profile.mode == "serve":
+        from evalgate.speed.serve import serve_problems
+
+        for fld, msg in serve_problems(profile):
+            path, dotted = traffic_source(thresholds, config_name, fld, options)
+            raise ConfigError(msg, path=path, field=dotted)
+    profile = with_latency_slos(profile, thresholds, config_name)
+    check_benchmark_code(profile.mode, thresholds, config_name, options, replay=profile.requests is not None)
+    return profile
+
+
+def _slo_field(thresholds: Any, config_name: str) -> str:
+    """The dotted field of ``config_name``'s first latency objective: ``configs.<name>.max_...`` or ``speed.max_...``."""
+    slos = thresholds.speed_floors_for(config_name)
+    key = next(k for k in SLO_KEYS if getattr(slos, k) is not None)
+    override = thresholds.configs.get(config_name)
+    return f"configs.{config_name}.{key}" if override is not None and getattr(override, key) is not None \
+        else f"speed.{key}"
+
+
+def refuse_unmeasured_slos(thresholds: Any, config_name: str, flag: str | None) -> None:
+    """ConfigError (exit 2, naming the objective's file and field) when ``config_name`` has a latency objective but
+    the run measures no speed (``flag``: ``--no-speed``, else no ``traffic`` section and no speed flag): the
+    objective could never be checked, and the gate would block on it after both engines ran."""
+    if thresholds.speed_floors_for(config_name).slos():
+        why = "--no-speed turns the speed phase off" if flag else "no speed is measured (no traffic section, no --speed)"
+        raise ConfigError(f"a latency objective needs a serve-mode speed measurement, but {why}: set "
+                          f"traffic: {{mode: serve}} or remove the objective", path=thresholds.path,
+                          field=_slo_field(thresholds, config_name))
+
+
+def with_latency_slos(profile: TrafficProfile, thresholds: Any, config_name: str) -> TrafficProfile:
+    """``profile`` with the per-request goodput objectives of ``config_name``'s latency SLOs
+    (``thresholds.LatencySlos``: ``speed.max_ttft_p99_ms`` ..., or ``configs.<name>.max_...``) when it is measured in
+    serve mode; unchanged when no SLO is set.
+
+    Raises:
+        ConfigError (exit 2), naming the SLO's file and field: an SLO with ``mode: offline``, which measures
+            throughput only (no per-request latency), so the objective could never be checked.
+    """
+    import dataclasses
+
+    slos = thresholds.speed_floors_for(config_name)
+    if not slos.slos():
+        return profile
+    if profile.mode != "serve":
+        raise ConfigError("a latency objective is measured in serve mode only (offline mode measures throughput, "
+                          "not per-request latency): set traffic.mode: serve", path=thresholds.path,
+                          field=_slo_field(thresholds, config_name))
+    return dataclasses.replace(profile, goodput=slos.goodput() or None)
+
+
+def log_profile(profile: TrafficProfile, fields: dict[str, Any], log_path: str | None, from_log: bool,
+                thresholds: Any, config_name: str, options: Any) -> TrafficProfile:
+    """``profile`` turned into the replay of the request log ``log_path`` (``traffic.from``, relative to the
+    thresholds file): the log read and checked (``requestlog.read_request_log``), ``num_prompts`` its request count
+    (or the first ``traffic.num_prompts``), and with ``from_log`` the concurrency levels the log's timestamps imply
+    (``requestlog.concurrency_from_log``: typical, then peak). ``fields``: the traffic keys set (``from`` and a
+    ``from-log`` concurrency taken out).
+
+    Raises:
+        ConfigError (exit 2): ``concurrency: from-log`` without ``from``; ``input_len`` or ``prompts`` beside
+            ``from``; more ``num_prompts`` than the log holds, or a log of more than ``MAX_TRAFFIC_PROMPTS``
+            requests without ``num_prompts``; and every problem of the log itself (naming its file, line and
+            field).
+    """
+    import dataclasses
+
+    from evalgate.inputs.requestlog import concurrency_from_log, read_request_log
+    from evalgate.inputs.thresholds import MAX_TRAFFIC_PROMPTS
+
+    def refuse(fld: str, msg: str) -> None:
+        path, dotted = traffic_source(thresholds, config_name, fld, options)
+        raise ConfigError(msg, path=path, field=dotted)
+
+    if log_path is None:
+        refuse("concurrency", f"concurrency: {FROM_LOG} needs a request log: set traffic.from")
+    for key in ("input_len", "prompts"):
+        if key in fields:
+            refuse(key, f"does not apply with traffic.from (the logged requests are sent as recorded); remove it")
+    base = Path(thresholds.path).parent if thresholds.path is not None else Path(".")
+    log = read_request_log(Path(os.path.normpath(base / str(log_path))), times=from_log)
+    count = len(log.requests)
+    n = fields.get("num_prompts")
+    if n is not None and n > count:
+        refuse("num_prompts", f"asks for {n} requests, but the request log {log.path} holds {count}")
+    if n is None and count > MAX_TRAFFIC_PROMPTS:
+        refuse("from", f"the request log holds {count:_} requests, more than {MAX_TRAFFIC_PROMPTS:_} per repeat: set "
+                       f"traffic.num_prompts to send its first ones")
+    concurrency = profile.concurrency
+    conc: dict[str, Any] = {"source": "--concurrency" if options.concurrency else
+                            "traffic.concurrency" if "concurrency" in fields else "default"}
+    if from_log:
+        levels = concurrency_from_log(log)
+        conc = {"source": FROM_LOG, **levels}
+        concurrency = tuple(dict.fromkeys((levels["typical"], levels["peak"])))
+    meta = {"path": str(log.path), "sha256": log.sha256, "requests": count, "formats": log.formats(),
+            "concurrency": conc}
+    return dataclasses.replace(profile, input_len=None, prompts="log", concurrency=concurrency,
+                               num_prompts=n if n is not None else count, requests=meta)
+
+
+def check_benchmark_code(mode: str, thresholds: Any, config_name: str, options: Any = None, *,
+                         replay: bool = False) -> None:
+    """ConfigError (exit 2, naming the installed vLLM and ``traffic.mode``) when the installed vLLM lacks the
+    benchmark code speed mode ``mode`` calls (``engine.argnames.missing_offline_benchmark`` /
+    ``missing_serve_benchmark``: read from vLLM's source, no import), before any engine starts; with ``replay`` (a
+    request log), also its custom-dataset loader (``missing_log_replay``, naming ``traffic.from``)."""
+    from evalgate.engine import argnames
+
+    missing = argnames.missing_serve_benchmark() if mode == "serve" else argnames.missing_offline_benchmark()
+    if replay and not missing and argnames.missing_log_replay():
+        missing, mode = argnames.missing_log_replay(), "offline (traffic.from)"
+    if missing:
+        path, dotted = traffic_source(thresholds, config_name, "from" if mode.endswith("(traffic.from)") else "mode",
+                                      options)
+        raise ConfigError(f"speed mode '{mode}' needs {'; '.join(missing)}, which the installed vLLM "
+                          f"({argnames.installed_vllm_version()}) lacks", path=path, field=dotted)
+
+
+def traffic_source(thresholds: Any, config: str | None, fld: str, options: Any = None) -> tuple[Any, str]:
+    """``(file, dotted field)`` that set traffic field ``fld`` of ``config``'s profile, for an error message: the
+    command line (``--concurrency`` / ``--repeats`` / ``--precision`` / ``--max-repeats`` / ``--max-seconds``: no file), ``configs.<config>.traffic.<fld>``, else
+    ``traffic.<fld>`` (also when the value is the platform's default)."""
+    flag = fld if fld in ("concurrency", "repeats", "precision", "max_repeats", "max_seconds") else None
+    if options is not None and flag and getattr(options, flag, None) not in (None, [], ()):
+        return None, f"--{flag.replace('_', '-')}"
+    override = thresholds.configs.get(config) if config is not None else None
+    if override is not None and fld in override.traffic.fields():
+        return thresholds.path, f"configs.{config}.traffic.{fld}"
+    return thresholds.path, f"traffic.{fld}"
+
+
+def check_profile(profile: Any, configs: dict[str, Any], limits: dict[str, dict[str, int]], thresholds: Any, *,
+                  config: str | None = None, options: Any = None) -> None:
+    """ConfigError (exit 2) when an engine of ``configs`` (role -> config) cannot run ``profile`` (too long for its
+    max_model_len, or more concurrent requests than its max_num_seqs); ``limits``: role -> the engine's limits
+    (``runner.check_engine_values``); ``config`` (the candidate's name) and ``options`` (the run options) let the
+    message name where the field was set (``traffic_source``)."""
+    from evalgate.speed.speedup import profile_problems
+
+    for role, cfg in configs.items():
+        for fld, msg in profile_problems(profile, limits.get(role, {})):
+            path, dotted = traffic_source(thresholds, config, fld, options)
+            raise ConfigError(f"{msg} of {role} config {cfg.name} ({cfg.path})", path=path, field=dotted)
+
+
+def measure_speed_safely(workers: dict[str, Any], profile: Any) -> dict[str, Any]:
+    """The speed block (``speedrun.measure_speed``), or ``{"status": "failed", "error", "profile"}`` when a
+    measurement failed: the quality verdict is still written (the run then exits 3)."""
+    from evalgate.evaluate.runner import SpeedError
+
+    from evalgate.speed.speedup import profile_words, repeats_words
+
+    log.info("speed: %s, concurrency %s, %s per side, interleaved", profile_words(profile.as_dict()),
+             ",".join(map(str, profile.concurrency)), repeats_words(profile.as_dict()))
+    try:
+        return measure_speed(workers, profile)
+    except SpeedError as exc:
+        return {"status": "failed", "error": str(exc), "profile": profile.as_dict()}
+    except Exception as exc:  # noqa: BLE001 - a bug in the speed phase must not lose the quality verdict either
+        return {"status": "failed", "error": f"internal error: {type(exc).__name__}: {exc}", "profile": profile.as_dict()}

@@ -1,0 +1,417 @@
+"""What a switch buys: the traffic profile, and the statistics of a measured speed-up. Pure: no I/O, no engine.
+
+Baseline and candidate are measured in interleaved repeats (repeat i of both sides back to back, the order
+alternating), so slow drift of the host's load hits both sides of a pair alike. For each concurrency level:
+
+* each side's throughput per repeat (output tok/s), its median and coefficient of variation (sample standard
+  deviation / mean);
+* the speed-up: ratio of the medians, candidate / baseline;
+* its confidence interval: a paired Student t interval on the log throughput ratios of the repeats,
+  ``exp(mean(d) +- t_{1-a/2, n-1} * sd(d) / sqrt(n))`` with ``d_i = ln(cand_i / base_i)``. Logs make a ratio a
+  difference and throughput errors roughly symmetric (A. J. Fleming and J. J. Wallace, "How not to lie with
+  statistics: the correct way to summarize benchmark results", CACM 29(3), 1986; T. Kalibera and R. Jones,
+  "Rigorous benchmarking in reasonable time", ISMM 2013, which recommends intervals for ratios of execution
+  times); pairing takes the drift shared by a pair out. A bootstrap over 3 repeats has only 10 distinct
+  resamples, so the t interval is the honest choice at few repeats.
+
+An interval containing 1 reads "no measurable speed-up", never a win; fewer than 2 repeats give no interval.
+
+Planning, the speed side's minimum detectable effect (``detectable_ratio``, ``repeats_needed``): the power of the
+paired t test behind the interval (two-sided, at the interval's level) for a true mean log ratio ``delta``, with the
+observed standard deviation ``s`` of the log ratios, is exact under normal log ratios through the noncentral t
+distribution: ``P(|T| > t_{(1+level)/2, n-1})``, ``T ~ t'(n-1, delta * sqrt(n) / s)`` (S.-C. Chow, J. Shao, H. Wang
+and Y. Lokhnygina, "Sample Size Calculations in Clinical Research", 3rd ed., 2017, section 3.1, one-sample mean,
+which is the paired design). ``detectable_ratio`` is ``exp(delta)`` at the wanted power (the thresholds' ``power``);
+``repeats_needed`` is the fewest repeats at which the observed mean log ratio (the geometric mean of the paired
+ratios, not the ratio of medians) reaches that power if the spread holds: an estimate from 3 or so repeats, not a
+promise, like the items a quality task needs.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evalgate.speed.precision import METHOD as PRECISION_METHOD
+from evalgate.speed.precision import precision_note
+
+__all__ = ["CPU_PROFILE", "CUDA_PROFILE", "SpeedComparison", "TrafficProfile", "compare_speed", "coefficient_of_variation",
+           "describe", "detectable_ratio", "paired_t_power", "repeats_needed", "speed_block"]
+
+METHOD = "paired t interval on log throughput ratios (interleaved repeats); point estimate: ratio of medians"
+FASTER, SLOWER, UNMEASURABLE = "faster", "slower", "no measurable speed-up"
+PLANNING_POWER = 0.8  # the speed MDE's power unless the profile says otherwise: the thresholds' default ``power``
+MAX_REPEATS = 100  # beyond this, repeats_needed reads "more than 100": the effect is small against the spread
+
+
+@dataclass(frozen=True)
+class TrafficProfile:
+    """The load a speed-up is measured at.
+
+    Attributes:
+        input_len: prompt tokens per request.
+        output_len: generated tokens per request (``ignore_eos``: exactly this many).
+        concurrency: requests in flight at once, one value per level of a sweep (each <= ``max_num_seqs``).
+        num_prompts: requests per repeat at each level; None = as many as the level's concurrency (one wave).
+        repeats: timed passes per side and level (>= 1; >= 2 for an interval).
+        prompts: ``random`` (vLLM's RandomDataset) or ``suites`` (the suites' own prompts, cut/cycled to input_len).
+        mode: ``offline`` (``vllm.LLM`` in the engine worker) or ``serve`` (``vllm serve`` + ``vllm bench serve``).
+        level: the confidence level of the speed-up interval (two-sided).
+        power: the power of the speed-up's MDE and repeats needed (the thresholds' ``power``; not a traffic key).
+        precision: ``traffic.precision``: the target half-width of the speed-up's interval as a share of the ratio
+            (0.02 = ±2 %), reached by Stein's two-stage rule (``evalgate.speed.precision``; ``repeats`` is then the first
+            stage, >= 2); None: ``repeats`` pairs, no target.
+        max_repeats: with ``precision``, the pairs in all at most (None: ``precision.pair_cap``'s default).
+        max_seconds: with ``precision``, the speed phase's wall-clock budget in seconds (None: no budget).
+        requests: with ``traffic.from`` (``prompts: log``, ``input_len`` None, ``output_len`` the budget of a record
+            without one): what the gate read of the request log, ``{"path", "sha256", "requests" (in the log),
+            "formats", "concurrency": {"source", ...}}``; after the measurement also the requests sent:
+            ``"sent"`` (``engine.replay.load_requests``' summary: count and token-length quantiles) and
+            ``"same_requests"`` (both sides sent the same prompts and budgets). Never a request's text.
+        goodput: serve mode with latency objectives (``thresholds.LatencySlos.goodput``): the per-request
+            objectives in ms passed to ``vllm bench serve --goodput`` (``{"ttft": 500.0, "tpot": 50.0}``); None
+            otherwise (not a traffic key: it comes from the thresholds' ``speed`` section).
+    """
+
+    input_len: int | None
+    output_len: int
+    concurrency: tuple[int, ...]
+    num_prompts: int | None = None
+    repeats: int = 3
+    prompts: str = "random"
+    mode: str = "offline"
+    level: float = 0.95
+    power: float = PLANNING_POWER
+    requests: dict[str, Any] | None = None
+    goodput: dict[str, float] | None = None
+    precision: float | None = None
+    max_repeats: int | None = None
+    max_seconds: float | None = None
+
+    def prompts_at(self, concurrency: int) -> int:
+        """Requests per repeat at one concurrency level."""
+        return self.num_prompts if self.num_prompts is not None else concurrency
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["concurrency"] = list(self.concurrency)
+        for key in ("requests", "goodput", "precision", "max_repeats", "max_seconds"):
+            if d[key] is None:
+                del d[key]  # the keys of a profile without them stay as they were
+        return d
+
+
+# The recipe's profile (512 in / 512 out / 256 streams); on CPU a scaled one that takes about a minute per side
+# for the embedded hybrid (measured on a 2-core AMD EPYC: ~18 s per repeat at ~2,700 output tok/s).
+CUDA_PROFILE = TrafficProfile(input_len=512, output_len=512, concurrency=(256,))
+CPU_PROFILE = TrafficProfile(input_len=256, output_len=256, concurrency=(64,), num_prompts=192)
+
+
+def coefficient_of_variation(values: Sequence[float]) -> float:
+    """Sample standard deviation / mean (unitless); NaN for fewer than 2 values or a zero mean."""
+    if len(values) < 2 or statistics.fmean(values) == 0:
+        return math.nan
+    return statistics.stdev(values) / statistics.fmean(values)
+
+
+@dataclass(frozen=True)
+class SpeedComparison:
+    """The speed-up of candidate over baseline at one concurrency level.
+
+    Attributes:
+        concurrency: requests in flight.
+        baseline, candidate: output tok/s per repeat, in measurement order.
+        ratio: median(candidate) / median(baseline) (> 1: the candidate is faster).
+        ci_low, ci_high: the ``level`` interval of the ratio (NaN with fewer than 2 paired repeats).
+        cv_baseline, cv_candidate: each side's coefficient of variation.
+        verdict: ``faster`` (interval above 1), ``slower`` (below 1) or ``no measurable speed-up``.
+        mde_ratio: the minimum detectable speed-up (>= 1; a slowdown of 1 / mde_ratio likewise) at these repeats and
+            spread, at the profile's power (``detectable_ratio``); NaN with fewer than 2 pairs or no spread.
+        repeats_needed: for ``no measurable speed-up`` only, the repeats that would resolve the observed ratio
+            (``repeats_needed``); None when measurable or not estimable, ``MAX_REPEATS + 1`` for more than the cap.
+        precision: with ``traffic.precision``, ``precision.precision_record``'s ``{"target",
+            "achieved_half_width", "pairs", "stopped", "pairs_needed"}`` (``ci_low`` / ``ci_high`` are then Stein's
+            interval); None otherwise.
+    """
+
+    concurrency: int
+    baseline: tuple[float, ...]
+    candidate: tuple[float, ...]
+    ratio: float
+    ci_low: float
+    ci_high: float
+    level: float
+    cv_baseline: float
+    cv_candidate: float
+    verdict: str
+    total_baseline: tuple[float, ...] = field(default=())
+    total_candidate: tuple[float, ...] = field(default=())
+    mde_ratio: float = math.nan
+    repeats_needed: int | None = None
+    precision: dict[str, Any] | None = None
+
+
+def _log_ratios(baseline: Sequence[float], candidate: Sequence[float]) -> list[float] | None:
+    """``ln(candidate_i / baseline_i)`` per pair; None for fewer than 2 pairs or a non-positive throughput."""
+    if len(baseline) != len(candidate):
+        raise ValueError(f"unpaired repeats: {len(baseline)} baseline vs {len(candidate)} candidate")
+    if len(baseline) < 2 or min(*baseline, *candidate) <= 0:
+        return None
+    return [math.log(c / b) for b, c in zip(baseline, candidate)]
+
+
+def paired_t_power(standardized: float, n: int, level: float) -> float:
+    """Power of the two-sided paired t test at ``level`` (module docstring) for a true mean difference of
+    ``standardized`` standard deviations with ``n`` pairs (>= 2): exact under normal differences (noncentral t)."""
+    from scipy.stats import nct
+    from scipy.stats import t as student_t
+
+    df, crit = n - 1, float(student_t.ppf(0.5 + level / 2, n - 1))
+    shift = abs(standardized) * math.sqrt(n)
+    upper, lower = float(nct.sf(crit, df, shift)), float(nct.cdf(-crit, df, shift))
+    # scipy's nct.cdf returns NaN for some large shifts where the lower tail has underflowed (~1e-20 at shift 28).
+    return upper + (lower if math.isfinite(lower) else 0.0)
+
+
+def _spread(baseline: Sequence[float], candidate: Sequence[float]) -> tuple[float, float, int] | None:
+    """``(mean, sd, n)`` of the paired log ratios; None when there are fewer than 2 pairs or no spread."""
+    d = _log_ratios(baseline, candidate)
+    sd = statistics.stdev(d) if d is not None else 0.0
+    return (statistics.fmean(d), sd, len(d)) if d is not None and sd > 0 else None
+
+
+def detectable_ratio(baseline: Sequence[float], candidate: Sequence[float], level: float = 0.95,
+                     power: float = PLANNING_POWER) -> float:
+    """Minimum detectable speed-up at these paired repeats (module docstring): ``exp(delta)`` for the smallest mean
+    log ratio ``delta`` the paired t test detects with ``power`` at the observed spread; >= 1, and a slowdown to
+    ``1 / result`` is detectable alike.
+
+    Args:
+        baseline, candidate: output tok/s per interleaved repeat, paired by index.
+        level: the interval's two-sided confidence level; power: the wanted power, in (0, 1).
+    Returns:
+        The ratio, or NaN for fewer than 2 pairs, a non-positive throughput or no spread (nothing to scale by).
+    Raises:
+        ValueError: unpaired repeats.
+    """
+    from scipy.optimize import brentq
+
+    got = _spread(baseline, candidate)
+    if got is None:
+        return math.nan
+    _, sd, n = got
+    hi = 1.0
+    while paired_t_power(hi, n, level) < power:  # power rises with the effect: bracket, then solve
+        hi *= 2
+    return math.exp(sd * brentq(lambda e: paired_t_power(e, n, level) - power, 0.0, hi, xtol=1e-10))
+
+
+def repeats_needed(baseline: Sequence[float], candidate: Sequence[float], level: float = 0.95,
+                   power: float = PLANNING_POWER, cap: int = MAX_REPEATS) -> int | None:
+    """Fewest paired repeats in all (>= 2) at which the paired t test detects the observed mean log ratio with
+    ``power``, assuming the observed spread holds (module docstring; an estimate, not a promise).
+
+    Returns:
+        That count; ``cap + 1`` when even ``cap`` repeats would not do (the effect is small against the spread, an
+        A/A run's usual reading); None for fewer than 2 pairs, a non-positive throughput or no spread.
+    Raises:
+        ValueError: unpaired repeats.
+    """
+    got = _spread(baseline, candidate)
+    if got is None:
+        return None
+    mean, sd, _ = got
+    for n in range(2, cap + 1):
+        if paired_t_power(mean / sd, n, level) >= power:
+            return n
+    return cap + 1
+
+
+def paired_log_interval(baseline: Sequence[float], candidate: Sequence[float], level: float) -> tuple[float, float]:
+    """``level`` two-sided t interval of the candidate/baseline ratio from paired repeats (module docstring).
+
+    Returns (NaN, NaN) for fewer than 2 pairs or a non-positive throughput. With identical log ratios the
+    interval is that ratio exactly (zero spread).
+    """
+    from scipy.stats import t as student_t
+
+    d = _log_ratios(baseline, candidate)
+    if d is None:
+        return math.nan, math.nan
+    n = len(d)
+    half = float(student_t.ppf(0.5 + level / 2, n - 1)) * statistics.stdev(d) / math.sqrt(n)
+    mean = statistics.fmean(d)
+    return math.exp(mean - half), math.exp(mean + half)
+
+
+def compare_speed(concurrency: int, baseline: Sequence[float], candidate: Sequence[float], level: float = 0.95,
+                  total_baseline: Sequence[float] = (), total_candidate: Sequence[float] = (),
+                  power: float = PLANNING_POWER) -> SpeedComparison:
+    """Speed-up of ``candidate`` over ``baseline`` (output tok/s per interleaved repeat; pairs by index).
+
+    Raises:
+        ValueError: no measurements, unpaired repeats, or a level outside (0, 1).
+    """
+    if not baseline or not candidate:
+        raise ValueError("no throughput measurements to compare")
+    if not 0 < level < 1:
+        raise ValueError(f"confidence level must be in (0, 1), got {level}")
+    lo, hi = paired_log_interval(baseline, candidate, level)
+    ratio = statistics.median(candidate) / statistics.median(baseline)
+    verdict = describe(lo, hi)
+    need = repeats_needed(baseline, candidate, level, power) if verdict == UNMEASURABLE else None
+    return SpeedComparison(concurrency, tuple(baseline), tuple(candidate), ratio, lo, hi, level,
+                           coefficient_of_variation(baseline), coefficient_of_variation(candidate),
+                           verdict, tuple(total_baseline), tuple(total_candidate),
+                           detectable_ratio(baseline, candidate, level, power), need)
+
+
+def describe(ci_low: float, ci_high: float) -> str:
+    """``faster`` / ``slower`` when the interval excludes 1, else (also undefined) ``no measurable speed-up``."""
+    if ci_low > 1.0:
+        return FASTER
+    if ci_high < 1.0:
+        return SLOWER
+    return UNMEASURABLE
+
+
+def _num(x: float) -> float | None:
+    return None if x is None or not math.isfinite(x) else x
+
+
+def speed_block(levels: Sequence[SpeedComparison], profile: TrafficProfile, measurements: dict[str, Any]) -> dict[str, Any]:
+    """The ``speed`` block of ``verdict.json``: profile, method, and per concurrency level both sides and the ratio.
+
+    ``measurements``: per side (``baseline``/``candidate``) the worker's ``{"device", "isa", "versions",
+    "effective", "runs": [...]}`` (raw repeat records). The first level is the headline (``ratio`` etc. at top level).
+    """
+    rows = []
+    for s in levels:
+        rows.append({
+            "concurrency": s.concurrency, "ratio": _num(s.ratio), "ci_low": _num(s.ci_low), "ci_high": _num(s.ci_high),
+            "level": s.level, "verdict": s.verdict, "mde_ratio": _num(s.mde_ratio), "repeats_needed": s.repeats_needed,
+            **({"precision": s.precision} if s.precision is not None else {}),
+            "baseline": {"output_tok_s": list(s.baseline), "median": statistics.median(s.baseline),
+                         "total_tok_s": list(s.total_baseline), "cv": _num(s.cv_baseline)},
+            "candidate": {"output_tok_s": list(s.candidate), "median": statistics.median(s.candidate),
+                          "total_tok_s": list(s.total_candidate), "cv": _num(s.cv_candidate)},
+        })
+    head = rows[0] if rows else {}
+    method = METHOD if profile.precision is None else f"{METHOD}; {PRECISION_METHOD}"
+    return {"status": "measured", "method": method, "profile": profile.as_dict(), "levels": rows,
+            "ratio": head.get("ratio"), "ci_low": head.get("ci_low"), "ci_high": head.get("ci_high"),
+            "verdict": head.get("verdict"), "concurrency": head.get("concurrency"), "sides": measurements}
+
+
+def headline(speed: dict[str, Any]) -> str:
+    """Terminal and JUnit text of the speed block: ``speed (512 in / 512 out, 3 repeats, offline): c=256: ×1.42
+    [1.31, 1.55] (95%), faster (6,058 → 8,602 output tok/s)``; a sweep puts each level on its own indented line."""
+    if not speed:
+        return ""
+    if speed.get("status") != "measured":
+        return f"speed: not measured ({speed.get('error', 'failed')})"
+    p = speed.get("profile", {})
+    parts = []
+    for row in speed.get("levels", []):
+        lo, hi = row.get("ci_low"), row.get("ci_high")
+        ci = f" [{lo:.2f}, {hi:.2f}] ({100 * row.get('level', 0.95):.0f}%)" if lo is not None and hi is not None \
+            else " [no interval: < 2 repeats]"
+        need = repeats_note(row.get("repeats_needed"))
+        prec = precision_note(row.get("precision"))
+        parts.append(f"c={row['concurrency']}: \u00d7{row['ratio']:.2f}{ci}, {row['verdict']}{', ' + need if need else ''}"
+                     f"{', ' + prec if prec else ''} "
+                     f"({row['baseline']['median']:,.0f} \u2192 {row['candidate']['median']:,.0f} output tok/s)")
+    head = f"speed ({profile_words(p)}, {repeats_words(p)}, {p.get('mode', 'offline')}):"
+    # A sweep gets one line per level: three levels on one line outgrow any terminal.
+    return f"{head} {parts[0]}" if len(parts) == 1 else head + "".join(f"\n  {x}" for x in parts)
+
+
+def profile_words(p: dict[str, Any]) -> str:
+    """The traffic in words: ``512 in / 512 out`` for a synthetic profile; for a request log (``requests``) ``40
+    logged requests (requests.jsonl), input p50/p90/p99/max 120/340/800/812 tokens, output 64/256/256/256,
+    concurrency from-log: typical 3, peak 7`` (counts and lengths only: the log's text never reaches a report)."""
+    log = p.get("requests")
+    if not isinstance(log, dict):
+        return f"{p.get('input_len')} in / {p.get('output_len')} out"
+    sent = log.get("sent") if isinstance(log.get("sent"), dict) else {}
+    name = Path(str(log.get("path", "?"))).name
+    text = f"{sent.get('requests', log.get('requests'))} logged requests ({name})"
+
+    def q(d: Any) -> str:
+        return "/".join(str(d.get(k, "?")) for k in ("p50", "p90", "p99", "max")) if isinstance(d, dict) else "?"
+
+    if sent:
+        text += f", input p50/p90/p99/max {q(sent.get('input_tokens'))} tokens, output {q(sent.get('output_tokens'))}"
+    conc = log.get("concurrency")
+    if isinstance(conc, dict) and conc.get("source") == "from-log":
+        text += f", concurrency from-log: typical {conc.get('typical')}, peak {conc.get('peak')}"
+    return text
+
+
+def repeats_words(p: dict[str, Any], interleaved: bool = False) -> str:
+    """The profile's repeats in words: ``3 repeats`` (with ``interleaved``: ``3 interleaved repeats per side``); with
+    ``traffic.precision`` ``3 to 10 pairs, target ±2 %`` (``3 to 10 interleaved pairs, ...``): Stein's first stage,
+    then up to the cap (``precision.pair_cap``), and the ``max_seconds`` budget when set."""
+    from evalgate.speed.precision import pair_cap
+
+    n = p.get("repeats")
+    if p.get("precision") is None or not isinstance(n, int):
+        return f"{n} interleaved repeats per side" if interleaved else f"{n} repeats"
+    text = (f"{n} to {pair_cap(n, p.get('max_repeats'))} {'interleaved ' if interleaved else ''}pairs, target "
+            f"\u00b1{100 * float(p['precision']):g} %")
+    return text + (f" within {float(p['max_seconds']):g} s" if p.get("max_seconds") is not None else "")
+
+
+def repeats_note(need: int | None) -> str:
+    """``needs ≈6 repeats in all`` (``repeats_needed`` of an unresolved level, at this spread), ``needs > 100
+    repeats`` past the cap, or "" when there is nothing to say (resolved, not estimable, or not an integer)."""
+    if not isinstance(need, int) or need < 2:
+        return ""
+    return f"needs > {MAX_REPEATS} repeats" if need > MAX_REPEATS else f"needs \u2248{need} repeats in all"
+
+
+def resolve_profile(fields: dict[str, Any] | None, *, cuda: bool, concurrency: Sequence[int] | None = None,
+                    repeats: int | None = None, power: float = PLANNING_POWER, precision: float | None = None,
+                    max_repeats: int | None = None, max_seconds: float | None = None) -> TrafficProfile:
+    """The traffic profile to measure: the platform's default (``CUDA_PROFILE`` / ``CPU_PROFILE``), then the
+    thresholds' ``traffic`` fields (validated by ``thresholds``), then the command line's ``--concurrency`` /
+    ``--repeats`` / ``--precision`` / ``--max-repeats`` / ``--max-seconds``. A default ``num_prompts`` of the CPU profile is kept only while its concurrency is. ``power``: the
+    thresholds' ``power``, for the speed-up's MDE (not a traffic key)."""
+    base = CUDA_PROFILE if cuda else CPU_PROFILE
+    merged = base.as_dict()
+    given = dict(fields or {})
+    if "concurrency" in given and "num_prompts" not in given:
+        merged["num_prompts"] = None  # a changed concurrency with the default prompt count: one wave per level
+    merged.update(given)
+    if concurrency:
+        merged["concurrency"] = list(concurrency)
+        if "num_prompts" not in given:
+            merged["num_prompts"] = None
+    if repeats is not None:
+        merged["repeats"] = repeats
+    for key, value in (("precision", precision), ("max_repeats", max_repeats), ("max_seconds", max_seconds)):
+        if value is not None:
+            merged[key] = value
+    merged["concurrency"] = tuple(merged["concurrency"])
+    merged["power"] = power
+    return TrafficProfile(**merged)
+
+
+def profile_problems(profile: TrafficProfile, limits: dict[str, int]) -> list[tuple[str, str]]:
+    """``(field, message)`` for each way ``profile`` exceeds an engine's limits (``max_model_len`` in tokens,
+    ``max_num_seqs``); empty when it fits or a limit is unknown."""
+    out = []
+    max_len = limits.get("max_model_len")  # a request log's lengths are checked in the worker (engine.replay)
+    if max_len is not None and profile.input_len is not None and profile.input_len + profile.output_len > max_len:
+        out.append(("input_len", f"input_len + output_len = {profile.input_len + profile.output_len} tokens exceeds "
+                                 f"the engine's max_model_len {max_len}"))
+    seqs = limits.get("max_num_seqs")
+    over = [c for c in profile.concurrency if seqs is not None and c > seqs]
+    if over:
+        out.append(("concurrency", f"concurrency {over[0]} exceeds the engine's max_num_seqs {seqs} (set "
+                                   f"engine_args.max_num_seqs or lower the concurrency)"))
+    return out

@@ -1,0 +1,197 @@
+"""The engine worker process: start the engine once, evaluate each suite through lm-eval, attach evidence, file
+each finished suite in the store at once (a crash loses only the suite in flight), then optionally serve
+speed-measurement commands. Started by the parent (``evalgate.evaluate.runner``) as ``python -m evalgate.worker SPEC``;
+everything vLLM and lm-eval is imported here, in the worker, never in the parent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from evalgate.suites import scoring
+from evalgate.worker.item_evidence import decode_evidence, logit_evidence, suite_spec_decode
+from evalgate.engine.protocol import CONFIG_ERROR_EXIT, CONFIG_ERROR_TAG, LIMITS_TAG, LOGPROBS_K, versions
+from evalgate.worker.suite_eval import evaluate_suite
+from evalgate.errors import StoreError
+from evalgate.results.store import GenerationJournal, ResultStore, tasks_to_json
+
+
+def main(spec_path: str) -> int:
+    """Run the worker described by the spec at ``spec_path`` (JSON, written by ``evalgate.evaluate.runner``).
+
+    Returns the process exit code: 0, or ``CONFIG_ERROR_EXIT`` when vLLM refuses an engine-arg value (its reason on a
+    ``CONFIG_ERROR_TAG`` line). A ``check_only`` spec validates the values and prints the engine's limits on a
+    ``LIMITS_TAG`` line without loading the model. Other failures raise (a non-zero exit the parent reports).
+    """
+    spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
+    from evalgate.inputs.config import Sampling
+    from evalgate.worker.vllm_engine import VllmEngine
+    from evalgate.worker.lm_adapter import make_lm
+    from evalgate.worker.engine_args import prepare_process_env
+
+    prepare_process_env({})
+    sampling = Sampling(**spec["sampling"])
+    t0 = time.monotonic()
+    problem, limits = validate_engine_args(spec["model"], spec["engine_args"])
+    if problem:
+        print(f"{CONFIG_ERROR_TAG} {problem}", flush=True)
+        return CONFIG_ERROR_EXIT
+    if spec.get("check_only"):
+        print(f"{LIMITS_TAG} {json.dumps(limits)}", flush=True)
+        return 0
+    engine = VllmEngine(spec["model"], spec["engine_args"], sampling, sleep_mode=bool(spec.get("sleep_mode")))
+    start_s = time.monotonic() - t0
+    effective = engine.effective_config()
+    print(f"evalgate: engine started in {start_s:.1f} s; effective config: {json.dumps(effective)}", flush=True)
+    store = ResultStore(Path(spec["store"]))
+
+    # Coding completions start in the sandbox pool as they finish; the suite's scorer picks the results up.
+    lm = make_lm(engine, GenerationJournal(Path(spec["journal"])), logprobs=LOGPROBS_K, on_answer=scoring.on_answer,
+                 chat=spec.get("chat"))
+    reference = None if spec.get("reference") is None else GenerationJournal(Path(spec["reference"]["journal"])).load()
+    from evalgate.suites.discovery import content_hash
+
+    try:
+        for suite in spec["suites"]:
+            # The store key carries the suite hash the parent saw; refuse to file results of edited files under it.
+            if content_hash(Path(suite["dir"]) / suite["name"]) != suite["hash"]:
+                raise StoreError(f"suite {suite['name']} changed on disk while evalgate was running; run again")
+            _run_suite(engine, lm, suite, spec, sampling, store, effective, start_s, reference)
+    finally:
+        scoring.shutdown()
+    if spec.get("serve_commands"):
+        _serve_commands(engine, lm, spec["reply_fd"], effective)
+    return 0
+
+
+def _run_suite(engine: Any, lm: Any, suite: dict[str, Any], spec: dict[str, Any], sampling: Any, store: ResultStore,
+               effective: dict[str, Any], start_s: float, reference: dict[str, Any] | None) -> None:
+    """Evaluate one suite in the worker, attach its evidence, store it, and log where its time went."""
+    before = engine.spec_decode_counters()
+    reused, generated, engine_s, wait_s = lm.reused, lm.generated, lm.engine_s, scoring.wait_seconds()
+    print(f"evalgate: suite {suite['name']} started ({len(suite['tasks'])} tasks)", flush=True)
+    t1 = time.monotonic()
+    tasks, keys = evaluate_suite(lm, suite, spec["limit"], sampling, spec.get("chat"))
+    after = engine.spec_decode_counters()
+    suite_s = time.monotonic() - t1
+    gen_s = lm.engine_s - engine_s
+    sandbox_s = scoring.wait_seconds() - wait_s  # the scorer waiting on (or running) sandboxed programs
+    t2 = time.monotonic()
+    if reference is not None:
+        tasks = decode_evidence(reference, lm.records, tasks, keys)
+    decode_s = time.monotonic() - t2
+    tasks = logit_evidence(engine, lm.records, tasks, keys, spec, reference)
+    score_s = time.monotonic() - t2
+    store.put(suite["key"], {
+        "suite": suite["name"], "effective": effective, "tasks": tasks_to_json(tasks),
+        **suite_spec_decode(lm.records, keys.values(), before, after),
+        "timings": {"engine_start": start_s, f"suite:{suite['name']}": suite_s,
+                    f"generate:{suite['name']}": gen_s, f"sandbox_wait:{suite['name']}": sandbox_s,
+                    f"logprobs:{suite['name']}": score_s},
+        "generations": {"reused": lm.reused - reused, "generated": lm.generated - generated},
+    })
+    items = sum(len(t.items) for t in tasks.values())
+    print(f"evalgate: suite {suite['name']} done in {suite_s:.1f} s, {items} items "
+          f"({lm.generated - generated} generated, "
+          f"{lm.reused - reused} reused from the journal): engine submissions {gen_s:.1f} s, waiting on sandboxed "
+          f"programs {sandbox_s:.1f} s, the rest of lm-eval {suite_s - gen_s - sandbox_s:.1f} s; evidence {score_s:.1f} s (decode-time {decode_s:.1f} s, "
+          f"teacher-forced {score_s - decode_s:.1f} s)", flush=True)
+
+
+def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, Any]) -> None:
+    """After the suites: say ``ready``, then answer measurement commands (stdin, one JSON line each) until stdin
+    closes. A measurement that fails is reported (``{"event": "error"}``) and the worker keeps serving."""
+    from evalgate.worker import replay
+    from evalgate.worker import throughput
+
+    llm = engine.llm
+    vc = llm.llm_engine.vllm_config
+    replies = os.fdopen(reply_fd, "w", encoding="utf-8")
+
+    def reply(msg: dict[str, Any]) -> None:
+        replies.write(json.dumps(msg) + "\n")
+        replies.flush()
+
+    reply({"event": "ready", **throughput.device_info(), "versions": versions(), "effective": effective,
+           "max_num_seqs": int(vc.scheduler_config.max_num_seqs), "max_model_len": int(vc.model_config.max_model_len),
+           "sleep_mode": engine.sleep_mode()})
+    cache: dict[tuple[Any, ...], list[Any]] = {}
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        cmd = json.loads(line)
+        try:
+            if cmd.get("sleep") or cmd.get("wake"):  # placement: alternate (evalgate.evaluate.placement.Alternation)
+                t0 = time.monotonic()
+                engine.sleep(int(cmd["sleep"])) if cmd.get("sleep") else engine.wake()
+                what = "slept" if cmd.get("sleep") else "woke"
+                print(f"evalgate: {what} in {time.monotonic() - t0:.2f} s", flush=True)
+                reply({"event": what, "seconds": time.monotonic() - t0})
+                continue
+            if cmd.get("log"):  # traffic.from: the recorded requests (engine.replay), the warm-up their first ones
+                requests, summary = _log_requests(llm, cmd["log"], cache)
+                if cmd.get("warmup"):
+                    requests = replay.warmup(requests, int(cmd["concurrency"]))
+                t0 = time.monotonic()
+                result = {**throughput.measure(llm, requests, int(cmd["concurrency"])), "requests_summary": summary}
+                print(f"evalgate: {cmd.get('label', 'measure')} (request log) at concurrency {cmd['concurrency']}: "
+                      f"{result['output_tok_s']:.1f} output tok/s ({time.monotonic() - t0:.1f} s)", flush=True)
+                reply({"event": "measured", "result": result})
+                continue
+            key = (cmd["input_len"], cmd["output_len"], cmd["num_prompts"], cmd["prompts"], cmd.get("seed", 0))
+            if key not in cache:
+                suite_ids = ([r["prompt_token_ids"] for _, r in sorted(lm.records.items()) if r.get("prompt_token_ids")]
+                             if cmd["prompts"] == "suites" else None)
+                cache[key] = throughput.sample_requests(llm, cmd["input_len"], cmd["output_len"], cmd["num_prompts"],
+                                                        seed=cmd.get("seed", 0), suite_prompts=suite_ids)
+            t0 = time.monotonic()
+            result = throughput.measure(llm, cache[key], int(cmd["concurrency"]))
+            print(f"evalgate: {cmd.get('label', 'measure')} at concurrency {cmd['concurrency']}: "
+                  f"{result['output_tok_s']:.1f} output tok/s ({time.monotonic() - t0:.1f} s)", flush=True)
+            reply({"event": "measured", "result": result})
+        except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the speed part (exit 3)
+            import traceback
+
+            traceback.print_exc()
+            reply({"event": "error", "message": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"})
+
+
+def _log_requests(llm: Any, spec: dict[str, Any], cache: dict[Any, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """The request log's ``SampleRequest``s and summary (``engine.replay.prepare``), made once per log and count."""
+    from evalgate.worker import replay
+
+    key = ("log", spec["path"], spec["sha256"], spec["num_prompts"], spec["output_len"])
+    if key not in cache:
+        cache[key] = replay.prepare(llm, spec)
+    return cache[key]
+
+
+def validate_engine_args(model: str, engine_args: dict[str, Any]) -> tuple[str | None, dict[str, int]]:
+    """vLLM's own validation of the engine-arg values, without loading the model: ``(None, limits)`` if they are
+    accepted (``limits``: the resolved ``max_num_seqs`` and ``max_model_len``), else ``(reason, {})``.
+
+    ``EngineArgs(...).create_engine_config()`` builds and checks the whole engine config (types, choices,
+    limits against the model's config) in about a second; a wrong value is then a config error (exit 2) with
+    vLLM's reason, not an engine crash (exit 3) after the model has loaded.
+    """
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.usage.usage_lib import UsageContext
+
+    try:
+        # LLM_CLASS: the defaults vllm.LLM applies (max_num_seqs depends on the usage context and the device).
+        vc = EngineArgs(model=model, **engine_args).create_engine_config(usage_context=UsageContext.LLM_CLASS)
+    except Exception as exc:  # noqa: BLE001 - any refusal of the values (ValidationError, AttributeError on a
+        # string where a mapping belongs, a model name vLLM cannot resolve) is a config problem: no engine ran yet
+        first = " ".join(str(exc).split()).split(" For further information visit")[0]
+        return f"{type(exc).__name__}: {first[:400]}", {}
+    return None, {"max_num_seqs": int(vc.scheduler_config.max_num_seqs),
+                  "max_model_len": int(vc.model_config.max_model_len)}
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
