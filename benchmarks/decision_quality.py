@@ -54,9 +54,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from evalgate.compare.pairing import compare_tasks  # noqa: E402
-from evalgate.gate import Verdict, decide  # noqa: E402
-from evalgate.results.records import ItemResult, TaskResult  # noqa: E402
+from evalgate.gate import decide  # noqa: E402
 from evalgate.inputs.thresholds import Thresholds  # noqa: E402
+from evalgate.results.records import ItemResult, TaskResult  # noqa: E402
 
 PILOT = Path(__file__).resolve().parent / "data" / "embedded_pilot.json"
 TASKS = ("exact", "cluster", "graded")

@@ -102,9 +102,9 @@ def _gate(engine: Any, make_lm: Any, suite: dict[str, Any], limit: int | None,
           logprobs: int) -> tuple[float, float | None, float, dict[str, str]]:
     """The suite through an adapter and lm-eval; (seconds, engine-submission seconds or None, seconds the scorer
     waited on sandboxed programs, key -> text)."""
+    from evalgate.results.store import GenerationJournal
     from evalgate.suites import scoring
     from evalgate.worker.suite_eval import evaluate_suite as _evaluate_suite
-    from evalgate.results.store import GenerationJournal
 
     extra: dict[str, Any] = {}
     if "on_answer" in inspect.signature(make_lm).parameters:
@@ -120,13 +120,13 @@ def _gate(engine: Any, make_lm: Any, suite: dict[str, Any], limit: int | None,
 
 
 def _side(config: str, suites: list[str], limit: int | None, reps: int, old_tree: Path | None) -> dict[str, Any]:
-    from evalgate.inputs.config import load_config
-    from evalgate.worker.vllm_engine import VllmEngine
-    from evalgate.worker.lm_adapter import make_lm
-    from evalgate.worker.engine_args import prepare_process_env
-    from evalgate.models.embedded import resolve_model
     from evalgate.engine.protocol import LOGPROBS_K
+    from evalgate.inputs.config import load_config
+    from evalgate.models.embedded import resolve_model
     from evalgate.suites.discovery import load_suite
+    from evalgate.worker.engine_args import prepare_process_env
+    from evalgate.worker.lm_adapter import make_lm
+    from evalgate.worker.vllm_engine import VllmEngine
 
     cfg = load_config(config)
     prepare_process_env(dict(cfg.env))

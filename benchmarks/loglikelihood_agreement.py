@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import random
 import sys
 import time
@@ -108,10 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None, help="also write the result there")
     args = p.parse_args(argv)
     from evalgate.inputs.config import Sampling
-    from evalgate.worker.vllm_engine import VllmEngine
-    from evalgate.worker.lm_adapter import make_lm
-    from evalgate.worker.engine_args import prepare_process_env
     from evalgate.models.embedded import resolve_model
+    from evalgate.worker.engine_args import prepare_process_env
+    from evalgate.worker.lm_adapter import make_lm
+    from evalgate.worker.vllm_engine import VllmEngine
 
     path = resolve_model(args.model)
     items = mc_requests(args.items)

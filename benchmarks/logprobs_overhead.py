@@ -13,7 +13,6 @@ token ids are identical (they must be: raw log-probs are computed after sampling
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -27,9 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=3)
     args = p.parse_args(argv)
     from evalgate.inputs.config import Sampling
-    from evalgate.worker.vllm_engine import VllmEngine
-    from evalgate.worker.engine_args import prepare_process_env
     from evalgate.models.embedded import resolve_model
+    from evalgate.worker.engine_args import prepare_process_env
+    from evalgate.worker.vllm_engine import VllmEngine
 
     prepare_process_env({})
     engine = VllmEngine(resolve_model(args.model), {"dtype": "float32", "enforce_eager": True, "max_model_len": 2048,

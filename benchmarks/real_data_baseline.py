@@ -30,11 +30,11 @@ def main() -> None:
     args = p.parse_args()
 
     from evalgate.inputs.config import load_config
-    from evalgate.worker.vllm_engine import VllmEngine
-    from evalgate.worker.lm_adapter import make_lm
-    from evalgate.worker.engine_args import prepare_process_env
     from evalgate.models.embedded import resolve_model
     from evalgate.suites.discovery import list_suites
+    from evalgate.worker.engine_args import prepare_process_env
+    from evalgate.worker.lm_adapter import make_lm
+    from evalgate.worker.vllm_engine import VllmEngine
 
     cfg = load_config(args.config)
     prepare_process_env(cfg.env)

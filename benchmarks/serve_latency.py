@@ -16,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from evalgate.inputs.config import load_baseline, load_config
 from evalgate.engine.platform import has_cuda
+from evalgate.inputs.config import load_baseline, load_config
 from evalgate.models.embedded import resolve_model
 from evalgate.speed.serve import LATENCY_FIELDS, ServeSide, measure_serve
 from evalgate.speed.speedup import TrafficProfile

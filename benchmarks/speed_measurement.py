@@ -29,9 +29,9 @@ from pathlib import Path
 
 
 def _workers(names: list[str], tmp: Path, timeout: float) -> dict[str, object]:
+    from evalgate.evaluate.runner import start_config
     from evalgate.inputs.config import load_config
     from evalgate.models.embedded import evalgate_home
-    from evalgate.evaluate.runner import start_config
     from evalgate.results.store import ResultStore
 
     store = ResultStore(evalgate_home() / "store")
@@ -58,9 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
 
-    from evalgate.speed.speedup import TrafficProfile
-    from evalgate.speed.measure import measure_speed
     from evalgate.engine.device import cpu_info
+    from evalgate.speed.measure import measure_speed
+    from evalgate.speed.speedup import TrafficProfile
 
     profile = TrafficProfile(args.input_len, args.output_len, (args.concurrency,), num_prompts=args.num_prompts,
                              repeats=args.repeats)

@@ -59,9 +59,9 @@ def _error_outputs(cmd):  # type: ignore[no-untyped-def]
 @_error_outputs
 def cmd_run(args: argparse.Namespace) -> int:
     """Gate a candidate config against its baseline; write the run directory; exit with the verdict."""
-    from evalgate.inputs.options import RunOptions
     from evalgate.commands.jobs import EngineJob
     from evalgate.commands.pipeline import gate
+    from evalgate.inputs.options import RunOptions
     from evalgate.report.render import render_terminal
 
     job = EngineJob(config=args.config, configs_dir=Path(args.configs_dir), suites_dir=_suites_dir(args),
@@ -92,8 +92,8 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 def cmd_score(args: argparse.Namespace) -> int:
     """Score one config alone (no baseline, no verdict): a per-task table with 95 % intervals, ``score.json`` and
     ``summary.md`` in the run directory, a warning per task at 0 % or 100 % (``evalgate.commands.score``); exit 0."""
-    from evalgate.inputs.options import RunOptions
     from evalgate.commands.score import ScoreJob, render_table, run_score
+    from evalgate.inputs.options import RunOptions
 
     job = ScoreJob(config=args.config, configs_dir=Path(args.configs_dir), suites_dir=_suites_dir(args),
                    suite_names=args.suites, options=RunOptions.from_args(args),
@@ -106,8 +106,8 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Re-render report.html, verdict.junit.xml and summary.md from a stored run's verdict.json (exit 0)."""
-    from evalgate.report.render import render_terminal
     from evalgate.commands.stored import rendering, rerender
+    from evalgate.report.render import render_terminal
 
     doc, paths = rerender(Path(args.run_dir), Path(args.out) if args.out else None)
     with rendering(Path(args.run_dir) / "verdict.json"):
@@ -214,11 +214,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     so ``dense/bf16``'s ``extends: baseline`` shows as ``dense/baseline``; one that cannot be resolved shows as
     written, marked ``(unresolved)``. Raises ConfigError for a config that cannot be loaded.
     """
-    from evalgate.inputs.config import list_configs, load_baseline, load_config
     from evalgate.errors import ConfigError
-    from evalgate.suites.discovery import default_suites_dir, list_suites
-
+    from evalgate.inputs.config import list_configs, load_baseline, load_config
     from evalgate.inputs.project import describe
+    from evalgate.suites.discovery import default_suites_dir, list_suites
 
     for line in describe(args.layout):
         print(line)

@@ -7,10 +7,10 @@ from typing import Any
 
 from evalgate.compare.pairing import compare_tasks
 from evalgate.gate import decide
+from evalgate.inputs.thresholds import Thresholds
 from evalgate.report.document import gate_document
 from evalgate.results.records import ItemResult, TaskResult
 from evalgate.results.store import tasks_to_json, write_json_atomic
-from evalgate.inputs.thresholds import Thresholds
 
 EVIL_IMG = "<img src=x onerror=\"document.title='pwned'\">"
 EVIL_SCRIPT = "<script>document.title='pwned'</script>"

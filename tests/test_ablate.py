@@ -192,14 +192,11 @@ def test_pending_rows_in_table_and_html() -> None:
 def test_ablate_command_with_fake_workers(monkeypatch, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     """The command's plumbing: one baseline engine for the whole ablation, one engine per distinct runnable variant,
     CPU-refused switches skipped in the table, a row per variant, ablation.html/json and per-variant run dirs."""
-    from runfixtures import task
-
     from evalgate import cli
-
     from evalgate.engine import platform
-
     from evalgate.evaluate import runner
     from evalgate.evaluate.runner import ConfigRun
+    from runfixtures import task
 
     started: list[str] = []
 
@@ -304,8 +301,8 @@ def test_interrupted_ablation_keeps_its_table(monkeypatch, tmp_path, capsys,  # 
     """The 1st variant's gate finishes, the 2nd raises: ablation.json/html were written after the 1st (its row done,
     the rest pending) and again on the way out (the rest "not run"); the exception propagates, the baseline worker is
     killed, no table on stdout."""
-    from evalgate.engine import platform
     from evalgate.commands import pipeline
+    from evalgate.engine import platform
     from evalgate.evaluate import runner
     from evalgate.inputs.options import RunOptions
     from evalgate.suites.discovery import default_suites_dir

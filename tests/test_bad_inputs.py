@@ -927,9 +927,8 @@ def test_fresh_documents_pass_the_consistency_check(tmp_path: Path) -> None:
     """Documents the gate builds now (a BLOCK over a BLOCK and a PASS task, a NO-OP) read back unchanged."""
     import json
 
-    from runfixtures import blocking_document, document, task
-
     from evalgate.commands.stored import read_verdict
+    from runfixtures import blocking_document, document, task
 
     same = {"t": task("t", "s", ["ok"] * 40, [1.0] * 40)}
     for name, doc in (("block", blocking_document()), ("noop", document(same, same, same_config=True))):

@@ -11,8 +11,14 @@ from pathlib import Path
 import pytest
 
 from evalgate.errors import ConfigError, ExitCode
-from evalgate.suites.discovery import (GROUP_FIELDS, check_datasets, datasets_cache_dir, hub_offline, load_suite,
-                             task_manager)
+from evalgate.suites.discovery import (
+    GROUP_FIELDS,
+    check_datasets,
+    datasets_cache_dir,
+    hub_offline,
+    load_suite,
+    task_manager,
+)
 from taskfixtures import json_task
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from lm_eval.api.instance import Instance
 
+from evalgate.commands.stored import check_comparable
+from evalgate.errors import ConfigError, StoreError
 from evalgate.inputs.chat import check_protocols, describe_difference, protocol, split_thought
 from evalgate.inputs.config import Sampling, load_baseline, load_config
-from evalgate.worker.vllm_engine import Generation
 from evalgate.worker.lm_adapter import make_lm, request_key
-from evalgate.errors import ConfigError, StoreError
-from evalgate.commands.stored import check_comparable
+from evalgate.worker.vllm_engine import Generation
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "configs" / "chat" / "hybrid-chat.jinja"
@@ -231,10 +231,9 @@ def test_reasoning_summary_counts_tokens_and_truncated_thoughts_per_side() -> No
 def test_the_reports_show_the_reasoning_beside_the_delta_and_the_thoughts_escaped() -> None:
     import dataclasses
 
-    from evalgate.report.render import render_html, render_terminal
     from evalgate.report.outputs import render_markdown
+    from evalgate.report.render import render_html, render_terminal
     from evalgate.results.records import TaskResult
-
     from runfixtures import EVIL_SCRIPT, document, task
 
     def with_thoughts(t: TaskResult, thinking: list[int], thought: str) -> TaskResult:

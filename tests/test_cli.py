@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 
 from evalgate import cli
-
 from evalgate.commands import pipeline
-from evalgate.errors import ExitCode
 from evalgate.commands.jobs import EngineJob, StoredJob
+from evalgate.errors import ExitCode
 from evalgate.inputs.options import RunOptions
 
 

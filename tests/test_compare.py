@@ -10,8 +10,8 @@ import pytest
 
 from evalgate.compare.pairing import compare_tasks, pair_items, plan_tasks
 from evalgate.errors import StoreError
-from evalgate.results.records import ItemResult, TaskResult
 from evalgate.inputs.thresholds import Thresholds
+from evalgate.results.records import ItemResult, TaskResult
 
 THR = Thresholds(alpha=0.05, default_margin=2.0, bootstrap_resamples=500)
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from evalgate.inputs.config import CONFIGS_DIR, list_configs, load_config
 from evalgate.errors import ConfigError, ExitCode
+from evalgate.inputs.config import CONFIGS_DIR, list_configs, load_config
 
 BASE = """
 model: embedded:gemma-3-270m
@@ -231,8 +231,7 @@ def test_cuda_is_a_gpu_device_node_not_the_environment_variable(monkeypatch: pyt
 def test_gpu_capabilities_are_the_visible_gpus_capabilities(monkeypatch: pytest.MonkeyPatch) -> None:
     """The platform check reads the capabilities of the GPUs ``device.visible_gpus`` lists (its nvidia-smi reading is
     tested in tests/test_device.py); nothing without CUDA or when nvidia-smi cannot tell."""
-    from evalgate.engine import platform
-    from evalgate.engine import device
+    from evalgate.engine import device, platform
 
     gpus = (device.Gpu("0", "GPU-a", "NVIDIA H200", (9, 0)), device.Gpu("1", "GPU-b", "NVIDIA B200", (10, 0)))
     asked: list[str] = []
@@ -321,8 +320,8 @@ def test_shipped_configs_use_real_engine_arg_names() -> None:
 def test_engine_arg_names_read_from_source_match_the_imported_dataclass() -> None:
     import dataclasses
 
-    from evalgate.inputs.config import engine_arg_names
     from evalgate.engine.argnames import _engine_arg_names_from_source
+    from evalgate.inputs.config import engine_arg_names
 
     real = {f.name for f in dataclasses.fields(_vllm_engine_args())}
     assert _engine_arg_names_from_source() == real
@@ -357,9 +356,9 @@ def test_cuda_only_configs_are_refused_on_cpu_before_any_engine(
     the switch, before any engine starts. Needs vLLM: the run first checks the configs' engine-arg names, which
     (without vLLM) refuses every config for another reason and would let this test pass without the platform check.
     """
+    from evalgate.cli import main
     from evalgate.engine import platform
     from evalgate.evaluate import runner
-    from evalgate.cli import main
 
     _vllm_engine_args()
     monkeypatch.setattr(platform, "_has_cuda", lambda: False)

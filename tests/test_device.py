@@ -10,12 +10,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from runfixtures import DEVICE, task, write_run
 
 from evalgate.cli import main
 from evalgate.engine import device
 from evalgate.errors import ConfigError, ExitCode
 from evalgate.results.store import write_json_atomic
+from runfixtures import DEVICE, task, write_run
 
 SMI_QUERY = "--query-gpu=index,uuid,name,compute_cap --format=csv,noheader"
 
@@ -100,9 +100,9 @@ def test_sides_on_different_gpu_models_are_refused_before_any_engine(tmp_path: P
 def test_the_hardware_is_part_of_every_store_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A side stored on one machine is not served on another: the journal and every suite key change with the
     hardware identity, and the plan carries the identity into the run (and so the manifest)."""
+    from evalgate.commands.pipeline import load_suites
     from evalgate.evaluate import runner
     from evalgate.inputs.config import load_config
-    from evalgate.commands.pipeline import load_suites
     from evalgate.results.store import ResultStore
 
     root = Path(__file__).resolve().parent.parent
@@ -156,9 +156,8 @@ def test_compare_refuses_runs_on_other_or_unrecorded_hardware(tmp_path: Path, ca
 def test_the_report_shows_each_sides_hardware_escaped(tmp_path: Path) -> None:
     """The report's manifest table names each side's hardware; a hostile CPU name from a manifest is escaped; a run
     made before hardware was recorded reads "unrecorded"."""
-    from runfixtures import document
-
     from evalgate.report.render import render_html
+    from runfixtures import document
 
     n = 4
     base = {"t": task("t", "s", ["1"] * n, [1.0] * n)}

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from evalgate.cli import build_parser
+from evalgate.errors import ConfigError
 from evalgate.inputs.chat import Chat
 from evalgate.inputs.config import ConfigLayer, Sampling, config_key_rows, load_config
-from evalgate.errors import ConfigError
 from evalgate.inputs.schema import key_rows, markdown_table
 from evalgate.inputs.thresholds import LevelOverride, ThresholdsFile, load_thresholds
 

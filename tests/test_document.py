@@ -6,13 +6,12 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from runfixtures import manifest, side, task  # noqa: E402
-
 from evalgate.compare.pairing import compare_tasks  # noqa: E402
-from evalgate.report.document import build_verdict  # noqa: E402
 from evalgate.gate import decide  # noqa: E402
 from evalgate.inputs.thresholds import Thresholds  # noqa: E402
+from evalgate.report.document import build_verdict  # noqa: E402
 from evalgate.report.verdict import Verdict  # noqa: E402
+from runfixtures import manifest, side, task  # noqa: E402
 
 THR = Thresholds(alpha=0.05, default_margin=50.0, bootstrap_resamples=200, on_inconclusive="warn")
 N, WORSE = 40, 6  # six items newly degenerate, none recovered: one-sided McNemar p = 0.5^6 = 0.0156

@@ -12,12 +12,17 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from runfixtures import EVIL_SCRIPT, equal_sides_document, manifest, side, task  # noqa: E402
-
-from evalgate.speed.economics import (break_even_utilisation, cost_ratio_interval, economics_block,  # noqa: E402
-                                economics_lines, engine_gpus, usd_per_mtok)
 from evalgate.errors import ConfigError  # noqa: E402
 from evalgate.inputs.thresholds import load_thresholds  # noqa: E402
+from evalgate.speed.economics import (  # noqa: E402
+    break_even_utilisation,
+    cost_ratio_interval,
+    economics_block,
+    economics_lines,
+    engine_gpus,
+    usd_per_mtok,
+)
+from runfixtures import EVIL_SCRIPT, equal_sides_document, manifest, side, task  # noqa: E402
 
 BASE = "alpha: 0.05\ndefault: {margin: 2.0}\n"
 

@@ -19,8 +19,8 @@ pytest.importorskip("vllm", reason="needs vLLM (pip install 'evalgate[cpu]')")
 
 from evalgate.cli import main  # noqa: E402
 from evalgate.engine.readback import NO_SSM  # noqa: E402
-from evalgate.suites.discovery import list_suites  # noqa: E402
 from evalgate.inputs.thresholds import load_thresholds  # noqa: E402
+from evalgate.suites.discovery import list_suites  # noqa: E402
 
 pytestmark = pytest.mark.engine
 LIMIT = 2

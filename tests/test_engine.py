@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from evalgate.inputs.config import Sampling
 from evalgate.engine import readback
+from evalgate.inputs.config import Sampling
 from evalgate.worker.lm_adapter import group_requests, request_key, request_params
 from evalgate.worker.vllm_engine import _spec_counts
 

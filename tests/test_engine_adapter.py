@@ -11,9 +11,9 @@ import pytest
 from lm_eval.api.instance import Instance
 
 from evalgate.inputs.config import Sampling
-from evalgate.worker.vllm_engine import Generation, VllmEngine
-from evalgate.worker.lm_adapter import make_lm, request_key
 from evalgate.results.store import GenerationJournal
+from evalgate.worker.lm_adapter import make_lm, request_key
+from evalgate.worker.vllm_engine import Generation, VllmEngine
 
 CODE_STOP = ["\ndef "]
 QA_STOP = ["\n\n"]

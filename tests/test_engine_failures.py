@@ -9,7 +9,6 @@ whatever suites finished before the failure must stay in the store and not be re
 
 from __future__ import annotations
 
-import json
 import sys
 import textwrap
 import time
@@ -19,8 +18,8 @@ from pathlib import Path
 import pytest
 
 import evalgate.evaluate.runner as runner
-from evalgate.inputs.config import EngineConfig, Sampling
 from evalgate.errors import EngineError, ExitCode
+from evalgate.inputs.config import EngineConfig, Sampling
 from evalgate.results.store import ResultStore
 from evalgate.suites.discovery import Suite
 from taskfixtures import json_task

@@ -6,8 +6,14 @@ import math
 
 import pytest
 
-from evalgate.compare.evidence import (contradictions, divergence, first_divergence, is_degenerate, output_health,
-                               spec_decode_health)
+from evalgate.compare.evidence import (
+    contradictions,
+    divergence,
+    first_divergence,
+    is_degenerate,
+    output_health,
+    spec_decode_health,
+)
 from evalgate.results.records import ItemResult
 
 
@@ -115,8 +121,8 @@ def test_task_evidence_fails_degenerate_and_nonfinite_candidates() -> None:
 def test_health_shift_is_an_exact_one_sided_mcnemar_test() -> None:
     from scipy.stats import binomtest
 
-    from evalgate.report.document import task_evidence
     from evalgate.compare.evidence import health_shifts
+    from evalgate.report.document import task_evidence
 
     # 12 items: 6 become degenerate, 1 recovers, 5 stay healthy; 2 outputs newly truncated.
     base = [item(i, "fine answer") for i in range(11)] + [item(11, "7 " * 20)]
@@ -194,8 +200,8 @@ def test_decode_divergence_identical_prefix_and_missing_tokens() -> None:
 def test_decode_summary_is_token_weighted_and_gates_nonfinite() -> None:
     from dataclasses import asdict, replace
 
-    from evalgate.report.document import task_evidence
     from evalgate.compare.evidence import decode_divergence
+    from evalgate.report.document import task_evidence
 
     p, q = {1: 0.5, 2: 0.3}, {1: 0.4, 2: 0.4}
     d_long = decode_divergence([1, 1, 1], _lps(p, p, p), [1, 1, 1], _lps(q, q, q))   # 3 positions, KL k each
@@ -221,10 +227,10 @@ def test_agreement_counts_tie_flips_by_tolerance() -> None:
 
     import numpy as np
 
-    from evalgate.compare.pairing import compare_tasks
     from evalgate.compare.evidence import decode_divergence
-    from evalgate.results.records import TaskResult
+    from evalgate.compare.pairing import compare_tasks
     from evalgate.inputs.thresholds import Thresholds
+    from evalgate.results.records import TaskResult
 
     tie = decode_divergence([3], _lps({3: 0.40, 4: 0.39}), [4], _lps({4: 0.41, 3: 0.38}))  # gap ln(40/39) = 0.0253
     far = decode_divergence([3], _lps({3: 0.9, 4: 0.01}), [4], _lps({4: 0.9}))              # gap ln(90) = 4.5
@@ -243,8 +249,8 @@ def test_agreement_counts_tie_flips_by_tolerance() -> None:
 def test_per_request_spec_counts_and_suite_sums() -> None:
     from types import SimpleNamespace
 
-    from evalgate.worker.vllm_engine import _spec_counts
     from evalgate.worker.item_evidence import suite_spec_decode as _suite_spec_decode
+    from evalgate.worker.vllm_engine import _spec_counts
 
     # k=3: 5 verify steps accepted 0, 0, 1, 3, 2 draft tokens -> histogram [2, 1, 1, 1]; 15 draft tokens proposed.
     m = SimpleNamespace(histogram=[2, 1, 1, 1], num_draft_tokens=15)

@@ -8,8 +8,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from evalgate.gate import MISSING, Decision, Verdict, decide, effective_diff, overall_of, shows_non_inferiority
 from evalgate.compare.stats import BOOTSTRAP_METHOD, PairedComparison, paired_comparison
+from evalgate.gate import MISSING, Decision, Verdict, decide, effective_diff, overall_of, shows_non_inferiority
 from evalgate.inputs.thresholds import LevelOverride, TaskThreshold, Thresholds
 
 M = "\u2212"  # the minus sign used in reasons
@@ -363,8 +363,8 @@ def test_spec_decode_floors() -> None:
 
 
 def test_a_sampling_or_env_only_change_is_never_a_no_op(thresholds: Thresholds) -> None:
-    from evalgate.inputs.config import EngineConfig, Sampling
     from evalgate.evaluate.runner import with_requested_runtime
+    from evalgate.inputs.config import EngineConfig, Sampling
 
     engine = {"engine_args": {"dtype": "float32"}, "env": {"torch_num_threads": 2}, "model": {"architectures": []}}
 

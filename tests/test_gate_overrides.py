@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from evalgate.compare.evidence import HealthShift
-from evalgate.gate import Decision, Verdict, decide, health_alpha, health_failures, is_near_tie, overrule
 from evalgate.compare.stats import paired_comparison
+from evalgate.gate import Decision, Verdict, decide, health_alpha, health_failures, is_near_tie, overrule
 from evalgate.inputs.thresholds import SpecDecodeFloors, SpeedFloors, Thresholds
 
 THR = Thresholds(alpha=0.05, default_margin=5.0, bootstrap_resamples=200)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from evalgate.models.embedded import HYBRID_MODEL, resolve_model
 from evalgate.models.hybrid import CHECKPOINT_DIR
 from tools.hybrid import data as D
-from evalgate.models.embedded import HYBRID_MODEL, resolve_model
 
 try:  # the data tests run without torch; the model, recipe and tokenizer tests skip where it does not import
     import torch

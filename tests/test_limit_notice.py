@@ -13,11 +13,9 @@ import pytest
 import yaml
 
 from evalgate import cli
-
 from evalgate.commands import jobs
-
-from evalgate.evaluate import runner
 from evalgate.commands.plan import limit_notice
+from evalgate.evaluate import runner
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from evalgate.worker.lm_adapter import encode_pair, loglikelihood_key, request_key, score_pairs, score_rolling
 from evalgate.results.records import ItemResult, TaskResult
 from evalgate.results.store import GenerationJournal
+from evalgate.worker.lm_adapter import encode_pair, loglikelihood_key, request_key, score_pairs, score_rolling
 from taskfixtures import json_task
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -133,8 +133,8 @@ def test_choice_item_holds_each_choices_logprob() -> None:
 def test_mc_accuracy_takes_the_paired_binary_path() -> None:
     """acc / acc_norm items are 0/1: compare_tasks uses McNemar and Newcombe's interval, as for exact match."""
     from evalgate.compare.pairing import compare_tasks
-    from evalgate.worker.suite_eval import _choice_item
     from evalgate.inputs.thresholds import load_thresholds
+    from evalgate.worker.suite_eval import _choice_item
 
     rng = random.Random(0)
     base, cand = [], []
@@ -154,10 +154,9 @@ def test_mc_accuracy_takes_the_paired_binary_path() -> None:
 
 
 def test_report_shows_the_choices_escaped() -> None:
-    from runfixtures import document
-
     from evalgate.report.render import render_html
     from evalgate.worker.suite_eval import _choice_item
+    from runfixtures import document
 
     base, cand = [], []
     for i in range(20):  # item 0 regresses: its gold choice loses to another under the candidate
@@ -320,8 +319,8 @@ def test_runner_evaluates_a_group_with_its_limit_through_lm_eval(tmp_path: Path,
     from lm_eval.api.model import LM
 
     from evalgate.inputs.config import Sampling
-    from evalgate.worker.suite_eval import evaluate_suite as _evaluate_suite
     from evalgate.suites.discovery import load_suite
+    from evalgate.worker.suite_eval import evaluate_suite as _evaluate_suite
 
     d = tmp_path / "suites" / "mc"
     (d / "data").mkdir(parents=True)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from evalgate.models import embedded as model
 from evalgate.errors import ConfigError, ModelError
+from evalgate.models import embedded as model
 from evalgate.models.hybrid import CHECKPOINT_DIR
 
 

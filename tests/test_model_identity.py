@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evalgate.inputs.config import EngineConfig, Sampling
-from evalgate.gate import Verdict, decide, effective_diff
-from evalgate.models.embedded import model_fingerprint
-from evalgate.evaluate.runner import with_requested_runtime
 from evalgate.compare.stats import paired_comparison
+from evalgate.evaluate.runner import with_requested_runtime
+from evalgate.gate import Verdict, decide, effective_diff
+from evalgate.inputs.config import EngineConfig, Sampling
 from evalgate.inputs.thresholds import Thresholds
+from evalgate.models.embedded import model_fingerprint
 
 ENGINE = {"engine_args": {"dtype": "float32"}, "env": {"torch_num_threads": 2},
           "model": {"architectures": ["NemotronHForCausalLM"], "layer_kinds": ["mlp"]}}
@@ -70,11 +70,10 @@ def test_the_same_checkpoint_named_two_ways_is_still_a_no_op(tmp_path: Path) -> 
 def test_a_config_run_records_the_weights_it_loaded_also_from_the_store(tmp_path: Path) -> None:
     """``runner._collect`` (fresh or stored suites alike) puts the loaded checkpoint's fingerprint in the effective
     config, so two configs that differ only in ``model`` differ there."""
-    from runfixtures import task
-
     from evalgate.evaluate import runner
     from evalgate.results.store import ResultStore, tasks_to_json
     from evalgate.suites.discovery import Suite
+    from runfixtures import task
 
     store = ResultStore(tmp_path / "store")
     suite = Suite(name="s", path=tmp_path / "suites" / "s", tasks=("s_t",), primary_metric={"s_t": "m"},

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import math
 import re
-
-import pytest
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from runfixtures import EVIL_IMG, EVIL_SCRIPT, blocking_document, document, task
+import pytest
 
-from evalgate.report.outputs import (JUNIT_NAME, MARKDOWN_NAME, render_junit, render_markdown, write_error_outputs,
-                              write_outputs)
+from evalgate.report.outputs import (
+    JUNIT_NAME,
+    MARKDOWN_NAME,
+    render_junit,
+    render_markdown,
+    write_error_outputs,
+    write_outputs,
+)
 from evalgate.report.plot import delta_plot
 from evalgate.report.render import render_html, review_items
+from runfixtures import EVIL_IMG, EVIL_SCRIPT, blocking_document, document, task
 
 
 def test_junit_has_one_case_per_task_and_a_failure_with_delta_ci_and_margin() -> None:

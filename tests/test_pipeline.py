@@ -8,14 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runfixtures import task
 
 from evalgate.commands import pipeline
-from evalgate.inputs.config import EngineConfig, Sampling
 from evalgate.errors import StoreError
 from evalgate.evaluate.manifest import Manifest
 from evalgate.evaluate.runner import ConfigRun, SpeedError
+from evalgate.inputs.config import EngineConfig, Sampling
 from evalgate.inputs.thresholds import Thresholds
+from runfixtures import task
 
 
 def _cfg(name: str, dtype: str) -> EngineConfig:

@@ -6,13 +6,12 @@ refused before any engine starts."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from evalgate.evaluate import placement as pl
 from evalgate.errors import ConfigError
+from evalgate.evaluate import placement as pl
 
 GiB = 2**30
 
@@ -311,12 +310,10 @@ def test_together_failure_is_raised_unchanged() -> None:
 def fake_cuda(monkeypatch, tmp_path):  # type: ignore[no-untyped-def]
     """A pretended CUDA host with sleep mode and a 140 GiB GPU; ``runner.start_config`` returns fake workers on
     one shared fake GPU (``started``: (config, sleep_mode) in order)."""
-    from runfixtures import task
-
     from evalgate.engine import platform
-
     from evalgate.evaluate import runner
     from evalgate.evaluate.runner import ConfigRun
+    from runfixtures import task
 
     gpu = Gpu()
     started: list[tuple[str, bool]] = []

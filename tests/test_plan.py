@@ -11,10 +11,10 @@ from scipy.stats import norm
 
 from evalgate.cli import main
 from evalgate.compare.pairing import compare_tasks, plan_tasks
-from evalgate.results.records import ItemResult, TaskResult
-from evalgate.worker.suite_eval import _cluster
-from evalgate.results.store import tasks_from_json, tasks_to_json, write_json_atomic
 from evalgate.inputs.thresholds import Thresholds
+from evalgate.results.records import ItemResult, TaskResult
+from evalgate.results.store import tasks_from_json, tasks_to_json, write_json_atomic
+from evalgate.worker.suite_eval import _cluster
 
 K = norm.ppf(0.95) + norm.ppf(0.8)  # z_{1-alpha} + z_{power} (alpha 0.05, power 0.8), not evalgate.compare.power's z_sum
 

@@ -5,8 +5,24 @@ from __future__ import annotations
 import math
 import re
 
-from evalgate.report.plot import LABEL_W, RIGHT_W, TOP, ROW_H, TRADE_B, TRADE_H, TRADE_L, TRADE_R, TRADE_T, WIDTH
-from evalgate.report.plot import _ratio_ticks, _ticks, delta_plot, kl_curve, sweep_plot, tradeoff_plot
+from evalgate.report.plot import (
+    LABEL_W,
+    RIGHT_W,
+    ROW_H,
+    TOP,
+    TRADE_B,
+    TRADE_H,
+    TRADE_L,
+    TRADE_R,
+    TRADE_T,
+    WIDTH,
+    _ratio_ticks,
+    _ticks,
+    delta_plot,
+    kl_curve,
+    sweep_plot,
+    tradeoff_plot,
+)
 
 
 def _doc(verdict: str = "BLOCK", **task: object) -> dict:

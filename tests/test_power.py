@@ -9,8 +9,17 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from evalgate.compare.power import (describe_items_needed, holm_levels, items_floor, items_needed, items_needed_basis, mde,
-                            mde_at, se_floor, z_sum)
+from evalgate.compare.power import (
+    describe_items_needed,
+    holm_levels,
+    items_floor,
+    items_needed,
+    items_needed_basis,
+    mde,
+    mde_at,
+    se_floor,
+    z_sum,
+)
 
 K = norm.ppf(0.95) + norm.ppf(0.8)  # z_{1-alpha} + z_{power} at alpha 0.05, power 0.8: 1.6449 + 0.8416 = 2.4865
 

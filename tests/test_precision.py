@@ -15,11 +15,20 @@ import numpy as np
 import pytest
 
 from evalgate.errors import ConfigError
-from evalgate.speed.precision import (BY_REPEATS, BY_SECONDS, MET, pair_cap, precision_note, precision_problems,
-                                precision_record, stein_interval, stein_plan)
-from evalgate.speed.speedup import TrafficProfile, headline, repeats_needed, repeats_words
-from evalgate.speed.measure import measure_speed
 from evalgate.inputs.thresholds import load_thresholds
+from evalgate.speed.measure import measure_speed
+from evalgate.speed.precision import (
+    BY_REPEATS,
+    BY_SECONDS,
+    MET,
+    pair_cap,
+    precision_note,
+    precision_problems,
+    precision_record,
+    stein_interval,
+    stein_plan,
+)
+from evalgate.speed.speedup import TrafficProfile, headline, repeats_needed, repeats_words
 
 T_975_DF2 = 4.302652729749464  # t_{0.975, 2}: the table value 4.303 (Student t, 2 degrees of freedom)
 H_2PCT = math.log(1.02)  # the target half-width ±2 % on the log scale
@@ -278,8 +287,9 @@ def test_the_record_reaches_every_output() -> None:
     assert ("speed_c4_precision", note) in speed_properties(sb)
     assert note in render_table([{"label": "fp16", "kind": "alone", "skipped": None, "verdict": "PASS",
                                   "speed": block["levels"], "tasks": []}])
-    from evalgate.report.render import render_html, render_terminal
     from test_speed import _doc_with_speed
+
+    from evalgate.report.render import render_html, render_terminal
 
     doc = _doc_with_speed()
     doc["speed"] = {**block, "thresholds": None}

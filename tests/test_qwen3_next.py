@@ -19,12 +19,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from evalgate.inputs.config import load_baseline, load_config  # noqa: E402
 from evalgate.errors import ModelError  # noqa: E402
+from evalgate.inputs.config import load_baseline, load_config  # noqa: E402
+from evalgate.models.embedded import QWEN3_NEXT_MODEL, model_fingerprint, prepare_qwen3_next_model, resolve_model  # noqa: E402
 from evalgate.models.hybrid import CHECKPOINT_DIR  # noqa: E402
 from evalgate.models.hybrid import qwen3_next as Q  # noqa: E402
 from evalgate.worker.probe import PROBE_PROMPTS  # noqa: E402
-from evalgate.models.embedded import QWEN3_NEXT_MODEL, model_fingerprint, prepare_qwen3_next_model, resolve_model  # noqa: E402
 
 # sha256 of model.safetensors for seed 0 (RECIPE_VERSION 1). Changes if the recipe or torch's CPU generator does.
 SEED0_SHA256 = "22ece5bab06a58dc2cb01a5451595b058ca07890d72d464040ebff46f3d927af"

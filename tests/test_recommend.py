@@ -105,8 +105,9 @@ def test_table_html_and_cost_column() -> None:
 
 
 def test_ablation_rows_carry_the_verdicts_costs() -> None:
-    from evalgate.commands.ablate import Switch, Variant
     from types import SimpleNamespace
+
+    from evalgate.commands.ablate import Switch, Variant
 
     v = Variant("alone", (Switch("engine_args", "k", 1),), SimpleNamespace(name="r~k"))
     doc = {"verdict": "PASS", "tasks": [], "speed": {"status": "measured", "levels": []},
@@ -125,14 +126,11 @@ def test_ablate_command_writes_costs_and_the_recommendation(monkeypatch, tmp_pat
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from runfixtures import task
-
     from evalgate import cli
-
     from evalgate.engine import platform
-
     from evalgate.evaluate import runner
     from evalgate.evaluate.runner import ConfigRun
+    from runfixtures import task
 
     class Fake:
         def __init__(self, speed: float) -> None:

@@ -9,9 +9,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from runfixtures import blocking_document
 
 from evalgate.report.outputs import write_outputs
+from runfixtures import blocking_document
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary (Debian: apt-get install chromium)")

@@ -12,8 +12,13 @@ from pathlib import Path
 import pytest
 
 from evalgate.errors import ConfigError, ExitCode
-from evalgate.inputs.requestlog import (concurrency_from_log, in_flight_counts, length_summary, nearest_rank,
-                                 read_request_log)
+from evalgate.inputs.requestlog import (
+    concurrency_from_log,
+    in_flight_counts,
+    length_summary,
+    nearest_rank,
+    read_request_log,
+)
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples" / "traffic"
 
@@ -169,8 +174,8 @@ def test_nearest_rank_quantiles_against_the_definition() -> None:
 
 def _profile(tmp_path: Path, traffic: str, configs: str = "", **options: object):
     from evalgate.inputs.options import RunOptions
-    from evalgate.speed.measure import speed_profile
     from evalgate.inputs.thresholds import load_thresholds
+    from evalgate.speed.measure import speed_profile
 
     thr = tmp_path / "thresholds.yaml"
     thr.write_text(f"alpha: 0.05\ndefault: {{margin: 2.0}}\ntraffic: {traffic}\n{configs}", encoding="utf-8")
@@ -345,8 +350,8 @@ def test_the_speed_phase_sends_the_log_to_both_sides_and_records_what_was_sent()
 
 
 def test_sides_that_sent_different_requests_are_recorded_as_such() -> None:
-    from evalgate.speed.speedup import TrafficProfile
     from evalgate.speed.measure import with_sent_requests
+    from evalgate.speed.speedup import TrafficProfile
 
     p = TrafficProfile(input_len=None, output_len=8, concurrency=(1,), requests={"path": "x"})
     got = with_sent_requests(p, {"baseline": {"requests_sha256": "a"}, "candidate": {"requests_sha256": "b"}}).requests
@@ -354,13 +359,12 @@ def test_sides_that_sent_different_requests_are_recorded_as_such() -> None:
 
 
 def _doc(path: str) -> dict:
-    from runfixtures import manifest, side, task
-
     from evalgate.compare.pairing import compare_tasks
-    from evalgate.report.document import gate_document
     from evalgate.gate import decide
-    from evalgate.speed.measure import measure_speed
     from evalgate.inputs.thresholds import Thresholds
+    from evalgate.report.document import gate_document
+    from evalgate.speed.measure import measure_speed
+    from runfixtures import manifest, side, task
 
     tasks = {"t": task("t", "s", ["ok"] * 40, [1.0] * 40)}
     thr = Thresholds(alpha=0.05, default_margin=10.0, bootstrap_resamples=1000)

@@ -8,15 +8,15 @@ import json
 from pathlib import Path
 
 import pytest
-from runfixtures import task
 
-from evalgate.evaluate import runner
-from evalgate.inputs.config import EngineConfig, Sampling
 from evalgate.engine.protocol import CONFIG_ERROR_EXIT, CONFIG_ERROR_TAG, LOGPROBS_K
 from evalgate.errors import ConfigError, EngineError
+from evalgate.evaluate import runner
 from evalgate.evaluate.procs import exit_error, tail
+from evalgate.inputs.config import EngineConfig, Sampling
 from evalgate.results.store import ResultStore, tasks_to_json
 from evalgate.suites.discovery import Suite
+from runfixtures import task
 
 
 def _cfg(tmp_path: Path, dtype: str = "float32") -> EngineConfig:

@@ -8,10 +8,10 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from runfixtures import blocking_document, task, write_run
 
 from evalgate.cli import main
 from evalgate.results.store import write_json_atomic
+from runfixtures import blocking_document, task, write_run
 
 ROOT = Path(__file__).resolve().parent.parent
 

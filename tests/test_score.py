@@ -13,8 +13,8 @@ from scipy.stats import t as student_t
 
 import evalgate.evaluate.runner
 from evalgate import cli
-from evalgate.results.records import ItemResult, TaskResult
 from evalgate.commands.score import INTERVAL_MEAN, INTERVAL_WILSON, task_score
+from evalgate.results.records import ItemResult, TaskResult
 
 G = Path(__file__).resolve().parent / "bad_inputs" / "good"
 

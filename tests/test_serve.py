@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from scipy.stats import t as student_t
 
-from evalgate.speed import serve as servespeed
-from evalgate.report.wording import latency_headline, latency_properties
 from evalgate.engine import serve
 from evalgate.engine.serve import ServeError, Server, parse_bench_result, run_bench, serve_flags
+from evalgate.report.wording import latency_headline, latency_properties
+from evalgate.speed import serve as servespeed
 from evalgate.speed.speedup import TrafficProfile
 
 FAKE = Path(__file__).with_name("fake_vllm.py")

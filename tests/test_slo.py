@@ -13,15 +13,14 @@ import pytest
 from scipy.stats import t as student_t
 
 from evalgate import gate
-
-from evalgate.speed import serve as servespeed
 from evalgate.engine import serve
 from evalgate.engine.serve import ServeError, bench_command, parse_bench_result
 from evalgate.errors import ConfigError
-from evalgate.speed.speedup import TrafficProfile
-from evalgate.speed.measure import with_latency_slos
 from evalgate.inputs.thresholds import LatencySlos, SpeedFloors, load_thresholds
 from evalgate.report.wording import goodput_words, latency_properties, slo_rows
+from evalgate.speed import serve as servespeed
+from evalgate.speed.measure import with_latency_slos
+from evalgate.speed.speedup import TrafficProfile
 
 FAKE = Path(__file__).with_name("fake_vllm.py")
 

@@ -8,11 +8,10 @@ import re
 
 import pytest
 
-from evalgate.worker.suite_eval import source_id
 from evalgate.report.outputs import render_markdown
 from evalgate.report.render import render_html
 from evalgate.results.store import tasks_from_json, tasks_to_json
-
+from evalgate.worker.suite_eval import source_id
 from runfixtures import EVIL_SCRIPT, document, task
 
 

@@ -12,11 +12,27 @@ import pytest
 
 from evalgate.errors import ConfigError, ExitCode
 from evalgate.gate import speed_floor_failures
-from evalgate.speed.speedup import (CPU_PROFILE, CUDA_PROFILE, FASTER, SLOWER, UNMEASURABLE, TrafficProfile, coefficient_of_variation,
-                            MAX_REPEATS, compare_speed, describe, detectable_ratio, headline, paired_log_interval, paired_t_power,
-                            profile_problems, repeats_needed, resolve_profile)
-from evalgate.speed.measure import measure_speed
 from evalgate.inputs.thresholds import load_thresholds
+from evalgate.speed.measure import measure_speed
+from evalgate.speed.speedup import (
+    CPU_PROFILE,
+    CUDA_PROFILE,
+    FASTER,
+    MAX_REPEATS,
+    SLOWER,
+    UNMEASURABLE,
+    TrafficProfile,
+    coefficient_of_variation,
+    compare_speed,
+    describe,
+    detectable_ratio,
+    headline,
+    paired_log_interval,
+    paired_t_power,
+    profile_problems,
+    repeats_needed,
+    resolve_profile,
+)
 
 T_975_DF2 = 4.302652729911275  # Student t quantile 0.975 at 2 degrees of freedom (tables)
 T_975_DF4 = 2.7764451051977987
@@ -324,9 +340,8 @@ def _doc_with_speed(min_speedup: float | None = None, evil: bool = False) -> dic
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from runfixtures import EVIL_SCRIPT, equal_sides_document
-
     from evalgate.inputs.thresholds import SpeedFloors
+    from runfixtures import EVIL_SCRIPT, equal_sides_document
 
     workers = {"baseline": FakeWorker("baseline", {16: [100, 104, 98]}, []),
                "candidate": FakeWorker("candidate", {16: [101, 103, 99]}, [])}
@@ -404,10 +419,9 @@ def test_documents_without_speed_render_as_before() -> None:
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from runfixtures import blocking_document
-
     from evalgate.report.outputs import render_junit, render_markdown
     from evalgate.report.render import render_html, render_terminal
+    from runfixtures import blocking_document
 
     doc = blocking_document()
     assert "speed" not in doc

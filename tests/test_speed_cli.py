@@ -8,13 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runfixtures import task
 
 from evalgate import cli
-
-from evalgate.evaluate import runner
 from evalgate.errors import ExitCode
+from evalgate.evaluate import runner
 from evalgate.evaluate.runner import ConfigRun, SpeedError
+from runfixtures import task
 
 THR = "alpha: 0.05\ndefault: {margin: 10.0}\nbootstrap_resamples: 1000\n"
 

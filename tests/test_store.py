@@ -12,8 +12,14 @@ import pytest
 import evalgate.results.store as store_mod
 from evalgate.errors import ExitCode, StoreError
 from evalgate.results.records import ItemResult, TaskResult
-from evalgate.results.store import (ResultStore, content_key, read_json, tasks_from_json, tasks_to_json,
-                            write_json_atomic)
+from evalgate.results.store import (
+    ResultStore,
+    content_key,
+    read_json,
+    tasks_from_json,
+    tasks_to_json,
+    write_json_atomic,
+)
 
 KEY = content_key({"config": "a", "suite": "s"})
 OTHER = content_key({"config": "b", "suite": "s"})

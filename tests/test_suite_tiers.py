@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from evalgate.errors import ConfigError
 from evalgate.compare.evidence import POSITION_BUCKETS, position_metric
+from evalgate.errors import ConfigError
 from evalgate.suites.discovery import SUITES_DIR, count_items, list_suites, load_suite, task_notes
 from evalgate.suites.taskcode import load_module
 

@@ -15,11 +15,10 @@ import pydantic
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from runfixtures import blocking_document, document, task  # noqa: E402
-
-from evalgate.errors import StoreError  # noqa: E402
 from evalgate.commands.stored import read_verdict, rerender  # noqa: E402
+from evalgate.errors import StoreError  # noqa: E402
 from evalgate.report.verdict import TaskVerdict, Verdict, as_verdict  # noqa: E402
+from runfixtures import blocking_document, document, task  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "verdicts" / "v1"
 NAMES = sorted(p.stem for p in GOLDEN.glob("*.json"))

@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 from evalgate.engine import platform
-
+from evalgate.errors import ConfigError
 from evalgate.inputs import config
 from evalgate.worker.engine_args import ENGINE_COUNTERS, PER_REQUEST, evalgate_extras
-from evalgate.errors import ConfigError
 
 # The fields that matter here, as the two releases spell them (0.26.0 lacks per_request_spec_decode_metrics).
 V026 = frozenset({"model", "dtype", "disable_log_stats", "hf_overrides", "speculative_config", "mamba_ssm_cache_dtype",

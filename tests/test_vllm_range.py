@@ -13,9 +13,9 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from evalgate.inputs import config
 from evalgate.engine import argnames, readback
 from evalgate.errors import ConfigError, ExitCode
+from evalgate.inputs import config
 
 ROOT = Path(__file__).resolve().parents[1]
 

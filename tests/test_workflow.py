@@ -93,8 +93,8 @@ def test_the_shipped_cpu_job_can_pass() -> None:
     task's data as lm-eval would."""
     from statistics import NormalDist
 
-    from evalgate.suites.discovery import count_items, list_suites, load_suite
     from evalgate.inputs.thresholds import load_thresholds
+    from evalgate.suites.discovery import count_items, list_suites, load_suite
 
     env = _cpu_gate_env()
     assert env["GATE_CONFIGS"] == "fp16-state"

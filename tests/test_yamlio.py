@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from evalgate.inputs.config import WORDING as CONFIG
 from evalgate.errors import ConfigError, ExitCode
-from evalgate.suites.files import WORDING as SUITE
+from evalgate.inputs.config import WORDING as CONFIG
 from evalgate.inputs.thresholds import WORDING as THRESHOLDS
 from evalgate.inputs.yamlio import MAX_DEPTH, MAX_NODES, Wording, parse, read_mapping
+from evalgate.suites.files import WORDING as SUITE
 
 PLAIN = Wording("test")
 

@@ -195,8 +195,8 @@ def render_table(rows: list[dict[str, Any]]) -> str:
     million output tokens with an ``economics`` section), Δ [interval] per task, verdict (a skipped or not-run row:
     why, on one line); then, when some speed was measured, the recommendation per concurrency
     (``recommend.recommend``)."""
-    from evalgate.report.outputs import pts
     from evalgate.gate.recommend import recommend, recommendation_lines
+    from evalgate.report.outputs import pts
 
     lines = []
     width = max((len(r["label"]) for r in rows), default=0)  # whole labels: cumulative ones differ at their ends
@@ -244,13 +244,13 @@ def render_html(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     rows are missing. Self-contained, no scripts, autoescaped."""
     from jinja2 import Environment, PackageLoader, select_autoescape
 
-    from evalgate.speed.economics import usd
+    from evalgate.gate.recommend import recommend
     from evalgate.report.outputs import pts
     from evalgate.report.plot import sweep_plot, tradeoff_plot
-    from evalgate.speed.precision import precision_note
-    from evalgate.gate.recommend import recommend
-    from evalgate.speed.speedup import repeats_note, repeats_words
     from evalgate.report.wording import speed_mde_note
+    from evalgate.speed.economics import usd
+    from evalgate.speed.precision import precision_note
+    from evalgate.speed.speedup import repeats_note, repeats_words
 
     points, sweep = [], []
     for r in rows:
@@ -299,19 +299,18 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
         Anything else a variant's gate raises (KeyboardInterrupt, ...): re-raised once the partial ``ablation.json``
             and ``ablation.html`` are written.
     """
-    from evalgate.commands import jobs
-    from evalgate.commands import pipeline
+    from evalgate.commands import jobs, pipeline
     from evalgate.evaluate import runner
-    from evalgate.evaluate.preflight import check_suites
-    from evalgate.speed.measure import check_profile, speed_profile, traffic_source
-    from evalgate.suites.discovery import check_datasets
-    from evalgate.models.embedded import check_home, evalgate_home
-    from evalgate.paths import check_writable_dir
     from evalgate.evaluate.placement import Alternation, placement_record
     from evalgate.evaluate.placement import resolve as resolve_placement
+    from evalgate.evaluate.preflight import check_suites
+    from evalgate.models.embedded import check_home, evalgate_home
+    from evalgate.paths import check_writable_dir
+    from evalgate.results.store import ResultStore
+    from evalgate.speed.measure import check_profile, speed_profile, traffic_source
     from evalgate.speed.precision import METHOD as PRECISION_METHOD
     from evalgate.speed.speedup import METHOD
-    from evalgate.results.store import ResultStore
+    from evalgate.suites.discovery import check_datasets
 
     if out is not None:
         check_writable_dir(out, field="--out", what="the ablation's output directory")
@@ -460,11 +459,11 @@ def _gate_variant(v: Variant, job: Any, docs: dict[str, Any], failed: dict[str, 
 def _load(config: str, configs_dir: Path, suites_dir: Path, thresholds_path: Path,
           suite_names: list[str] | None) -> tuple[Any, Any, Any, list[Any], dict[str, Any]]:
     """``(recipe, baseline, thresholds, suites, every known config by name)``; ConfigError for bad input."""
+    from evalgate.commands.pipeline import load_suites
+    from evalgate.engine.device import check_same_hardware
+    from evalgate.engine.platform import check_platform
     from evalgate.inputs import config as config_mod
     from evalgate.inputs.chat import check_protocols
-    from evalgate.engine.platform import check_platform
-    from evalgate.engine.device import check_same_hardware
-    from evalgate.commands.pipeline import load_suites
     from evalgate.inputs.thresholds import load_thresholds
 
     recipe = config_mod.load_config(config, configs_dir)

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalgate.commands.pipeline import Evaluated, evaluated_runs, load_suites, run_manifest, stamp_now
 from evalgate.errors import StoreError
 from evalgate.evaluate.manifest import Manifest
-from evalgate.inputs.options import RunOptions
-from evalgate.commands.pipeline import Evaluated, evaluated_runs, load_suites, run_manifest, stamp_now
 from evalgate.evaluate.placement import placement_record, summary_line
-from evalgate.speed.measure import check_profile, measure_speed_safely, speed_profile
+from evalgate.inputs.options import RunOptions
 from evalgate.results.store import write_json_atomic
+from evalgate.speed.measure import check_profile, measure_speed_safely, speed_profile
 
 log = logging.getLogger("evalgate")
 
@@ -54,16 +54,16 @@ class EngineJob:
         run directory and evalgate's home (and its store) checked writable; the traffic profile against both engines'
         limits. Returns the thresholds. Raises ConfigError (exit 2) for bad input, PreflightError (exit 3) when the
         pre-flight crashed or timed out, before the baseline's engine starts."""
-        from evalgate.inputs import config as config_mod
-        from evalgate.inputs.chat import check_protocols
-        from evalgate.engine.platform import check_platform
         from evalgate.engine.device import check_same_hardware
-        from evalgate.models.embedded import check_home
-        from evalgate.paths import check_writable_dir
+        from evalgate.engine.platform import check_platform
         from evalgate.evaluate.placement import resolve as resolve_placement
         from evalgate.evaluate.preflight import check_suites
-        from evalgate.suites.discovery import check_datasets, list_suites
+        from evalgate.inputs import config as config_mod
+        from evalgate.inputs.chat import check_protocols
         from evalgate.inputs.thresholds import load_thresholds
+        from evalgate.models.embedded import check_home
+        from evalgate.paths import check_writable_dir
+        from evalgate.suites.discovery import check_datasets, list_suites
 
         t0 = time.monotonic()
         if self.out:  # a given --out first: the cheapest check, and the one CI's error outputs need
@@ -192,8 +192,8 @@ class EngineJob:
         """One side's ``ConfigRun`` (its worker kept in ``workers`` when speed is measured), written to
         ``<role>.json`` at once."""
         from evalgate.evaluate import runner
-        from evalgate.models.embedded import evalgate_home
         from evalgate.evaluate.progress import engine_progress
+        from evalgate.models.embedded import evalgate_home
         from evalgate.results.store import ResultStore, tasks_to_json
 
         log_path = self.out / "logs" / f"{role}.log"
@@ -250,8 +250,8 @@ class VariantJob:
         before the variant's worker starts and stays asleep between variants; each speed pass wakes its side only
         (``placement.Alternation``). Raises ConfigError (vLLM refused a value), EngineError."""
         from evalgate.evaluate import runner
-        from evalgate.models.embedded import evalgate_home
         from evalgate.evaluate.placement import Alternation, placement_record
+        from evalgate.models.embedded import evalgate_home
         from evalgate.results.store import ResultStore
 
         base_worker, base_run = self.baseline
@@ -326,9 +326,15 @@ class StoredJob:
             StoreError (exit 3): a run directory is missing or malformed, or the runs are not comparable.
             ConfigError (exit 2): bad thresholds, or an output directory that cannot be written.
         """
-        from evalgate.paths import check_writable_dir
-        from evalgate.commands.stored import candidate_tasks, check_comparable, read_side, suite_hashes, without_evidence
+        from evalgate.commands.stored import (
+            candidate_tasks,
+            check_comparable,
+            read_side,
+            suite_hashes,
+            without_evidence,
+        )
         from evalgate.inputs.thresholds import load_thresholds
+        from evalgate.paths import check_writable_dir
 
         (self.res_a, self.man_a), (self.res_b, self.man_b) = read_side(self.run_a), read_side(self.run_b)
         self.hashes = {k: suite_hashes(m) for k, m in (("a", self.man_a), ("b", self.man_b))}

@@ -132,8 +132,8 @@ def decide_and_render(comparisons: list[Any], sides: Evaluated, thresholds: Any,
     ``gate.overrule``: health, speculative-decoding and speed floors), then ``sides.files``, ``manifest.json``, ``verdict.json`` and the
     rendered outputs (``outputs.write_outputs``) in ``out``. Returns the verdict document and the rendered files'
     paths (``{"html", "junit", "markdown"}``)."""
-    from evalgate.report.document import build_verdict
     from evalgate.gate import decide
+    from evalgate.report.document import build_verdict
 
     name = sides.gate_name
     decision = decide([(c.suite, c.task, c.comparison) for c in comparisons], thresholds,

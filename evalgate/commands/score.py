@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalgate.inputs.options import RunOptions
 from evalgate.commands.pipeline import load_suites, stamp_now
+from evalgate.inputs.options import RunOptions
 from evalgate.results.records import TaskResult
 from evalgate.results.store import write_json_atomic
 
@@ -77,9 +77,9 @@ def task_score(result: TaskResult, *, confidence: float = CONFIDENCE) -> TaskSco
     (the module docstring gives the sources), clipped to [0, 100]; NaN bounds with fewer than 2 clusters.
     Raises ValueError for a confidence outside (0, 1).
     """
-    from evalgate.compare.intervals import cluster_codes, clustered_se, paired_t_interval, wilson_interval
-
     import numpy as np
+
+    from evalgate.compare.intervals import cluster_codes, clustered_se, paired_t_interval, wilson_interval
 
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
@@ -152,11 +152,11 @@ class ScoreJob:
         """
         import os
 
-        from evalgate.inputs import config as config_mod
         from evalgate.engine.platform import check_platform
+        from evalgate.evaluate.preflight import check_suites
+        from evalgate.inputs import config as config_mod
         from evalgate.models.embedded import check_home
         from evalgate.paths import check_writable_dir
-        from evalgate.evaluate.preflight import check_suites
         from evalgate.suites.discovery import check_datasets
 
         t0 = time.monotonic()
@@ -178,8 +178,8 @@ class ScoreJob:
         """The config's ``runner.ConfigRun`` (from the store where it holds the suites, else from an engine worker),
         as the baseline side of ``evalgate run`` would be computed (no reference). Raises EngineError (exit 3)."""
         from evalgate.evaluate import runner
-        from evalgate.models.embedded import evalgate_home
         from evalgate.evaluate.progress import engine_progress
+        from evalgate.models.embedded import evalgate_home
         from evalgate.results.store import ResultStore
 
         log_path = self.out / "logs" / "score.log"

@@ -21,8 +21,8 @@ from evalgate.engine.device import describe
 from evalgate.errors import StoreError
 from evalgate.evaluate.manifest import Manifest
 from evalgate.report.outputs import write_outputs
-from evalgate.results.store import read_json, tasks_from_json
 from evalgate.report.verdict import VERSION, ManifestShape, SpeedShape, Verdict
+from evalgate.results.store import read_json, tasks_from_json
 
 
 def rerender(run_dir: Path, out_dir: Path | None = None) -> tuple[Verdict, dict[str, Path]]:

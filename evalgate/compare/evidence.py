@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Sequence
 
 from evalgate.compare.kl import DecodeDivergence, LogitDivergence, decode_divergence, logit_divergence, position_kl
-from evalgate.results.records import ItemResult
 from evalgate.compare.stats import mcnemar_one_sided
+from evalgate.results.records import ItemResult
 
 __all__ = ["CURVE_POSITIONS", "FORMAT_METRICS", "HEALTH_INDICATORS", "NEAR_ALL_ACCEPTED", "POSITION_BUCKETS",
            "DecodeDivergence", "Divergence", "HealthShift", "LogitDivergence", "OutputHealth", "SpecDecodeHealth",

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evalgate.errors import StoreError
 from evalgate.compare.agreement import OutputAgreement, is_near_tie
-from evalgate.results.records import ItemResult, TaskResult
 from evalgate.compare.power import items_needed, items_needed_basis, mde, mde_at
 from evalgate.compare.stats import PairedComparison, flipped_items, paired_comparison, power_se
+from evalgate.errors import StoreError
 from evalgate.inputs.thresholds import Thresholds
+from evalgate.results.records import ItemResult, TaskResult
 
 
 @dataclass(frozen=True)

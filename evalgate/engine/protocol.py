@@ -24,7 +24,7 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             out[dist] = "absent"
     if out["evalgate"] == "absent":  # run from a checkout on PYTHONPATH (as on the lent GPU): the source's version
-        from evalgate import __version__
+        from evalgate._version import __version__
 
         out["evalgate"] = f"{__version__} (source)"
     return out

@@ -13,21 +13,20 @@ import json
 import logging
 import os
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evalgate.results import store as result_store
-from evalgate.inputs.config import EngineConfig
 from evalgate.engine.device import device_identity
 from evalgate.engine.protocol import JOURNAL_FORMAT, LIMITS_TAG, LOGPROBS_K, versions
 from evalgate.engine.readback import READBACK_VERSION
 from evalgate.errors import EngineError
-from evalgate.models.embedded import model_fingerprint, resolve_model
-from evalgate.inputs.options import LOGPROB_ITEMS
 from evalgate.evaluate.procs import exit_error, kill_group, spawn, tail
+from evalgate.inputs.config import EngineConfig
+from evalgate.inputs.options import LOGPROB_ITEMS
+from evalgate.models.embedded import model_fingerprint, resolve_model
+from evalgate.results import store as result_store
 from evalgate.results.records import TaskResult
 from evalgate.results.store import ResultStore, content_key, tasks_from_json
 

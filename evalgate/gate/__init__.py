@@ -10,12 +10,33 @@
 ``evidence`` only measures, the verdict builder (``evalgate.report.document``) only assembles, renderers only render.
 """
 
-from evalgate.gate.accuracy import (RULE_LOSS, RULE_LOSSLESS, RULE_LOSSLESS_KL, RULE_NON_INFERIOR, RULE_UNDECIDED,
-                                    RULE_UNDEFINED, RULE_UNDERPOWERED, Decision, OutputAgreement, TaskDecision,
-                                    Verdict, decide, is_near_tie, overall_of, shows_non_inferiority)
+from evalgate.gate.accuracy import (
+                                    RULE_LOSS,
+                                    RULE_LOSSLESS,
+                                    RULE_LOSSLESS_KL,
+                                    RULE_NON_INFERIOR,
+                                    RULE_UNDECIDED,
+                                    RULE_UNDEFINED,
+                                    RULE_UNDERPOWERED,
+                                    Decision,
+                                    OutputAgreement,
+                                    TaskDecision,
+                                    Verdict,
+                                    decide,
+                                    is_near_tie,
+                                    overall_of,
+                                    shows_non_inferiority,
+)
 from evalgate.gate.diff import MISSING, effective_diff
-from evalgate.gate.overrides import (escalate, health_alpha, health_failures, overrule, slo_failures,
-                                     spec_decode_floor_failures, speed_floor_failures)
+from evalgate.gate.overrides import (
+                                    escalate,
+                                    health_alpha,
+                                    health_failures,
+                                    overrule,
+                                    slo_failures,
+                                    spec_decode_floor_failures,
+                                    speed_floor_failures,
+)
 
 __all__ = ["MISSING", "RULE_LOSS", "RULE_LOSSLESS", "RULE_LOSSLESS_KL", "RULE_NON_INFERIOR", "RULE_UNDECIDED",
            "RULE_UNDEFINED", "RULE_UNDERPOWERED", "Decision", "OutputAgreement", "TaskDecision", "Verdict", "decide",

@@ -46,10 +46,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from evalgate.fmt import MINUS, decimals_apart, num, p_value
-from evalgate.compare.power import describe_items_needed, holm_levels, items_needed, mde
 from evalgate.compare.agreement import OutputAgreement, is_near_tie
+from evalgate.compare.power import describe_items_needed, holm_levels, items_needed, mde
 from evalgate.compare.stats import PairedComparison
+from evalgate.fmt import MINUS, decimals_apart, num, p_value
 from evalgate.inputs.thresholds import TaskThreshold, Thresholds
 
 __all__ = ["Decision", "OutputAgreement", "TaskDecision", "Verdict", "decide", "is_near_tie", "overall_of",

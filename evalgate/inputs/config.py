@@ -28,12 +28,12 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
 
-from evalgate.inputs.chat import Chat, ChatSpec, protocol, resolve_chat
 from evalgate.errors import ConfigError
-from evalgate.models.embedded import EMBEDDED_ALIASES
+from evalgate.inputs.chat import Chat, ChatSpec, protocol, resolve_chat
 from evalgate.inputs.project import builtin_dir
 from evalgate.inputs.schema import SCHEMA_VERSION, Schema, choice, key_rows, problem, rule, validate
 from evalgate.inputs.yamlio import Wording, read_mapping
+from evalgate.models.embedded import EMBEDDED_ALIASES
 
 CONFIGS_DIR = builtin_dir() / "configs"  # the shipped configs; a project's own come from project.layout()
 WORDING = Wording("config", syntax="YAML syntax error: {at}{problem}", at="line {line}: ",
@@ -246,8 +246,7 @@ def check_engine_arg_names(engine_args: dict[str, Any], origin: dict[str, Path])
     Raises:
         ConfigError: naming the file that set the offending key (``origin`` maps key -> file) and the field.
     """
-    from evalgate.engine.argnames import (both_names_set, missing_engine_api, missing_spec_decode_evidence,
-                                          rename_hint)
+    from evalgate.engine.argnames import both_names_set, missing_engine_api, missing_spec_decode_evidence, rename_hint
 
     valid = engine_arg_names()
     for key in engine_args:

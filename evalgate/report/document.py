@@ -10,14 +10,21 @@ from collections.abc import Sequence
 from typing import Any
 
 from evalgate import gate
+from evalgate.compare.evidence import (
+    HEALTH_INDICATORS,
+    HealthShift,
+    SpecDecodeHealth,
+    as_dict,
+    spec_decode_health,
+    task_facts,
+)
 from evalgate.compare.pairing import TaskComparison
-from evalgate.speed.economics import economics_block
-from evalgate.compare.evidence import HEALTH_INDICATORS, HealthShift, SpecDecodeHealth, as_dict, spec_decode_health, task_facts
-from evalgate.fmt import json_number as _num
 from evalgate.compare.power import items_needed_basis
 from evalgate.compare.reasoning import reasoning_summary
-from evalgate.results.records import ItemResult
+from evalgate.fmt import json_number as _num
 from evalgate.report.verdict import VERSION, Verdict
+from evalgate.results.records import ItemResult
+from evalgate.speed.economics import economics_block
 
 __all__ = ["build_verdict", "gate_document", "task_evidence"]
 

@@ -20,15 +20,25 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from evalgate.speed.economics import economics_lines, economics_properties
+from evalgate.compare.reasoning import reasoning_line
 from evalgate.fmt import MINUS, pts
 from evalgate.report.render import render_html
-from evalgate.speed.precision import precision_note
-from evalgate.compare.reasoning import reasoning_line
-from evalgate.speed.speedup import profile_words, repeats_note, repeats_words
 from evalgate.report.verdict import SpeedBlock, TaskVerdict, Verdict, as_task, as_verdict
-from evalgate.report.wording import (FLOOR_NOTE, NO_OP_NOTE, SPEC_SOURCE_NOTE, floor_note, items_needed_short,
-                              latency_headline, latency_properties, shown_verdict, spec_decode_line, speed_mde_note)
+from evalgate.report.wording import (
+    FLOOR_NOTE,
+    NO_OP_NOTE,
+    SPEC_SOURCE_NOTE,
+    floor_note,
+    items_needed_short,
+    latency_headline,
+    latency_properties,
+    shown_verdict,
+    spec_decode_line,
+    speed_mde_note,
+)
+from evalgate.speed.economics import economics_lines, economics_properties
+from evalgate.speed.precision import precision_note
+from evalgate.speed.speedup import profile_words, repeats_note, repeats_words
 
 __all__ = ["FLOOR_NOTE", "HTML_NAME", "JUNIT_NAME", "MARKDOWN_NAME", "NO_OP_NOTE", "SPEC_SOURCE_NOTE", "floor_note",
            "items_needed_short", "pts", "render_error_junit", "render_error_markdown", "render_junit",

@@ -15,7 +15,8 @@ from xml.sax.saxutils import escape, quoteattr
 from markupsafe import Markup
 
 from evalgate.fmt import finite as _finite
-from evalgate.fmt import pts, ratio as _r
+from evalgate.fmt import pts
+from evalgate.fmt import ratio as _r
 from evalgate.report.verdict import TaskVerdict, Verdict, as_task, as_verdict
 
 WIDTH, LABEL_W, RIGHT_W, ROW_H, TOP, BOTTOM = 1160, 250, 330, 30, 26, 30

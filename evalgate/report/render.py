@@ -14,16 +14,25 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from evalgate.speed.economics import economics_lines, pct, usd, utilisation
+from evalgate.compare.reasoning import reasoning_line
 from evalgate.engine.device import describe as describe_device
 from evalgate.fmt import pts
 from evalgate.report.plot import delta_plot, kl_curve, sweep_plot, tradeoff_plot
-from evalgate.speed.precision import precision_note
-from evalgate.compare.reasoning import reasoning_line
-from evalgate.speed.speedup import repeats_note, repeats_words
 from evalgate.report.verdict import Verdict, as_verdict
-from evalgate.report.wording import (NO_OP_NOTE, SPEC_SOURCE_NOTE, floor_note, goodput_words, items_needed_short,
-                              latency_headline, shown_verdict, slo_rows, speed_mde_note)
+from evalgate.report.wording import (
+    NO_OP_NOTE,
+    SPEC_SOURCE_NOTE,
+    floor_note,
+    goodput_words,
+    items_needed_short,
+    latency_headline,
+    shown_verdict,
+    slo_rows,
+    speed_mde_note,
+)
+from evalgate.speed.economics import economics_lines, pct, usd, utilisation
+from evalgate.speed.precision import precision_note
+from evalgate.speed.speedup import repeats_note, repeats_words
 
 Doc = Verdict | Mapping[str, Any]
 

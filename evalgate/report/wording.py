@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from evalgate.speed.speedup import PLANNING_POWER
 from evalgate.report.verdict import TaskVerdict, Verdict, as_task, as_verdict
+from evalgate.speed.speedup import PLANNING_POWER
 
 Doc = Verdict | Mapping[str, Any]
 Task = TaskVerdict | Mapping[str, Any]

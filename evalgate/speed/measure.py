@@ -17,8 +17,8 @@ from typing import Any, Callable, Mapping
 
 from evalgate.errors import ConfigError
 from evalgate.inputs.requestlog import FROM_LOG
-from evalgate.speed.speedup import TrafficProfile, compare_speed, speed_block
 from evalgate.inputs.thresholds import SLO_KEYS
+from evalgate.speed.speedup import TrafficProfile, compare_speed, speed_block
 
 log = logging.getLogger("evalgate")
 WARMUP_OUTPUT_LEN = 16  # tokens: enough to run the decode path at the level's batch size
@@ -109,7 +109,15 @@ def _second_stage(first: Any, profile: TrafficProfile, out: dict[str, list[float
     with Stein's interval, its reading and the ``precision`` record."""
     import dataclasses
 
-    from evalgate.speed.precision import BY_REPEATS, BY_SECONDS, MET, pair_cap, precision_record, stein_interval, stein_plan
+    from evalgate.speed.precision import (
+        BY_REPEATS,
+        BY_SECONDS,
+        MET,
+        pair_cap,
+        precision_record,
+        stein_interval,
+        stein_plan,
+    )
     from evalgate.speed.speedup import UNMEASURABLE, describe, repeats_needed
 
     plan = stein_plan(out["baseline"], out["candidate"], profile.precision, profile.level)
@@ -268,7 +276,7 @@ def log_profile(profile: TrafficProfile, fields: dict[str, Any], log_path: str |
         refuse("concurrency", f"concurrency: {FROM_LOG} needs a request log: set traffic.from")
     for key in ("input_len", "prompts"):
         if key in fields:
-            refuse(key, f"does not apply with traffic.from (the logged requests are sent as recorded); remove it")
+            refuse(key, "does not apply with traffic.from (the logged requests are sent as recorded); remove it")
     base = Path(thresholds.path).parent if thresholds.path is not None else Path(".")
     log = read_request_log(Path(os.path.normpath(base / str(log_path))), times=from_log)
     count = len(log.requests)
@@ -340,7 +348,6 @@ def measure_speed_safely(workers: dict[str, Any], profile: Any) -> dict[str, Any
     """The speed block (``speedrun.measure_speed``), or ``{"status": "failed", "error", "profile"}`` when a
     measurement failed: the quality verdict is still written (the run then exits 3)."""
     from evalgate.evaluate.runner import SpeedError
-
     from evalgate.speed.speedup import profile_words, repeats_words
 
     log.info("speed: %s, concurrency %s, %s per side, interleaved", profile_words(profile.as_dict()),

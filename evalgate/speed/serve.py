@@ -19,10 +19,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from evalgate.engine.serve import (
+    STARTUP_TIMEOUT_S,
+    ServeError,
+    Server,
+    ServeRun,
+    free_port,
+    log_tail,
+    run_bench,
+    server_command,
+    server_env,
+    vllm_version,
+)
 from evalgate.errors import EvalgateError
-from evalgate.engine.serve import (STARTUP_TIMEOUT_S, Server, ServeError, ServeRun, free_port, log_tail, run_bench,
-                            server_command, server_env, vllm_version)
-from evalgate.speed.speedup import SpeedComparison, TrafficProfile, compare_speed, describe, paired_log_interval, speed_block
+from evalgate.speed.speedup import (
+    SpeedComparison,
+    TrafficProfile,
+    compare_speed,
+    describe,
+    paired_log_interval,
+    speed_block,
+)
 
 ROLES = ("baseline", "candidate")
 LATENCY_FIELDS = ("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "itl_p50_ms", "itl_p99_ms")

@@ -91,7 +91,6 @@ def check_datasets(suites: list[Suite]) -> dict[str, str]:
 def _hub_datasets(suites: list[Suite]) -> dict[str, tuple[TaskSpec, str, str | None]]:
     """The hub datasets the suites' tasks read (``"path\\0name"`` -> (a task, path, name)); local data files must
     exist (ConfigError naming the task YAML otherwise); generated data and local folders need nothing."""
-    import glob
 
     hub: dict[str, tuple[TaskSpec, str, str | None]] = {}
     for suite in suites:

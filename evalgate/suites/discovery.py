@@ -25,10 +25,27 @@ from typing import Any
 
 from evalgate.errors import ConfigError
 from evalgate.suites.data import HUB_HOST, check_datasets, datasets_cache_dir, hub_offline
-from evalgate.suites.files import (EVALGATE_KEYS, GROUP_FIELDS, LOCAL_BUILDERS, SUITES_DIR, SUITES_ENV, Suite, TaskSpec,
-                                 check_dir, check_metrics, content_hash, default_suites_dir, flat_files, id_field,
-                                 read_suite_yaml, resolve_files, resolve_local_paths, suite_limit, suite_names,
-                                 suite_yamls)
+from evalgate.suites.files import (
+    EVALGATE_KEYS,
+    GROUP_FIELDS,
+    LOCAL_BUILDERS,
+    SUITES_DIR,
+    SUITES_ENV,
+    Suite,
+    TaskSpec,
+    check_dir,
+    check_metrics,
+    content_hash,
+    default_suites_dir,
+    flat_files,
+    id_field,
+    read_suite_yaml,
+    resolve_files,
+    resolve_local_paths,
+    suite_limit,
+    suite_names,
+    suite_yamls,
+)
 from evalgate.suites.taskindex import builtin_index, task_manager, with_metric_defaults
 from evalgate.suites.tasknotes import TaskNotes, count_items, task_notes
 

@@ -8,8 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from evalgate.errors import ConfigError
-from evalgate.suites.files import (EVALGATE_KEYS, check_dir, read_suite_yaml, resolve_local_paths, suite_names,
-                                 suite_yamls)
+from evalgate.suites.files import (
+    EVALGATE_KEYS,
+    check_dir,
+    read_suite_yaml,
+    resolve_local_paths,
+    suite_names,
+    suite_yamls,
+)
+
 
 def with_metric_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
     """``cfg`` with its primary metric's missing ``higher_is_better`` / ``aggregation`` filled in as lm-eval fills

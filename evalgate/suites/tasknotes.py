@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from evalgate.errors import ConfigError
-from evalgate.suites.files import Suite, WORDING, suite_yamls
 from evalgate.inputs.yamlio import read_mapping
+from evalgate.suites.files import WORDING, Suite, suite_yamls
+
 
 def _find_task_yaml(suite: Suite, task: str) -> tuple[Path, dict[str, Any]] | None:
     """(path, parsed YAML) of the suite's own YAML that defines ``task``; None when a group names it instead (a

@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from evalgate.worker.vllm_engine import SCORE_BATCH
 from evalgate.results.records import TaskResult
 from evalgate.results.store import GenerationJournal
+from evalgate.worker.vllm_engine import SCORE_BATCH
 
 
 def decode_evidence(reference: dict[str, Any], records: dict[str, Any], tasks: dict[str, TaskResult],

@@ -13,12 +13,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from evalgate.suites import scoring
-from evalgate.worker.item_evidence import decode_evidence, logit_evidence, suite_spec_decode
 from evalgate.engine.protocol import CONFIG_ERROR_EXIT, CONFIG_ERROR_TAG, LIMITS_TAG, LOGPROBS_K, versions
-from evalgate.worker.suite_eval import evaluate_suite
 from evalgate.errors import StoreError
 from evalgate.results.store import GenerationJournal, ResultStore, tasks_to_json
+from evalgate.suites import scoring
+from evalgate.worker.item_evidence import decode_evidence, logit_evidence, suite_spec_decode
+from evalgate.worker.suite_eval import evaluate_suite
 
 
 def main(spec_path: str) -> int:
@@ -30,9 +30,9 @@ def main(spec_path: str) -> int:
     """
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
     from evalgate.inputs.config import Sampling
-    from evalgate.worker.vllm_engine import VllmEngine
-    from evalgate.worker.lm_adapter import make_lm
     from evalgate.worker.engine_args import prepare_process_env
+    from evalgate.worker.lm_adapter import make_lm
+    from evalgate.worker.vllm_engine import VllmEngine
 
     prepare_process_env({})
     sampling = Sampling(**spec["sampling"])
@@ -106,8 +106,7 @@ def _run_suite(engine: Any, lm: Any, suite: dict[str, Any], spec: dict[str, Any]
 def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, Any]) -> None:
     """After the suites: say ``ready``, then answer measurement commands (stdin, one JSON line each) until stdin
     closes. A measurement that fails is reported (``{"event": "error"}``) and the worker keeps serving."""
-    from evalgate.worker import replay
-    from evalgate.worker import throughput
+    from evalgate.worker import replay, throughput
 
     llm = engine.llm
     vc = llm.llm_engine.vllm_config

@@ -27,7 +27,8 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, fields as dataclass_fields, replace
+from dataclasses import asdict, dataclass, replace
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 
 import torch

@@ -50,11 +50,9 @@ JSON line.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
-import os
 import shutil
 import sys
 from pathlib import Path
