@@ -9,7 +9,7 @@ t0=$(date +%s)
 i=0
 for k in "baseline_pins" "async_scheduling" "mtp1_at_fp32" "cuda_only_config and fp16-state-flashinfer" "cuda_only_config and sr-only" "cuda_only_config and flashinfer-mamba" "cuda_only_config and cline-recipe"; do
   i=$((i+1))
-  ( s=$(date +%s); python3 -m pytest -q -ra -p no:cacheprovider tests/test_gpu.py -k "$k" --junitxml=$R/gpu-$i.xml > $R/gpu-$i.log 2>&1; echo "rc=$? $(( $(date +%s)-s )) s" >> $R/gpu-$i.log ) &
+  ( s=$(date +%s); python3 -m pytest -q -ra -p no:cacheprovider tests/system/test_gpu.py -k "$k" --junitxml=$R/gpu-$i.xml > $R/gpu-$i.log 2>&1; echo "rc=$? $(( $(date +%s)-s )) s" >> $R/gpu-$i.log ) &
   sleep 2
 done
 for c in fp16-state fp16-state-sr; do

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 5 device jobs (started with setsid nohup after the GPU install; poll with benchmarks/gpu_poll.sh):
-#  A. two retrain variants of the embedded hybrid (issue 15) beside tests/test_gpu.py in 4 lanes;
+#  A. two retrain variants of the embedded hybrid (issue 15) beside tests/system/test_gpu.py in 4 lanes;
 #  B. each variant's FP32 baselines (fp16-state candidate) and the long task with stochastic rounding;
 #  C. the chosen checkpoint installed, then `evalgate ablate --config cline-recipe --kind cumulative` (issue 14).
 set -uo pipefail
@@ -20,7 +20,7 @@ i=0
 sleep 60  # the tests' engine start-ups after the trainings' first steps
 [ -n "${SKIP_TESTS:-}" ] || for k in "baseline_pins or async_scheduling" "mtp1_at_fp32 or serve_mode" "fp16-state-flashinfer or sr-only" "flashinfer-mamba or cline-recipe"; do
   i=$((i+1))
-  ( s=$(date +%s); EVALGATE_HOME=/tmp/eghome python3 -m pytest -q -ra -p no:cacheprovider tests/test_gpu.py -k "$k" \
+  ( s=$(date +%s); EVALGATE_HOME=/tmp/eghome python3 -m pytest -q -ra -p no:cacheprovider tests/system/test_gpu.py -k "$k" \
       --junitxml=$R/gpu-$i.xml > $R/gpu-$i.log 2>&1; echo "rc=$? $(( $(date +%s)-s )) s" >> $R/gpu-$i.log ) &
   sleep 2
 done

@@ -4,7 +4,7 @@
 #  1. the cumulative ablation's last row, the whole recipe, without redoing the other rows: `evalgate run --config
 #     cline-recipe` at the ablation's suites, limit and concurrency sweep (the same config and profile, so the same
 #     row; session 6 ran out of device time in its speed phase);
-#  2. tests/test_gpu.py alone on the GPU (vLLM's start-up check wants 0.92 x total memory free), serve mode first;
+#  2. tests/system/test_gpu.py alone on the GPU (vLLM's start-up check wants 0.92 x total memory free), serve mode first;
 #  (a third job, the recipe with CUDA graphs, was never reached: the machine was taken back during 2; it is the
 #  second job of gpu_session8.sh now).
 # Then the Triton kernel cache goes into /tmp/r (a fresh machine spends minutes compiling it; carry it next time).

@@ -2,7 +2,7 @@
 # Next device session's jobs, started by benchmarks/gpu_start.sh after the GPU install of ../shared/tools/gpu; poll
 # with benchmarks/gpu_poll.sh. What sessions 6 and 7 left: session 7 measured the whole recipe's cumulative row, then
 # lost the machine six minutes into the GPU tests. So, tests first this time:
-#  1. tests/test_gpu.py alone on the GPU (vLLM's start-up check wants 0.92 x total memory free), serve mode first
+#  1. tests/system/test_gpu.py alone on the GPU (vLLM's start-up check wants 0.92 x total memory free), serve mode first
 #     (`traffic.mode: serve` has never run on CUDA);
 #  2. the whole recipe with CUDA graphs: the shipped baseline pins enforce_eager: true, so every H200 speed-up so far
 #     is an eager engine's. A copy of configs/ whose baseline sets enforce_eager: false, one suite at 5 items (the

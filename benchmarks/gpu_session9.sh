@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Device session 9, started by benchmarks/gpu_start.sh after the GPU install of ../shared/tools/gpu; poll with
-# benchmarks/gpu_poll.sh. Issue 23's GPU half: tests/test_gpu.py alone on the GPU (the verdict-level facts: MTP 1/3
+# benchmarks/gpu_poll.sh. Issue 23's GPU half: tests/system/test_gpu.py alone on the GPU (the verdict-level facts: MTP 1/3
 # lossless at greedy, SR on the Triton kernel refused by the real nvidia-smi, fp16-state applied and gated), then,
 # while device time lasts, fp16-state at a size where PASS is reachable (docparse, 150 items per task: MDE floor
 # 1.7 points < the 4-point margin).

@@ -10,7 +10,7 @@ read back from its run directory: the effective-config difference the engine rep
 decode-time KL (mean over tokens along the common prefixes) beside the teacher-forced prefill KL, the
 speculative-decoding acceptance rate and mean acceptance length, the verdict and exit code. A config refused
 before any engine starts (exit 2) shows its one-line error. The table is printed as Markdown and written to
-``<out>/seed_configs.md``; nothing here asserts: the tests do (tests/test_hybrid_gate.py).
+``<out>/seed_configs.md``; nothing here asserts: the tests do (tests/system/test_hybrid_gate.py).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ makes for NAME from the code itself, so the reference cannot drift from it:
 
 The files under ``benchmarks/results/`` (run summaries, session notes, JSON) are added to the site as
 ``results/...``, so the Measurements pages link them and ``mkdocs build --strict`` checks that every such link
-resolves. ``tests/test_docs_reference.py`` loads this file by path and checks what it generates.
+resolves. ``tests/system/test_docs_reference.py`` loads this file by path and checks what it generates.
 """
 
 from __future__ import annotations

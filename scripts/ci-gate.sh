@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Gate configs and leave what CI publishes: the gate step of .github/workflows/evalgate.yml runs this, and
-# tests/test_workflow.py runs that step locally. `evalgate` must be on PATH.
+# tests/system/test_workflow.py runs that step locally. `evalgate` must be on PATH.
 #   GATE_CONFIGS   space-separated config names; empty: the configs the change needs gated
 #                  (`evalgate changed-configs --base "$GATE_BASE"`)
 #   GATE_BASE      git ref to diff against when GATE_CONFIGS is empty (default origin/main)

@@ -5,7 +5,7 @@ one field per YAML key, its type, its default and its docstring. Validation mess
 (``file: dotted.field: reason, got <value>``) and suggest the closest valid key: a field's message is attached to its
 type with :func:`rule`, and :func:`validate` turns the first pydantic error into that ``ConfigError`` (exit 2).
 :func:`key_rows` lists a model's keys with their defaults and docstrings: the docs' key tables are generated
-from it (``docs/hooks.py``; checked by ``tests/test_docs_reference.py``).
+from it (``docs/hooks.py``; checked by ``tests/system/test_docs_reference.py``).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ I/O, no engine.
 ``traffic.precision`` is the wanted half-width of the speed-up's two-sided interval (at the profile's level, 95 %),
 as a share of the ratio: 0.02 asks for "±2 %". Stopping when a running interval first looks narrow enough is not
 valid: the stop then depends on the spread the same data show, small-spread runs stop early, and the interval's
-coverage falls below its level (``tests/test_precision.py`` measures it). Stein's rule stays exact because the
+coverage falls below its level (``tests/speed/test_precision.py`` measures it). Stein's rule stays exact because the
 spread that sets the interval is fixed before the second stage:
 
 1. Measure ``n0`` interleaved pairs (``traffic.repeats``, >= 2). ``d_i = ln(candidate_i / baseline_i)``; ``s0`` is

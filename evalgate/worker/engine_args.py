@@ -58,7 +58,7 @@ def evalgate_extras(engine_args: dict[str, Any],
         # on CUDA ("expected mat1 and mat2 to have the same dtype"; vLLM 0.26.0 and 0.32 alike). vLLM's CPU build
         # does not crash: it prepacks the bf16 eh_proj weight for oneDNN at load (dispatch_cpu_unquantized_gemm)
         # and feeds it the FP32 activations, a mixed-dtype GEMM no other layer runs. Every platform gets the
-        # drafter in the engine dtype; what vLLM-CPU's MTP then does is measured in tests/test_hybrid_gate.py.
+        # drafter in the engine dtype; what vLLM-CPU's MTP then does is measured in tests/system/test_hybrid_gate.py.
         extra["hf_overrides"] = functools.partial(declare_dtype, dtype)
     if engine_args.get("speculative_config"):
         key = "per_request_spec_decode_metrics"

@@ -9,7 +9,7 @@ next-token cross-entropy of the trunk + ``--mtp-weight`` x the MTP layer's next-
 Deterministic given its seed: model init, data order and content are functions of the seed and the batch
 index (data workers only change who computes a batch). Every run starts with ``REPRO``: the first steps with a tiny
 batch in float32; its losses are stored in ``train_log.json`` so a CPU re-run can check them
-(``tests/test_hybrid_model.py``).
+(``tests/models/test_hybrid_model.py``).
 
 Typical use::
 
