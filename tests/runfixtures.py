@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from evalgate.compare.pairing import compare_tasks
-from evalgate.gate import decide
+from evalgate.gate import Decision, decide, judge
 from evalgate.inputs.thresholds import Thresholds
-from evalgate.report.document import gate_document
+from evalgate.report.document import build_verdict
 from evalgate.results.records import ItemResult, TaskResult
 from evalgate.results.store import tasks_to_json, write_json_atomic
 
@@ -37,6 +37,20 @@ def manifest(base: dict[str, Any], cand: dict[str, Any], tasks: list[str]) -> di
     return {"created": "20260101T000000Z", "model": "m", "limit": None, "versions": {"vllm": "x"},
             "thresholds": "thresholds.yaml", "timings": {"compare": 0.1, "candidate:suite:s": 2.5},
             "suites": [{"name": "s", "tasks": tasks, "content_hash": SUITE_HASH}], "baseline": base, "candidate": cand}
+
+
+def verdict_of(decision: Decision, comps: list[Any], manifest: dict[str, Any], *, spec_floors: Any = None,
+               **options: Any) -> Any:
+    """The ``Verdict`` the pipeline builds from ``decision`` (``gate.decide``'s): ``gate.judge`` (the overrides, with
+    ``spec_floors``, ``speed`` and ``speed_floors`` from ``options``) then ``document.build_verdict``."""
+    judgement = judge(decision, comps, manifest, spec_floors=spec_floors, speed=options.get("speed"),
+                      speed_floors=options.get("speed_floors"))
+    return build_verdict(judgement, comps, manifest, **options)
+
+
+def gate_document(decision: Decision, comps: list[Any], manifest: dict[str, Any], **options: Any) -> dict[str, Any]:
+    """``verdict_of(...).to_dict()``: the document written as ``verdict.json``."""
+    return verdict_of(decision, comps, manifest, **options).to_dict()
 
 
 def document(base: dict[str, TaskResult], cand: dict[str, TaskResult], *, same_config: bool = False,

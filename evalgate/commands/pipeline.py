@@ -9,8 +9,8 @@ come from:
 * ``VariantJob`` (``evalgate ablate``): one variant of a recipe against a baseline already evaluated on a live worker;
 * ``StoredJob`` (``evalgate compare``): two stored run directories; nothing is evaluated.
 
-The statistics are ``compare.compare_tasks``; every decision is the gate's (``gate.decide``, then
-``gate.overrule`` inside ``document.build_verdict``); ``decide_and_render`` is the one place that turns comparisons into the verdict
+The statistics are ``compare.compare_tasks``; every decision is the gate's, in one call (``gate.judge_run``);
+``decide_and_render`` is the one place that turns comparisons into the verdict
 document and writes it (``manifest.json``, ``verdict.json``, report, JUnit, Markdown).
 """
 
@@ -24,6 +24,8 @@ from typing import Any, Protocol
 
 from evalgate.errors import ConfigError, ExitCode, StoreError
 from evalgate.evaluate.manifest import Manifest, SuiteEntry, side
+from evalgate.gate import judge_run
+from evalgate.report.document import build_verdict
 from evalgate.report.outputs import write_outputs
 from evalgate.results.store import write_json_atomic
 
@@ -128,21 +130,15 @@ def gate(job: Job) -> Outcome:
 
 def decide_and_render(comparisons: list[Any], sides: Evaluated, thresholds: Any,
                       out: Path) -> tuple[dict[str, Any], dict[str, Path]]:
-    """The verdict: ``gate.decide`` over the comparisons, the gate's overrides (``document.build_verdict`` calls
-    ``gate.overrule``: health, speculative-decoding and speed floors), then ``sides.files``, ``manifest.json``, ``verdict.json`` and the
-    rendered outputs (``outputs.write_outputs``) in ``out``. Returns the verdict document and the rendered files'
-    paths (``{"html", "junit", "markdown"}``)."""
-    from evalgate.gate import decide
-    from evalgate.report.document import build_verdict
-
+    """The verdict: the gate's one decision over the comparisons (``gate.judge_run``: the accuracy rule, then health,
+    speculative-decoding and speed floors and latency objectives), laid out by ``document.build_verdict``, then
+    ``sides.files``, ``manifest.json``, ``verdict.json`` and the rendered outputs (``outputs.write_outputs``) in
+    ``out``. Returns the verdict document and the rendered files' paths (``{"html", "junit", "markdown"}``)."""
     name = sides.gate_name
-    decision = decide([(c.suite, c.task, c.comparison) for c in comparisons], thresholds,
-                      baseline_effective=sides.effective["baseline"], candidate_effective=sides.effective["candidate"],
-                      config=name, expect=sides.expect,
-                      outputs={c.task: c.agreement(thresholds.near_tie_logprob) for c in comparisons})
     manifest = sides.manifest.as_json()
-    verdict = build_verdict(decision, comparisons, manifest, spec_floors=thresholds.spec_floors_for(name),
-                            near_tie=thresholds.near_tie_logprob, speed=sides.speed,
+    judgement = judge_run(comparisons, thresholds, manifest, config=name, expect=sides.expect,
+                          effective=sides.effective, speed=sides.speed)
+    verdict = build_verdict(judgement, comparisons, manifest, near_tie=thresholds.near_tie_logprob, speed=sides.speed,
                             speed_floors=thresholds.speed_floors_for(name), economics=thresholds.economics_for(name))
     doc = verdict.to_dict()
     for filename, obj in sides.files.items():

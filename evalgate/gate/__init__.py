@@ -5,9 +5,12 @@
 * :mod:`evalgate.gate.overrides`: what BLOCKs whatever accuracy says: output health (NaN/inf log-probs,
   degenerate/empty/truncated shifts at a Bonferroni level), speculative-decoding floors, speed floors, latency
   objectives (``overrule``, ``escalate``);
-* :mod:`evalgate.gate.diff`: which engine-config keys differ (the NO-OP rule's input).
+* :mod:`evalgate.gate.diff`: which engine-config keys differ (the NO-OP rule's input);
+* :mod:`evalgate.gate.judgement`: the two in order, one call (``judge_run``) and one final ``Decision``;
+* :mod:`evalgate.gate.recommend`: the ablation's closing recommendation across variants.
 
-``evidence`` only measures, the verdict builder (``evalgate.report.document``) only assembles, renderers only render.
+``compare.evidence`` only measures, the verdict builder (``evalgate.report.document``) only assembles, renderers
+only render.
 """
 
 from evalgate.gate.accuracy import (
@@ -28,6 +31,7 @@ from evalgate.gate.accuracy import (
                                     shows_non_inferiority,
 )
 from evalgate.gate.diff import MISSING, effective_diff
+from evalgate.gate.judgement import Judgement, judge, judge_run, task_evidence
 from evalgate.gate.overrides import (
                                     escalate,
                                     health_alpha,
@@ -39,6 +43,7 @@ from evalgate.gate.overrides import (
 )
 
 __all__ = ["MISSING", "RULE_LOSS", "RULE_LOSSLESS", "RULE_LOSSLESS_KL", "RULE_NON_INFERIOR", "RULE_UNDECIDED",
-           "RULE_UNDEFINED", "RULE_UNDERPOWERED", "Decision", "OutputAgreement", "TaskDecision", "Verdict", "decide",
-           "effective_diff", "escalate", "health_alpha", "health_failures", "is_near_tie", "overall_of", "overrule",
-           "shows_non_inferiority", "slo_failures", "spec_decode_floor_failures", "speed_floor_failures"]
+           "RULE_UNDEFINED", "RULE_UNDERPOWERED", "Decision", "Judgement", "OutputAgreement", "TaskDecision", "Verdict",
+           "decide", "effective_diff", "escalate", "health_alpha", "health_failures", "is_near_tie", "judge",
+           "judge_run", "overall_of", "overrule", "shows_non_inferiority", "slo_failures", "spec_decode_floor_failures",
+           "speed_floor_failures", "task_evidence"]

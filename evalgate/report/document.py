@@ -1,93 +1,52 @@
-"""Build the verdict (``verdict.Verdict``, written as ``verdict.json``) from the gate's decision and the facts.
+"""Build the verdict (``verdict.Verdict``, written as ``verdict.json``) from the gate's judgement and the facts.
 
-Assembles, decides nothing: the evidence of each task comes from ``evidence`` (facts), which of it fails the
-candidate and the final verdict from ``gate`` (``gate.health_alpha``, ``gate.health_failures``, ``gate.overrule``).
+Assembles, decides nothing: the final decision and each task's judged evidence come from ``gate.judge`` (the
+accuracy rule and every override, in one place); this module only lays them out with the statistics.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from evalgate import gate
 from evalgate.compare.evidence import (
-    HEALTH_INDICATORS,
-    HealthShift,
-    SpecDecodeHealth,
     as_dict,
-    spec_decode_health,
-    task_facts,
 )
 from evalgate.compare.pairing import TaskComparison
 from evalgate.compare.power import items_needed_basis
 from evalgate.compare.reasoning import reasoning_summary
 from evalgate.fmt import json_number as _num
 from evalgate.report.verdict import VERSION, Verdict
-from evalgate.results.records import ItemResult
 from evalgate.speed.economics import economics_block
 
-__all__ = ["build_verdict", "gate_document", "task_evidence"]
+__all__ = ["build_verdict", "gate_document"]
 
 
-def task_evidence(pairs: Sequence[tuple[ItemResult, ItemResult]], spec: SpecDecodeHealth | None, *,
-                  lossless: bool = False, health_alpha: float = 0.05) -> dict[str, Any]:
-    """One task's ``evidence`` block: ``evidence.task_facts`` plus the gate's judgement of them.
-
-    Args:
-        pairs: ``(baseline, candidate)`` items of the task.
-        spec: the candidate's spec-decode counters (``evidence.spec_decode_health``), None when off.
-        lossless: the candidate is declared lossless; health_alpha: the per-test level (``gate.health_alpha``).
-    Returns:
-        ``task_facts``'s keys, with ``contradictions`` extended by the health rises that are not significant and
-        ``failures`` (``gate.health_failures``: what fails the candidate whatever its accuracy). Raises ValueError
-        for no pairs.
-    """
-    facts = task_facts(pairs, spec)
-    shares = {kind: (facts["health"]["baseline"][kind], facts["health"]["candidate"][kind])
-              for kind in HEALTH_INDICATORS}
-    failures, warnings = gate.health_failures(
-        decode_nonfinite=(facts["decode"] or {}).get("nonfinite_items", 0),
-        prefill_nonfinite=(facts["logit"] or {}).get("nonfinite_items", 0),
-        shifts=[HealthShift(**sh) for sh in facts["health_shifts"]], shares=shares, lossless=lossless,
-        alpha=health_alpha)
-    return {**facts, "contradictions": [*facts["contradictions"], *warnings], "health_shifts": facts["health_shifts"],
-            "failures": failures}
-
-
-def build_verdict(decision: gate.Decision, comparisons: list[TaskComparison], manifest: dict[str, Any], *,
-                  spec_floors: Any = None, near_tie: float = 0.0, speed: dict[str, Any] | None = None,
-                  speed_floors: Any = None, economics: dict[str, Any] | None = None) -> Verdict:
-    """The verdict of a run: ``decision`` overruled by the evidence rules (``gate.overrule``), with every task's
-    statistics, changed items and evidence.
+def build_verdict(judgement: gate.Judgement, comparisons: list[TaskComparison], manifest: dict[str, Any], *,
+                  near_tie: float = 0.0, speed: dict[str, Any] | None = None, speed_floors: Any = None,
+                  economics: dict[str, Any] | None = None) -> Verdict:
+    """The verdict of a run: the gate's judgement (``gate.judge``: final decision, judged evidence per task) with
+    every task's statistics, changed items and evidence.
 
     Args:
-        decision: from ``gate.decide``.
+        judgement: from ``gate.judge`` (or ``gate.judge_run``) over the same comparisons and manifest.
         comparisons: from ``compare.compare_tasks`` (same tasks as the decision).
         manifest: run metadata: ``baseline``/``candidate`` (name, requested, effective, expect, spec_decode,
             evidence_sources), suites, versions, timings.
-        spec_floors: ``thresholds.SpecDecodeFloors`` for the candidate (None: no floors); a missed floor BLOCKs.
         near_tie: nats (``thresholds.near_tie_logprob``); each task lists as ``tie_flips`` the differing items whose
             first flip was within it (numerics), for lossy configs too.
         speed: the measured ``speed`` block (``speed.speed_block``, or a failed one), None when speed was not
             measured (the verdict then has no ``speed``).
-        speed_floors: ``thresholds.SpeedFloors`` for the candidate; a missed ``min_speedup``/``max_slowdown`` or
-            latency objective (serve mode) BLOCKs.
+        speed_floors: ``thresholds.SpeedFloors`` for the candidate, shown beside the speed block (the gate has
+            already applied them).
         economics: ``thresholds.Thresholds.economics_for(config)`` (None: not set): the verdict gets an ``economics``
             block (``economics.economics_block``) when speed was measured. It is computed after the decision and
             never changes it.
     Raises:
-        KeyError: ``manifest`` lacks ``baseline`` or ``candidate``; ValueError: a comparison without items.
+        KeyError: ``manifest`` lacks ``baseline`` or ``candidate``, or a task has no judged evidence.
     """
     base, cand = manifest["baseline"], manifest["candidate"]
-    spec = {role: spec_decode_health(manifest[role].get("spec_decode") or {}) for role in ("baseline", "candidate")}
-    expect = cand.get("expect", "lossy")
-    level = gate.health_alpha([td.threshold.alpha for td in decision.tasks], len(comparisons), len(HEALTH_INDICATORS))
-    evidence = {c.task: task_evidence(c.pairs, spec["candidate"], lossless=expect == "lossless", health_alpha=level)
-                for c in comparisons}
-    speculative = bool((cand.get("effective") or {}).get("engine_args", {}).get("speculative_config"))
-    decision = gate.overrule(decision, {t: e["failures"] for t, e in evidence.items()}, expect=expect,
-                             spec=spec["candidate"], speculative=speculative, spec_floors=spec_floors, speed=speed,
-                             speed_floors=speed_floors)
+    decision, evidence, spec = judgement.decision, judgement.evidence, judgement.spec
     by_task = {c.task: c for c in comparisons}
     gated = decision.verdict is not gate.Verdict.NO_OP
     tasks = [_task_row(td, by_task[td.task], near_tie, gated, evidence[td.task]) for td in decision.tasks]
@@ -114,10 +73,10 @@ def build_verdict(decision: gate.Decision, comparisons: list[TaskComparison], ma
     return Verdict.model_validate(doc)
 
 
-def gate_document(decision: gate.Decision, comparisons: list[TaskComparison], manifest: dict[str, Any],
+def gate_document(judgement: gate.Judgement, comparisons: list[TaskComparison], manifest: dict[str, Any],
                   **options: Any) -> dict[str, Any]:
     """``build_verdict(...).to_dict()``: the JSON-able document written as ``verdict.json`` (same arguments)."""
-    return build_verdict(decision, comparisons, manifest, **options).to_dict()
+    return build_verdict(judgement, comparisons, manifest, **options).to_dict()
 
 
 def _task_row(td: gate.TaskDecision, c: TaskComparison, near_tie: float, gated: bool,

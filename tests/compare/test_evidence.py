@@ -96,7 +96,7 @@ def test_position_kl_matches_closed_form_on_a_partition() -> None:
 def test_task_evidence_fails_degenerate_and_nonfinite_candidates() -> None:
     from dataclasses import replace
 
-    from evalgate.report.document import task_evidence
+    from evalgate.gate import task_evidence
 
     base = [item(0, "the total is 4"), item(1, "ok")]
     div = {"positions": 2, "kl_mean": 0.5, "kl_p99": 1.0, "kl_max": 1.0, "top1_agreement": 0.5,
@@ -122,7 +122,7 @@ def test_health_shift_is_an_exact_one_sided_mcnemar_test() -> None:
     from scipy.stats import binomtest
 
     from evalgate.compare.evidence import health_shifts
-    from evalgate.report.document import task_evidence
+    from evalgate.gate import task_evidence
 
     # 12 items: 6 become degenerate, 1 recovers, 5 stay healthy; 2 outputs newly truncated.
     base = [item(i, "fine answer") for i in range(11)] + [item(11, "7 " * 20)]
@@ -142,7 +142,7 @@ def test_health_shift_is_an_exact_one_sided_mcnemar_test() -> None:
 def test_task_evidence_is_strict_json() -> None:
     import json
 
-    from evalgate.report.document import task_evidence
+    from evalgate.gate import task_evidence
 
     ev = task_evidence([(item(0, "a"), item(0, "a"))], None)  # no format metric: unparseable is unknown
     assert ev["health"]["candidate"]["unparseable"] is None
@@ -201,7 +201,7 @@ def test_decode_summary_is_token_weighted_and_gates_nonfinite() -> None:
     from dataclasses import asdict, replace
 
     from evalgate.compare.evidence import decode_divergence
-    from evalgate.report.document import task_evidence
+    from evalgate.gate import task_evidence
 
     p, q = {1: 0.5, 2: 0.3}, {1: 0.4, 2: 0.4}
     d_long = decode_divergence([1, 1, 1], _lps(p, p, p), [1, 1, 1], _lps(q, q, q))   # 3 positions, KL k each

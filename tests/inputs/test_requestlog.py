@@ -362,9 +362,8 @@ def _doc(path: str) -> dict:
     from evalgate.compare.pairing import compare_tasks
     from evalgate.gate import decide
     from evalgate.inputs.thresholds import Thresholds
-    from evalgate.report.document import gate_document
     from evalgate.speed.measure import measure_speed
-    from runfixtures import manifest, side, task
+    from runfixtures import gate_document, manifest, side, task
 
     tasks = {"t": task("t", "s", ["ok"] * 40, [1.0] * 40)}
     thr = Thresholds(alpha=0.05, default_margin=10.0, bootstrap_resamples=1000)

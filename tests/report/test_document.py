@@ -9,9 +9,13 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 from evalgate.compare.pairing import compare_tasks  # noqa: E402
 from evalgate.gate import decide  # noqa: E402
 from evalgate.inputs.thresholds import Thresholds  # noqa: E402
-from evalgate.report.document import build_verdict  # noqa: E402
 from evalgate.report.verdict import Verdict  # noqa: E402
-from runfixtures import manifest, side, task  # noqa: E402
+from runfixtures import (  # noqa: E402
+    manifest,
+    side,
+    task,
+    verdict_of,  # noqa: E402
+)
 
 THR = Thresholds(alpha=0.05, default_margin=50.0, bootstrap_resamples=200, on_inconclusive="warn")
 N, WORSE = 40, 6  # six items newly degenerate, none recovered: one-sided McNemar p = 0.5^6 = 0.0156
@@ -26,7 +30,7 @@ def _verdict(tasks: list[str], same_config: bool = False) -> Verdict:
         c["requested"] = {"engine_args": {"dtype": "float32", "async_scheduling": True}, "sampling": b["requested"]["sampling"]}
     decision = decide([(x.suite, x.task, x.comparison) for x in comps], THR, baseline_effective=b["effective"],
                       candidate_effective=c["effective"])
-    return build_verdict(decision, comps, manifest(b, c, tasks))
+    return verdict_of(decision, comps, manifest(b, c, tasks))
 
 
 def test_the_health_level_is_corrected_for_the_number_of_tasks() -> None:

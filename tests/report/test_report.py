@@ -8,9 +8,9 @@ import pytest
 from evalgate.compare.pairing import compare_tasks
 from evalgate.gate import decide
 from evalgate.inputs.thresholds import Thresholds
-from evalgate.report.document import gate_document
 from evalgate.report.render import render_html, render_terminal
 from evalgate.results.records import ItemResult, TaskResult
+from runfixtures import gate_document
 
 EVIL = '<script>alert(1)</script><img src=x onerror="alert(2)">'
 

@@ -6,11 +6,11 @@ import math
 
 from evalgate.compare.evidence import POSITION_BUCKETS, position_buckets, position_metric
 from evalgate.compare.pairing import compare_tasks
-from evalgate.gate import decide
+from evalgate.gate import decide, task_evidence
 from evalgate.inputs.thresholds import Thresholds
-from evalgate.report.document import gate_document, task_evidence
 from evalgate.report.render import render_html
 from evalgate.results.records import ItemResult, TaskResult
+from runfixtures import gate_document
 
 
 def _item(i: int, output: str, n_tokens: int, pos: dict[str, float] | None = None, decode: dict | None = None,
