@@ -302,15 +302,7 @@ class Worker:
         Raises:
             SpeedError: the worker reported a failure, died or timed out.
         """
-        try:
-            self.proc.stdin.write(json.dumps(command) + "\n")  # type: ignore[union-attr]
-            self.proc.stdin.flush()  # type: ignore[union-attr]
-        except (BrokenPipeError, OSError):
-            pass  # the worker is gone: _reply reports how it ended
-        try:
-            reply = self._reply(f"measuring throughput at concurrency {command.get('concurrency')}")
-        except EngineError as exc:
-            raise SpeedError(str(exc)) from None
+        reply = self._send(command, f"measuring throughput at concurrency {command.get('concurrency')}")
         if reply.get("event") == "error":
             raise SpeedError(f"throughput measurement of {self.cfg.name} failed: {reply.get('message')} "
                              f"(log: {self.log_path})")
@@ -332,16 +324,20 @@ class Worker:
         """
         return self._command({"wake": True}, "waking up")
 
-    def _command(self, command: dict[str, Any], doing: str) -> float:
+    def _send(self, command: dict[str, Any], doing: str) -> dict[str, Any]:
+        """Write one command line to the worker and return its reply; a dead or silent worker is a SpeedError."""
         try:
             self.proc.stdin.write(json.dumps(command) + "\n")  # type: ignore[union-attr]
             self.proc.stdin.flush()  # type: ignore[union-attr]
         except (BrokenPipeError, OSError):
             pass  # the worker is gone: _reply reports how it ended
         try:
-            reply = self._reply(doing)
+            return self._reply(doing)
         except EngineError as exc:
             raise SpeedError(str(exc)) from None
+
+    def _command(self, command: dict[str, Any], doing: str) -> float:
+        reply = self._send(command, doing)
         if reply.get("event") == "error":
             raise SpeedError(f"{self.cfg.name} failed while {doing}: {reply.get('message')} (log: {self.log_path})")
         return float(reply.get("seconds", 0.0))
