@@ -27,8 +27,8 @@ from evalgate.errors import ConfigError
 from evalgate.inputs.schema import Schema, problem, rule
 
 __all__ = ["COMPLETION", "Chat", "ChatSpec", "Thought", "check_jinja", "check_model_template", "check_protocols",
-           "describe_difference", "local_model_dir", "model_template", "protocol", "resolve_chat", "split_thought",
-           "think_start"]
+           "check_template_inputs", "check_think_end", "describe_difference", "local_model_dir", "model_template",
+           "protocol", "resolve_chat", "split_thought", "template_variables", "think_start"]
 
 COMPLETION = "none"  # chat.template for raw completion prompts (the default)
 MODEL = "model"  # chat.template for the tokenizer's own template
@@ -302,17 +302,158 @@ def check_protocols(base: Any, cand: Any) -> dict[str, dict[str, Any]]:
     Returns:
         ``{"baseline": protocol, "candidate": protocol}`` (:func:`protocol`).
     Raises:
-        ConfigError (exit 2): ``chat.template: model`` on a local tokenizer without a chat template; the two sides
-            use different protocols (naming each differing key), which evalgate never gates against each other.
+        ConfigError (exit 2): ``chat.template: model`` on a local tokenizer without a chat template; a chat section
+            the template or tokenizer cannot honour (:func:`check_template_inputs`, :func:`check_think_end`); the
+            two sides use different protocols (naming each differing key), which evalgate never gates against each other.
     """
     out = {}
     for role, cfg in (("baseline", base), ("candidate", cand)):
-        own = cfg.chat.chat.template == MODEL  # only then is the model's tokenizer read
-        out[role] = protocol(cfg.chat, check_model_template(cfg.chat, local_model_dir(cfg.model) if own else None,
-                                                            cfg.path))
+        spec = cfg.chat
+        # the model's tokenizer is read only for its own template or for think_end
+        model_dir = local_model_dir(cfg.model) if spec.chat.template == MODEL or spec.chat.think_end else None
+        own = check_model_template(spec, model_dir, cfg.path)
+        check_template_inputs(spec, spec.template_text if spec.template_text is not None else own, cfg.path)
+        check_think_end(spec, model_dir, cfg.path)
+        out[role] = protocol(spec, own)
     diff = describe_difference(out["baseline"], out["candidate"])
     if diff:
         raise ConfigError(f"the baseline ({base.name}) and the candidate send prompts differently ({diff}): chat "
                           f"and completion prompts of one task score differently, so they are never gated against "
                           f"each other; give both the same chat section", path=cand.path, field="chat")
     return out
+
+
+# ------------------------------------------------------------------------------------------------ item 6: bad input
+# A chat section is checked against what it will meet (the template's text, the model's tokenizer) before any engine
+# starts: a kwarg the template never reads, a system prompt it refuses or drops, an end-of-thinking marker the
+# tokenizer cannot give back, each exit 2 naming the field. lm-eval would otherwise run on silently (it retries a
+# template that raises on a system message without one; an unread kwarg changes nothing; a marker that never
+# appears in decoded output makes every item a truncated thought).
+
+_PROBE_USER = "What is 2 + 2?"
+
+
+def _environment() -> Any:
+    """transformers' own chat-template environment (its filters, ``raise_exception``, ``strftime_now``)."""
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    return _compile_jinja_template("").environment
+
+
+def template_variables(text: str) -> set[str]:
+    """The variables a chat template reads from its context (``jinja2.meta.find_undeclared_variables`` on the
+    source parsed in transformers' chat-template environment): e.g. ``{"messages", "add_generation_prompt",
+    "enable_thinking"}``. Variables the template sets itself (``{% set %}``, loop variables) and the environment's
+    globals (``raise_exception``, ``namespace``, ...) are not among them.
+
+    Raises:
+        jinja2.TemplateError: the template does not compile (e.g. an unknown filter).
+    """
+    from jinja2 import meta
+
+    env = _environment()
+    return set(meta.find_undeclared_variables(env.parse(text))) - set(env.globals)
+
+
+def _where(spec: ChatSpec) -> str:
+    return f"template {spec.template_path}" if spec.template_path is not None else "the model's chat template"
+
+
+def _render(text: str, messages: list[dict[str, str]], kwargs: dict[str, Any]) -> str:
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    rendered, _ = render_jinja_template([messages], chat_template=text, add_generation_prompt=True, **kwargs)
+    return str(rendered[0])
+
+
+def check_template_inputs(spec: ChatSpec, template_text: str | None, config: Path) -> None:
+    """Check ``template_kwargs`` and ``system`` against the chat template that will render them.
+
+    Args:
+        spec: the resolved chat section.
+        template_text: the template (the file's text, or the local tokenizer's own), None when not readable here (a
+            hub model's template: not checked before the engine starts).
+        config: the config file named in an error.
+    Raises:
+        ConfigError (exit 2): ``chat.template_kwargs.<name>``: a variable the template never reads (listing the
+            ones it reads); ``chat.system``: rendering with the system message raises (a template that refuses a
+            system role) or the system text does not appear in the rendering (a template that drops it);
+            ``chat.template``: the template does not compile or fails to render one user message.
+    Rendering is transformers' own ``render_jinja_template`` (the code ``apply_chat_template`` runs, with its
+    ``raise_exception``), with ``add_generation_prompt=True`` and the kwargs, without the tokenizer's special
+    tokens (an undefined ``bos_token`` renders empty).
+    """
+    if not spec.is_chat or template_text is None:
+        return
+    try:
+        reads = template_variables(template_text)
+    except Exception as exc:  # a template is user code: any error it raises is this input's fault
+        raise ConfigError(f"{_where(spec)} does not compile: {type(exc).__name__}: {_one_line(exc)}", path=config,
+                          field="chat.template") from None
+    for name in spec.chat.template_kwargs:
+        if name not in reads:
+            raise ConfigError(f"{_where(spec)} never reads '{name}'; it reads: {', '.join(sorted(reads)) or 'nothing'}",
+                              path=config, field=f"chat.template_kwargs.{name}")
+    kwargs = dict(spec.chat.template_kwargs)
+    user = {"role": "user", "content": _PROBE_USER}
+    try:
+        _render(template_text, [user], kwargs)
+    except Exception as exc:  # a template is user code: any error it raises is this input's fault
+        raise ConfigError(f"{_where(spec)} fails to render one user message: {type(exc).__name__}: "
+                          f"{_one_line(exc)}", path=config, field="chat.template") from None
+    system = spec.chat.system
+    if system is None:
+        return
+    try:
+        rendered = _render(template_text, [{"role": "system", "content": system}, user], kwargs)
+    except Exception as exc:
+        raise ConfigError(f"{_where(spec)} refuses a system message ({type(exc).__name__}: {_one_line(exc)}); "
+                          f"lm-eval would silently retry without it: remove chat.system or use a template that "
+                          f"takes one", path=config, field="chat.system") from None
+    if system.strip() and system.strip() not in rendered:
+        raise ConfigError(f"{_where(spec)} drops the system message (its text does not appear in the rendered "
+                          f"prompt): remove chat.system or use a template that renders it", path=config,
+                          field="chat.system")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:200]
+
+
+def check_think_end(spec: ChatSpec, model_dir: str | None, config: Path) -> None:
+    """Check that ``think_end`` can appear in the model's decoded output.
+
+    "Absent from the tokenizer" means: ``decode(encode(think_end, add_special_tokens=False),
+    skip_special_tokens=True)`` does not give ``think_end`` back. The thought is cut on the decoded text, and vLLM
+    decodes output with ``skip_special_tokens=True`` by default: a marker the tokenizer cannot spell (an unknown
+    character mapped to ``<unk>``) or one that is a special token (dropped from the text) would never be found, and
+    every item would read as a truncated thought. A marker of several ordinary tokens is fine (the embedded
+    hybrid's byte-level BPE spells ``</think>`` in five).
+
+    Args:
+        spec: the resolved chat section.
+        model_dir: the local checkpoint directory, or None (a hub model, or an embedded model not prepared yet:
+            not checked here).
+        config: the config file named in an error.
+    Raises:
+        ConfigError (exit 2): field ``chat.think_end``, naming what the tokenizer gives back.
+    """
+    marker = spec.chat.think_end
+    if marker is None or model_dir is None:
+        return
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(model_dir)
+    except Exception:  # noqa: BLE001 - not this check's to report: the engine's tokenizer load says it
+        return
+    ids = tok.encode(marker, add_special_tokens=False)
+    back = tok.decode(ids, skip_special_tokens=True)
+    if back == marker:
+        return
+    special = marker in set(getattr(tok, "all_special_tokens", []) or [])
+    why = ("it is a special token, dropped from decoded output (vLLM decodes with skip_special_tokens=True)"
+           if special else f"the tokenizer encodes it as {ids} and decodes that as {back!r}")
+    raise ConfigError(f"end-of-thinking marker {marker!r} is absent from the tokenizer of {model_dir}: {why}; the "
+                      f"thought could never be found in the output", path=config, field="chat.think_end")
