@@ -192,6 +192,12 @@ CASES: list[Case] = [
     _cfg("chat-kwargs-list", "chat.template_kwargs", "must be a mapping", uses=(*PARENT, "configs/chat-good.jinja")),
     _cfg("chat-think-end-empty", "chat.think_end", "non-empty", uses=(*PARENT, "configs/chat-good.jinja")),
     _cfg("chat-system-without-template", "chat.system", "needs a chat template", uses=PARENT),
+    _cfg("chat-kwarg-unread", "chat.template_kwargs.enable_thinking", "never reads 'enable_thinking'; it reads: messages",
+         uses=(*PARENT, "configs/chat-good.jinja")),
+    _cfg("chat-system-refused", "chat.system", "refuses a system message (TemplateError: System role not supported)",
+         uses=(*PARENT, "configs/chat-no-system.jinja")),
+    _cfg("chat-system-dropped", "chat.system", "drops the system message",
+         uses=(*PARENT, "configs/chat-drops-system.jinja")),
     _cfg("chat-protocol-differs", "chat", 'mode: "completion" vs "chat"', uses=(*PARENT, "configs/chat-good.jinja")),
     # ------------------------------------------------------------------ thresholds
     _thr("syntax", None, "invalid YAML at line 3"),
@@ -737,6 +743,25 @@ def test_compare_of_different_suite_contents_is_refused(tmp_path: Path, capsys) 
     assert cli.main(["compare", str(a), str(b), "--out", str(tmp_path / "cmp")]) == ExitCode.RUNTIME
     line = _check_message(Case("compare", {}, None, None), capsys.readouterr().err)
     assert "suite 's1' differs between" in line and "(content hash abababababab vs cdcdcdcdcdcd)" in line
+
+
+def test_compare_of_runs_whose_protocols_differ_is_refused(tmp_path: Path, capsys) -> None:
+    """Issue 26 item 1: run A's candidate sent completion prompts, run B's the same items through a chat template
+    (chat and completion prompts of one task score differently): the real ``evalgate compare`` stops at exit 3
+    naming ``candidate.protocol`` and each differing key, and writes no verdict. The same runs with equal
+    protocols are the PASS of ``test_compare_of_matching_manifests_passes``."""
+    a, b = _runs_over_400_identical_items(tmp_path)
+    chat = {"mode": "chat", "template": "file", "template_sha256": "e" * 64, "template_kwargs": {},
+            "system_sha256": None, "fewshot_as_multiturn": False, "think_end": None}
+    _edit_manifest(a, lambda m: m["candidate"].update(protocol={"mode": "completion"}))
+    _edit_manifest(b, lambda m: m["candidate"].update(protocol=chat))
+    out = tmp_path / "cmp"
+    code = cli.main(["compare", str(a), str(b), "--out", str(out), "--thresholds", str(G / "thresholds.yaml")])
+    line = _check_message(Case("compare", {}, None, None), capsys.readouterr().err)
+    assert code == ExitCode.RUNTIME
+    assert "candidate.protocol" in line and 'mode: "completion" vs "chat"' in line, line
+    assert "template_sha256: null vs eeeeeeeeeeee" in line, line
+    assert not (out / "verdict.json").exists()
 
 
 def _home_cases(tmp_path: Path) -> dict[str, tuple[str, str]]:
