@@ -52,16 +52,19 @@ class Chat(Schema):
     """`none`: completion prompts; `model`: the tokenizer's own chat template; else a Jinja template file, relative
     to the config file that sets it."""
     system: Annotated[str, Field(strict=True), rule("must be a string")] | None = None
-    """A system prompt (lm-eval's `system_instruction`); needs a chat template."""
+    """A system prompt (lm-eval's `system_instruction`); needs a chat template that renders it (one that refuses or
+    drops a system message is exit 2)."""
     template_kwargs: Annotated[dict[str, Any], BeforeValidator(_mapping)] = Field(default_factory=dict)
-    """Variables passed to the chat template, e.g. `{enable_thinking: false}`; needs a chat template."""
+    """Variables passed to the chat template, e.g. `{enable_thinking: false}`; needs a chat template, and each must be
+    a variable the template reads (else exit 2, listing the ones it reads)."""
     fewshot_as_multiturn: Annotated[bool, Field(strict=True), rule("must be true or false")] = False
     """Few-shot examples as alternating user/assistant turns (lm-eval's `fewshot_as_multiturn`); needs a chat
     template."""
     think_end: Annotated[str, Field(strict=True), rule("must be a string such as '</think>'")] | None = None
     """End-of-thinking marker, e.g. `</think>`: the text up to and including its last occurrence is the thought,
     stripped before scoring and counted (thinking tokens vs answer tokens); an opened thought without it is
-    `truncated_thought`, scored as an empty answer."""
+    `truncated_thought`, scored as an empty answer. Must come back from the model's tokenizer (encode, then decode
+    skipping special tokens), else exit 2."""
 
 
 class ChatSpec:
