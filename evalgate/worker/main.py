@@ -42,6 +42,8 @@ def main(spec_path: str) -> int:
         print(f"{CONFIG_ERROR_TAG} {problem}", flush=True)
         return CONFIG_ERROR_EXIT
     if spec.get("check_only"):
+        if spec.get("replay"):  # the replay gate's requests counted by the model's tokenizer (no weights loaded)
+            limits.update(_replay_counts(spec))
         print(f"{LIMITS_TAG} {json.dumps(limits)}", flush=True)
         return 0
     engine = VllmEngine(spec["model"], spec["engine_args"], sampling, sleep_mode=bool(spec.get("sleep_mode")))
@@ -132,6 +134,15 @@ def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, An
                 print(f"evalgate: {what} in {time.monotonic() - t0:.2f} s", flush=True)
                 reply({"event": what, "seconds": time.monotonic() - t0})
                 continue
+            if cmd.get("replay"):  # the replay gate: the chosen recorded requests answered greedily
+                from evalgate.worker import replay_gate
+
+                t0 = time.monotonic()
+                outputs = replay_gate.generate(llm, cmd["replay"], LOGPROBS_K)
+                print(f"evalgate: replayed {len(outputs)} recorded requests ({time.monotonic() - t0:.1f} s)",
+                      flush=True)
+                reply({"event": "measured", "result": {"outputs": outputs}})
+                continue
             if cmd.get("log"):  # traffic.from: the recorded requests (engine.replay), the warm-up their first ones
                 requests, summary = _log_requests(llm, cmd["log"], cache)
                 if cmd.get("warmup"):
@@ -168,6 +179,24 @@ def _log_requests(llm: Any, spec: dict[str, Any], cache: dict[Any, Any]) -> tupl
     if key not in cache:
         cache[key] = replay.prepare(llm, spec)
     return cache[key]
+
+
+def _replay_counts(spec: dict[str, Any]) -> dict[str, Any]:
+    """``{"replay_prompt_tokens": [...]}`` of the replay's requests under the model's tokenizer (transformers'
+    ``AutoTokenizer``, the ``tokenizer`` engine arg when set), or ``{"replay_error": reason}`` when they cannot be
+    rendered; the parent judges them (``inputs.replay.check_lengths``)."""
+    from transformers import AutoTokenizer
+
+    from evalgate.worker import replay_gate
+    from evalgate.worker.replay import LogMismatch
+
+    args = spec["engine_args"]
+    name = args.get("tokenizer") or spec["model"]
+    try:
+        tok = AutoTokenizer.from_pretrained(name, trust_remote_code=bool(args.get("trust_remote_code")))
+        return {"replay_prompt_tokens": [len(ids) for ids in replay_gate.prompt_ids(tok, spec["replay"])]}
+    except LogMismatch as exc:
+        return {"replay_error": str(exc)}
 
 
 def validate_engine_args(model: str, engine_args: dict[str, Any]) -> tuple[str | None, dict[str, int]]:

@@ -50,8 +50,9 @@ def render(tokenizer: Any, request: LoggedRequest, where: str = "") -> str:
                           f"requests cannot be rendered (vLLM's /v1/chat/completions refuses them too); log "
                           f"/v1/completions prompts for this model")
     try:
+        tools = {"tools": [dict(t) for t in request.tools]} if request.tools else {}  # templates that take tools
         return tokenizer.apply_chat_template([dict(m) for m in request.messages or ()], add_generation_prompt=True,
-                                             tokenize=False)
+                                             tokenize=False, **tools)
     except Exception as exc:  # noqa: BLE001 - a template that refuses these messages (e.g. roles out of order)
         reason = " ".join(str(exc).split())[:200]
         raise LogMismatch(f"{where}: {FIELD[request.kind]}: the engine's chat template refused these messages: "

@@ -1,0 +1,65 @@
+"""Worker side of the replay gate (``replay:``): the chosen recorded requests rendered, counted and answered greedily.
+
+The parent sends ``{"path", "sha256", "lines", "budgets"}`` (``inputs.replay.ReplayPlan.spec``); the log is read
+again here and must have the same SHA-256. A request is rendered as vLLM's OpenAI server renders it:
+
+* ``messages`` (and a ShareGPT record's first turn) through the tokenizer's chat template with
+  ``add_generation_prompt=True`` (and the request's ``tools``, for templates that take them;
+  ``evalgate.worker.replay.render``), then tokenized without adding special tokens (the template wrote them), as
+  ``/v1/chat/completions`` does;
+* a ``prompt`` tokenized with the tokenizer's special tokens, as ``/v1/completions`` does.
+
+Generation is greedy (``temperature=0``) with the request's budget and the engine's top-``LOGPROBS_K`` log-probs at
+every output position (for the decode-time KL), the same on both sides; ``response_format`` is not enforced
+(no guided decoding), so valid JSON measures the model, not a grammar.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evalgate.inputs.requestlog import LoggedRequest, read_request_log
+from evalgate.worker.replay import LogMismatch, render
+
+
+def chosen(spec: dict[str, Any]) -> tuple[list[LoggedRequest], str]:
+    """The requests ``spec`` names, in its order, and the log's path. Raises LogMismatch: the log changed."""
+    log = read_request_log(spec["path"])
+    if log.sha256 != spec["sha256"]:
+        raise LogMismatch(f"{log.path}: the request log changed on disk while evalgate was running; run again")
+    by_line = {r.line: r for r in log.requests}
+    return [by_line[n] for n in spec["lines"]], str(log.path)
+
+
+def prompt_ids(tokenizer: Any, spec: dict[str, Any]) -> list[list[int]]:
+    """Each chosen request's prompt token ids (module docstring).
+
+    Raises:
+        LogMismatch: the log changed, or the tokenizer cannot render a chat request (no template; refused).
+    """
+    requests, path = chosen(spec)
+    out = []
+    for r in requests:
+        text = render(tokenizer, r, f"{path}: line {r.line}")
+        out.append(list(tokenizer(text, add_special_tokens=r.kind == "prompt").input_ids))
+    return out
+
+
+def generate(llm: Any, spec: dict[str, Any], logprobs: int) -> list[dict[str, Any]]:
+    """Greedy answers of the chosen requests on a started ``vllm.LLM``: per request ``{"line", "text",
+    "token_ids", "finish_reason", "top_logprobs"}`` (``top_logprobs`` as ``vllm_engine.Generation``'s), in order."""
+    from vllm import SamplingParams
+
+    from evalgate.worker.vllm_engine import _top_logprobs
+
+    requests, _ = chosen(spec)
+    ids = prompt_ids(llm.get_tokenizer(), spec)
+    params = [SamplingParams(temperature=0.0, max_tokens=int(b), logprobs=logprobs) for b in spec["budgets"]]
+    outs = llm.generate([{"prompt_token_ids": p} for p in ids], params, use_tqdm=False)
+    replies = []
+    for r, o in zip(requests, outs):
+        c = o.outputs[0]
+        replies.append({"line": r.line, "text": c.text, "token_ids": list(c.token_ids),
+                        "finish_reason": c.finish_reason,
+                        "top_logprobs": _top_logprobs(c.logprobs) if c.logprobs else None})
+    return replies
