@@ -406,7 +406,8 @@ def check_engine_values(cfg: EngineConfig, log_path: Path, timeout_s: float,
         EngineError: the check itself could not run (its log tail).
     """
     spec = {"check_only": True, "model": resolve_model(cfg.model), "engine_args": cfg.engine_args,
-            "sampling": vars(cfg.sampling), **({"replay": replay} if replay else {})}
+            "sampling": vars(cfg.sampling),
+            **({"replay": replay, "chat": cfg.chat.worker_spec()} if replay else {})}
     _run_worker(spec, cfg, log_path, timeout_s)
     lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
     found = [ln.split(LIMITS_TAG, 1)[1] for ln in lines if LIMITS_TAG in ln]

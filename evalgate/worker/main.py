@@ -67,7 +67,7 @@ def main(spec_path: str) -> int:
     finally:
         scoring.shutdown()
     if spec.get("serve_commands"):
-        _serve_commands(engine, lm, spec["reply_fd"], effective)
+        _serve_commands(engine, lm, spec["reply_fd"], effective, spec.get("chat"))
     return 0
 
 
@@ -105,7 +105,8 @@ def _run_suite(engine: Any, lm: Any, suite: dict[str, Any], spec: dict[str, Any]
           f"teacher-forced {score_s - decode_s:.1f} s)", flush=True)
 
 
-def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, Any]) -> None:
+def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, Any],
+                    chat: dict[str, Any] | None = None) -> None:
     """After the suites: say ``ready``, then answer measurement commands (stdin, one JSON line each) until stdin
     closes. A measurement that fails is reported (``{"event": "error"}``) and the worker keeps serving."""
     from evalgate.worker import replay, throughput
@@ -138,7 +139,7 @@ def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, An
                 from evalgate.worker import replay_gate
 
                 t0 = time.monotonic()
-                outputs = replay_gate.generate(llm, cmd["replay"], LOGPROBS_K)
+                outputs = replay_gate.generate(llm, cmd["replay"], LOGPROBS_K, chat)
                 print(f"evalgate: replayed {len(outputs)} recorded requests ({time.monotonic() - t0:.1f} s)",
                       flush=True)
                 reply({"event": "measured", "result": {"outputs": outputs}})
@@ -194,7 +195,8 @@ def _replay_counts(spec: dict[str, Any]) -> dict[str, Any]:
     name = args.get("tokenizer") or spec["model"]
     try:
         tok = AutoTokenizer.from_pretrained(name, trust_remote_code=bool(args.get("trust_remote_code")))
-        return {"replay_prompt_tokens": [len(ids) for ids in replay_gate.prompt_ids(tok, spec["replay"])]}
+        ids = replay_gate.prompt_ids(tok, spec["replay"], spec.get("chat"))
+        return {"replay_prompt_tokens": [len(x) for x in ids]}
     except LogMismatch as exc:
         return {"replay_error": str(exc)}
 

@@ -3,11 +3,13 @@
 The parent sends ``{"path", "sha256", "lines", "budgets"}`` (``inputs.replay.ReplayPlan.spec``); the log is read
 again here and must have the same SHA-256. A request is rendered as vLLM's OpenAI server renders it:
 
-* ``messages`` (and a ShareGPT record's first turn) through the tokenizer's chat template with
-  ``add_generation_prompt=True`` (and the request's ``tools``, for templates that take them;
-  ``evalgate.worker.replay.render``), then tokenized without adding special tokens (the template wrote them), as
-  ``/v1/chat/completions`` does;
-* a ``prompt`` tokenized with the tokenizer's special tokens, as ``/v1/completions`` does.
+* ``messages`` (and a ShareGPT record's first turn) through the config's chat template (its ``chat:`` section), else
+  the tokenizer's own, with ``add_generation_prompt=True`` and the request's ``tools`` for templates that take them
+  (``evalgate.worker.replay.render``);
+* a ``prompt`` as recorded;
+
+then tokenized with the tokenizer's special tokens, except a BOS the rendered text already starts with (a template
+that writes it): one BOS either way.
 
 Generation is greedy (``temperature=0``) with the request's budget and the engine's top-``LOGPROBS_K`` log-probs at
 every output position (for the decode-time KL), the same on both sides; ``response_format`` is not enforced
@@ -31,8 +33,8 @@ def chosen(spec: dict[str, Any]) -> tuple[list[LoggedRequest], str]:
     return [by_line[n] for n in spec["lines"]], str(log.path)
 
 
-def prompt_ids(tokenizer: Any, spec: dict[str, Any]) -> list[list[int]]:
-    """Each chosen request's prompt token ids (module docstring).
+def prompt_ids(tokenizer: Any, spec: dict[str, Any], chat: dict[str, Any] | None = None) -> list[list[int]]:
+    """Each chosen request's prompt token ids (module docstring); ``chat``: the config's chat spec (None: none).
 
     Raises:
         LogMismatch: the log changed, or the tokenizer cannot render a chat request (no template; refused).
@@ -40,12 +42,13 @@ def prompt_ids(tokenizer: Any, spec: dict[str, Any]) -> list[list[int]]:
     requests, path = chosen(spec)
     out = []
     for r in requests:
-        text = render(tokenizer, r, f"{path}: line {r.line}")
-        out.append(list(tokenizer(text, add_special_tokens=r.kind == "prompt").input_ids))
+        text = render(tokenizer, r, f"{path}: line {r.line}", chat)
+        bos = getattr(tokenizer, "bos_token", None)
+        out.append(list(tokenizer(text, add_special_tokens=not (bos and text.startswith(bos))).input_ids))
     return out
 
 
-def generate(llm: Any, spec: dict[str, Any], logprobs: int) -> list[dict[str, Any]]:
+def generate(llm: Any, spec: dict[str, Any], logprobs: int, chat: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Greedy answers of the chosen requests on a started ``vllm.LLM``: per request ``{"line", "text",
     "token_ids", "finish_reason", "top_logprobs"}`` (``top_logprobs`` as ``vllm_engine.Generation``'s), in order."""
     from vllm import SamplingParams
@@ -53,7 +56,7 @@ def generate(llm: Any, spec: dict[str, Any], logprobs: int) -> list[dict[str, An
     from evalgate.worker.vllm_engine import _top_logprobs
 
     requests, _ = chosen(spec)
-    ids = prompt_ids(llm.get_tokenizer(), spec)
+    ids = prompt_ids(llm.get_tokenizer(), spec, chat)
     params = [SamplingParams(temperature=0.0, max_tokens=int(b), logprobs=logprobs) for b in spec["budgets"]]
     outs = llm.generate([{"prompt_token_ids": p} for p in ids], params, use_tqdm=False)
     replies = []
