@@ -89,3 +89,16 @@ def test_redact_keeps_hashes_and_lengths_only() -> None:
     q = doc["replay"]["changed"][0]
     assert q["prompt"] is None and q["baseline_output"] is None and q["prompt_chars"] == len("user: " + EVIL + SECRET)
     assert len(q["request_sha256"]) == 64 and doc["replay"]["redact"] is True
+
+
+def test_a_stored_replay_verdict_reads_back_and_a_contradiction_is_refused(tmp_path) -> None:
+    import pytest
+
+    from evalgate.commands.stored import check_verdict_document
+    from evalgate.errors import StoreError
+
+    doc = _doc()  # tasks PASS, the replay INCONCLUSIVE: the run is INCONCLUSIVE, and that is consistent
+    assert [t["verdict"] for t in doc["tasks"]] == ["PASS"] and doc["verdict"] == "INCONCLUSIVE"
+    check_verdict_document(as_verdict(doc), tmp_path / "verdict.json")
+    with pytest.raises(StoreError, match="replay is INCONCLUSIVE, so the gate's verdict is at least INCONCLUSIVE"):
+        check_verdict_document(as_verdict({**doc, "verdict": "PASS"}), tmp_path / "verdict.json")
