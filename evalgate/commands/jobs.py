@@ -384,6 +384,9 @@ class StoredJob:
                          {"a": self.run_a, "b": self.run_b})
         self.tasks = {"baseline": tasks_a, "candidate": without_evidence(tasks_b)}
         thresholds = load_thresholds(self.thresholds_path)
+        if thresholds.replay is not None:  # said, never silently dropped: stored runs keep no replay answers
+            log.warning("%s: replay: compare gates the stored suites only; the replay gate runs in `evalgate run`",
+                        self.thresholds_path)
         check_writable_dir(self.out, field="--out", what="the comparison's run directory")
         return thresholds
 
