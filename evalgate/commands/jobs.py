@@ -197,6 +197,11 @@ class EngineJob:
         for role in ("baseline", "candidate"):
             log.info("replay: %s answers %d recorded requests", role, len(plan.requests))
             got = workers[role].measure({"replay": spec, "label": f"replay {role}"})["outputs"]
+            if [o.get("line") for o in got] != spec["lines"]:  # fail closed: answers must pair with the requests
+                from evalgate.evaluate.runner import SpeedError
+
+                raise SpeedError(f"replay: the {role} engine answered {len(got)} requests, not the {len(spec['lines'])} "
+                                 f"sent (lines {spec['lines'][:5]}...)")
             outputs[role] = tuple(ReplayOutput.from_json(o) for o in got)
         meta = {"path": str(plan.log.path), "sha256": plan.log.sha256, "requests": len(plan.log.requests),
                 "replayed": len(plan.requests), "only": plan.section.only, "limit": plan.section.limit,
