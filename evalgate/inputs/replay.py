@@ -5,7 +5,8 @@ which output budget, checked before any engine starts. Pure: the worker renders 
 The log is read by ``requestlog.read_request_log`` (its formats and its one-line errors, naming the file, the line
 and the field). Then ``replay.only: structured`` keeps the requests that ask for JSON or offer tools, and
 ``replay.limit`` the first ones of those; nothing left is an error (exit 2). Each request's output budget is its
-recorded one capped at ``replay.max_tokens`` (a record without one gets ``replay.max_tokens``).
+recorded one capped at ``replay.max_tokens`` (a record without one gets ``replay.max_tokens``); its sampling is
+greedy, or with ``replay.sampling: recorded`` its own temperature and top-p with a fixed seed (``ReplayPlan.sampling``).
 """
 
 from __future__ import annotations
@@ -42,11 +43,22 @@ class ReplayPlan:
         cap = self.section.max_tokens
         return cap if request.max_tokens is None else min(request.max_tokens, cap)
 
+    def sampling(self, request: LoggedRequest) -> dict[str, Any]:
+        """The sampling both sides use for ``request``: ``{"temperature": 0.0}`` (greedy), or with ``sampling:
+        recorded`` its own ``temperature`` (absent: 0) and ``top_p`` (absent: 1.0) and a fixed ``seed`` (its
+        recorded one, else ``replay.seed`` + its line)."""
+        if self.section.sampling == "greedy":
+            return {"temperature": 0.0}
+        rec = request.sampling
+        return {"temperature": float(rec.get("temperature", 0.0)), "top_p": float(rec.get("top_p", 1.0)),
+                "seed": int(rec.get("seed", self.section.seed + request.line))}
+
     def spec(self) -> dict[str, Any]:
-        """What the worker needs to replay the same requests: ``{"path", "sha256", "lines", "budgets"}`` (the log is
-        read again there and must have the same SHA-256)."""
+        """What the worker needs to replay the same requests: ``{"path", "sha256", "lines", "budgets",
+        "sampling"}`` (the log is read again there and must have the same SHA-256)."""
         return {"path": str(self.log.path), "sha256": self.log.sha256, "lines": [r.line for r in self.requests],
-                "budgets": [self.budget(r) for r in self.requests]}
+                "budgets": [self.budget(r) for r in self.requests],
+                "sampling": [self.sampling(r) for r in self.requests]}
 
 
 def select(log: RequestLog, section: ReplaySection) -> tuple[LoggedRequest, ...]:

@@ -18,7 +18,8 @@ strings (no zone = UTC); ``duration_s`` is seconds. A bare record may carry the 
 temperature, stream, ...) are ignored: the speed profile sends every request with the benchmark's sampling
 (``engine.throughput``). A chat or completions body's ``response_format`` (``json_object`` / ``json_schema``, whose
 ``schema`` must be a valid JSON Schema) and ``tools`` (``[{type: function, function: {name, ...}}]``) are kept, checked,
-for the replay gate (``replay:``, ``evalgate.compare.replay``).
+for the replay gate (``replay:``, ``evalgate.compare.replay``), and so are its ``temperature`` (a number >= 0),
+``top_p`` (0 < top_p <= 1) and ``seed`` (an integer), which ``replay.sampling: recorded`` replays.
 
 A ``prompt`` is sent as recorded, without a chat template (what ``/v1/completions`` does, and what ``vllm bench serve
 --dataset-name custom --skip-chat-template`` sends); ``messages`` and ShareGPT turns are rendered by the engine's
@@ -43,7 +44,7 @@ import math
 import statistics
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,7 @@ class LoggedRequest:
         response_format: the body's ``response_format`` when it asks for JSON (``{"type": "json_object"}`` or
             ``{"type": "json_schema", "json_schema": {"schema": {...}, ...}}``), else None.
         tools: the body's ``tools`` (each ``{"type": "function", "function": {"name", ...}}``), ``()`` when none.
+        sampling: the body's recorded ``temperature`` / ``top_p`` / ``seed`` (only those present), ``{}`` when none.
     """
 
     line: int
@@ -90,6 +92,7 @@ class LoggedRequest:
     end: float | None = None
     response_format: dict[str, Any] | None = None
     tools: tuple[dict[str, Any], ...] = ()
+    sampling: dict[str, Any] = field(default_factory=dict)
 
     @property
     def wants_json(self) -> bool:
@@ -237,7 +240,8 @@ def _parse(n: int, obj: Any, times: bool) -> LoggedRequest:
         messages = _messages(body["messages"], f"{prefix}messages")
         budget = _budget(body, prefix, ("max_completion_tokens", "max_tokens"))
         return LoggedRequest(n, "chat", messages=messages, max_tokens=budget, start=start, end=end,
-                             response_format=_response_format(body, prefix), tools=_tools(body, prefix))
+                             response_format=_response_format(body, prefix), tools=_tools(body, prefix),
+                             sampling=_sampling(body, prefix))
     if "prompt" in body:
         prompt = body["prompt"]
         if isinstance(prompt, list):
@@ -247,7 +251,7 @@ def _parse(n: int, obj: Any, times: bool) -> LoggedRequest:
             raise _Bad(f"{prefix}prompt", f"must be a non-empty string, got {_kind_of(prompt)}")
         budget = _budget(body, prefix, ("max_tokens", "output_tokens"))
         return LoggedRequest(n, "prompt", prompt=prompt, max_tokens=budget, start=start, end=end,
-                             response_format=_response_format(body, prefix))
+                             response_format=_response_format(body, prefix), sampling=_sampling(body, prefix))
     if "conversations" in body:
         turns = _turns(body["conversations"], f"{prefix}conversations")
         return LoggedRequest(n, "sharegpt", messages=({"role": "user", "content": turns[0]},),
@@ -334,6 +338,25 @@ def _response_format(body: dict[str, Any], prefix: str) -> dict[str, Any] | None
         raise _Bad(f"{field}.json_schema.schema", f"not a valid JSON Schema: {' '.join(exc.message.split())[:160]}"
                    ) from None
     return {"type": "json_schema", "json_schema": {"name": str(spec.get("name", "")), "schema": spec["schema"]}}
+
+
+def _sampling(body: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """The body's ``temperature`` (a number >= 0), ``top_p`` (0 < top_p <= 1) and ``seed`` (an integer), checked;
+    absent or null keys left out."""
+    out: dict[str, Any] = {}
+    for key in ("temperature", "top_p", "seed"):
+        value = body.get(key)
+        if value is None:
+            continue
+        number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if key == "seed" and not (number and isinstance(value, int)):
+            raise _Bad(f"{prefix}{key}", f"must be an integer, got {json.dumps(value)[:40]}")
+        if key == "temperature" and not (number and value >= 0):
+            raise _Bad(f"{prefix}{key}", f"must be a number >= 0, got {json.dumps(value)[:40]}")
+        if key == "top_p" and not (number and 0 < value <= 1):
+            raise _Bad(f"{prefix}{key}", f"must be a number with 0 < top_p <= 1, got {json.dumps(value)[:40]}")
+        out[key] = value
+    return out
 
 
 def _tools(body: dict[str, Any], prefix: str) -> tuple[dict[str, Any], ...]:

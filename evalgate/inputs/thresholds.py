@@ -269,6 +269,11 @@ class ReplaySection(Schema):
     ``tools``."""
     max_tokens: _integer(1) = 256  # type: ignore[valid-type]
     """Output tokens per request: the record's own budget capped at this; a record without one gets this."""
+    sampling: choice("greedy", "recorded") = "greedy"  # type: ignore[valid-type]
+    """greedy: temperature 0 on both sides; recorded: each request's own ``temperature`` / ``top_p`` (absent:
+    greedy, 1.0) with a fixed seed, its recorded ``seed`` else ``seed`` + its line number, the same on both sides."""
+    seed: _integer(0) = 0  # type: ignore[valid-type]
+    """With ``sampling: recorded``: the base of the seed of a request that records none (``seed`` + its line)."""
     min_identical_share: Share = None  # type: ignore[assignment]
     """Share of replayed requests whose greedy outputs must agree (identical, or first differing at a near-tie under
     ``lossless.near_tie_logprob``): BLOCK when the one-sided upper bound of the agreeing share is below it, PASS

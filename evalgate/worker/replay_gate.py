@@ -11,7 +11,8 @@ again here and must have the same SHA-256. A request is rendered as vLLM's OpenA
 then tokenized with the tokenizer's special tokens, except a BOS the rendered text already starts with (a template
 that writes it): one BOS either way.
 
-Generation is greedy (``temperature=0``) with the request's budget and the engine's top-``LOGPROBS_K`` log-probs at
+Generation is greedy (``temperature=0``), or the request's recorded temperature and top-p with a fixed seed
+(``replay.sampling: recorded``: ``inputs.replay.ReplayPlan.sampling``), with the request's budget and the engine's top-``LOGPROBS_K`` log-probs at
 every output position (for the decode-time KL), the same on both sides; ``response_format`` is not enforced
 (no guided decoding), so valid JSON measures the model, not a grammar.
 """
@@ -57,7 +58,8 @@ def generate(llm: Any, spec: dict[str, Any], logprobs: int, chat: dict[str, Any]
 
     requests, _ = chosen(spec)
     ids = prompt_ids(llm.get_tokenizer(), spec, chat)
-    params = [SamplingParams(temperature=0.0, max_tokens=int(b), logprobs=logprobs) for b in spec["budgets"]]
+    sampling = spec.get("sampling") or [{"temperature": 0.0}] * len(spec["budgets"])
+    params = [SamplingParams(**s, max_tokens=int(b), logprobs=logprobs) for b, s in zip(spec["budgets"], sampling)]
     outs = llm.generate([{"prompt_token_ids": p} for p in ids], params, use_tqdm=False)
     replies = []
     for r, o in zip(requests, outs):

@@ -37,7 +37,7 @@ def test_section_defaults_and_selection(tmp_path: Path) -> None:
     assert [r.line for r in plan.requests] == [1, 2, 3]
     assert [plan.budget(r) for r in plan.requests] == [256, 256, 7]  # capped at max_tokens; none recorded -> the cap
     assert plan.spec() == {"path": str(tmp_path / "r.jsonl"), "sha256": plan.log.sha256, "lines": [1, 2, 3],
-                           "budgets": [256, 256, 7]}
+                           "budgets": [256, 256, 7], "sampling": [{"temperature": 0.0}] * 3}
 
 
 def test_only_structured_and_limit(tmp_path: Path) -> None:
@@ -49,6 +49,17 @@ def test_only_structured_and_limit(tmp_path: Path) -> None:
     plan = load_replay(t)
     assert [r.line for r in plan.requests] == [2] and plan.requests[0].tool_names == ("get_weather",)
     assert t.replay_share_for("x") == 0.5
+
+
+def test_recorded_sampling_with_fixed_seeds(tmp_path: Path) -> None:
+    thr = _files(tmp_path, "{from: r.jsonl, sampling: recorded, seed: 100}",
+                 {"messages": CHAT, "temperature": 0.7, "top_p": 0.9, "seed": 5},
+                 {"messages": CHAT, "temperature": 1},
+                 {"prompt": "p"})
+    plan = load_replay(load_thresholds(thr))
+    assert plan.spec()["sampling"] == [{"temperature": 0.7, "top_p": 0.9, "seed": 5},  # as recorded
+                                       {"temperature": 1.0, "top_p": 1.0, "seed": 102},  # seed: 100 + line 2
+                                       {"temperature": 0.0, "top_p": 1.0, "seed": 103}]  # none recorded: greedy
 
 
 def test_response_format_is_kept_and_checked(tmp_path: Path) -> None:
@@ -70,6 +81,9 @@ def test_response_format_is_kept_and_checked(tmp_path: Path) -> None:
     ({"messages": CHAT, "tools": [{"type": "function", "function": {}}]}, "line 1: tools[0].function.name",
      "non-empty string"),
     ({"body": {"messages": CHAT, "tools": "x"}}, "line 1: body.tools", "must be a list"),
+    ({"messages": CHAT, "temperature": -1}, "line 1: temperature", "a number >= 0"),
+    ({"prompt": "p", "top_p": 0}, "line 1: top_p", "0 < top_p <= 1"),
+    ({"messages": CHAT, "seed": 1.5}, "line 1: seed", "must be an integer"),
 ])
 def test_bad_structured_fields_name_line_and_field(tmp_path: Path, record: dict, field: str, fragment: str) -> None:
     p = tmp_path / "r.jsonl"
@@ -102,7 +116,8 @@ def test_nothing_left_after_only_is_refused(tmp_path: Path) -> None:
     ("{from: r.jsonl, redact: 1}", "replay.redact", "true or false"),
     ("{from: r.jsonl, min_identical_share: 1.5}", "replay.min_identical_share", "share"),
     ("{from: r.jsonl, json_margin: -1}", "replay.json_margin", "margin"),
-    ("{from: r.jsonl, seed: 3}", "replay.seed", "unknown key"),
+    ("{from: r.jsonl, seeds: 3}", "replay.seeds", "unknown key 'seeds'; did you mean 'seed'?"),
+    ("{from: r.jsonl, sampling: random}", "replay.sampling", "must be one of greedy, recorded"),
 ])
 def test_bad_section_values(tmp_path: Path, text: str, field: str, fragment: str) -> None:
     thr = _files(tmp_path, text, {"messages": CHAT})
