@@ -123,6 +123,7 @@ def judge_run(comparisons: Sequence[TaskComparison], thresholds: Any, manifest: 
     if replay is None:
         return judged
     rd = decide_replay(replay, floor=thresholds.replay_share_for(config), alpha=thresholds.alpha,
-                       json_margin=(thresholds.replay or ReplaySection(**{"from": "-"})).json_margin,
+                       json_margin=(thresholds.replay.json_margin if thresholds.replay is not None
+                                    else ReplaySection.model_fields["json_margin"].default),
                        power=thresholds.power, lossless=expect == "lossless", max_kl_mean=thresholds.max_kl_mean)
     return Judgement(combine(judged.decision, rd, thresholds.on_inconclusive), judged.evidence, judged.spec, rd)

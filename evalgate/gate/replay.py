@@ -27,6 +27,7 @@ agreement and length change are reported, not gated.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from scipy.stats import beta
@@ -100,7 +101,8 @@ def _identity(cmp: ReplayComparison, floor: float, alpha: float) -> tuple[RuleOu
         return RuleOutcome(RULE_IDENTITY, Verdict.BLOCK, f"outputs changed: {facts}; upper bound < floor"), lower, upper
     if lower >= floor:
         return RuleOutcome(RULE_IDENTITY, Verdict.PASS, f"outputs kept: {facts}; lower bound >= floor"), lower, upper
-    need = next((m for m in range(a.n, 100_001) if alpha ** (1 / m) >= floor), None) if floor < 1 else None
+    # all m agreeing passes when alpha ** (1/m) >= floor, i.e. m >= ln(alpha) / ln(floor) (never for floor 1)
+    need = math.ceil(math.log(alpha) / math.log(floor) - 1e-12) if 0 < floor < 1 else None
     more = f"; even all agreeing needs {need} requests" if need and need > a.n else ""
     return (RuleOutcome(RULE_IDENTITY, Verdict.INCONCLUSIVE, f"too few requests to tell: {facts}; the floor lies "
                                                              f"between the bounds{more}"), lower, upper)
