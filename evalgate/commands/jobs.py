@@ -205,7 +205,7 @@ class EngineJob:
             outputs[role] = tuple(ReplayOutput.from_json(o) for o in got)
         meta = {"path": str(plan.log.path), "sha256": plan.log.sha256, "requests": len(plan.log.requests),
                 "replayed": len(plan.requests), "only": plan.section.only, "limit": plan.section.limit,
-                "max_tokens": plan.section.max_tokens}
+                "max_tokens": plan.section.max_tokens, "sampling": plan.section.sampling}
         return ReplayRun(requests=plan.requests, outputs=outputs, log=meta, redact=plan.section.redact)
 
     def _restart(self, role: str) -> Any:

@@ -256,7 +256,7 @@ class ReplayRun:
     Attributes:
         requests: the replayed requests, in log order. outputs: ``"baseline"`` / ``"candidate"`` -> one
             ``ReplayOutput`` per request, same order. log: what the report says of the log (``path``, ``sha256``,
-            ``requests`` read, ``replayed``, ``only``, ``limit``, ``max_tokens``). redact: ``replay.redact``.
+            ``requests`` read, ``replayed``, ``only``, ``limit``, ``max_tokens``, ``sampling``). redact: ``replay.redact``.
     """
 
     requests: tuple[LoggedRequest, ...]

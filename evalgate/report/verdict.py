@@ -419,7 +419,8 @@ class ReplayBlock(_Record):
     verdict: str = _f("the replay verdict: PASS, BLOCK or INCONCLUSIVE (joined into the run's)", "BLOCK")
     rules: list[ReplayRuleRow] = _list("each rule that applied")
     log: dict[str, Any] = Field(default_factory=dict, description=(
-        "the log: ``path``, ``sha256``, ``requests`` read, ``replayed``, ``only``, ``limit``, ``max_tokens``"))
+        "the log: ``path``, ``sha256``, ``requests`` read, ``replayed``, ``only``, ``limit``, ``max_tokens``, "
+        "``sampling``"))
     redact: bool = _f("``replay.redact``: prompts and outputs left out of the report", False)
     requests: int = _f("requests replayed", 0)
     identical: int = _f("requests with identical outputs", 0)
