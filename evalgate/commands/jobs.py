@@ -121,8 +121,9 @@ class EngineJob:
         replay = None if self.replay is None else self.replay.spec()
 
         def check(role: str, cfg: Any) -> dict[str, Any]:
+            extra = {} if replay is None else {"replay": replay}  # the plain check's call stays as it was
             return runner.check_engine_values(cfg, self.out / "logs" / f"{role}-check.log", self.options.timeout,
-                                              replay=replay)
+                                              **extra)
 
         limits = {"candidate": check("candidate", self.cand)}
         if self.profile is not None or replay is not None:  # the engines' limits, before any engine starts
