@@ -472,6 +472,9 @@ def _load(config: str, configs_dir: Path, suites_dir: Path, thresholds_path: Pat
     check_same_hardware(base, recipe)
     check_protocols(base, recipe)  # every variant inherits the recipe's chat section
     thresholds = load_thresholds(thresholds_path)
+    if thresholds.replay is not None:  # said, never silently dropped: the replay gate runs in `evalgate run` only
+        log.warning("%s: replay: the replay gate runs in `evalgate run` only; ablate does not replay the recorded "
+                    "requests (run each variant with `evalgate run` for it)", thresholds_path)
     suites = load_suites(suites_dir, suite_names)
     known = {}
     for name in config_mod.list_configs(configs_dir):  # only to name variants: a broken unrelated config is skipped

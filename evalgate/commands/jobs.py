@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from evalgate.commands.pipeline import Evaluated, evaluated_runs, load_suites, run_manifest, stamp_now
-from evalgate.errors import StoreError
+from evalgate.errors import ConfigError, StoreError
 from evalgate.evaluate.manifest import Manifest
 from evalgate.evaluate.placement import placement_record, summary_line
 from evalgate.inputs.options import RunOptions
@@ -60,6 +60,7 @@ class EngineJob:
         from evalgate.evaluate.preflight import check_suites
         from evalgate.inputs import config as config_mod
         from evalgate.inputs.chat import check_protocols
+        from evalgate.inputs.replay import load_replay
         from evalgate.inputs.thresholds import load_thresholds
         from evalgate.models.embedded import check_home
         from evalgate.paths import check_writable_dir
@@ -87,6 +88,7 @@ class EngineJob:
             check_writable_dir(self.out, field="--out (default)", what="the run directory")
         check_home()  # the store is written after each side: a broken home must not cost the baseline's engine run
         self.profile = speed_profile(self.options, thresholds, self.cand.name)  # cheap: before the pre-flight
+        self.replay = load_replay(thresholds)  # the replay gate's log read and checked (None: no replay section)
         # Each task built by lm-eval, its items' requests built and item 0 scored: a suite error is exit 2 here.
         self.preflight = check_suites(self.suites, limit=self.options.limit, timeout=self.options.timeout)
         self.announce(self.out)
@@ -116,12 +118,26 @@ class EngineJob:
         baseline); with a traffic profile, both engines' limits are checked against it."""
         from evalgate.evaluate import runner
 
-        def check(role: str, cfg: Any) -> dict[str, int]:
-            return runner.check_engine_values(cfg, self.out / "logs" / f"{role}-check.log", self.options.timeout)
+        replay = None if self.replay is None else self.replay.spec()
+
+        def check(role: str, cfg: Any) -> dict[str, Any]:
+            extra = {} if replay is None else {"replay": replay}  # the plain check's call stays as it was
+            return runner.check_engine_values(cfg, self.out / "logs" / f"{role}-check.log", self.options.timeout,
+                                              **extra)
 
         limits = {"candidate": check("candidate", self.cand)}
-        if self.profile is not None:  # a profile the engines cannot run is refused before any engine starts
+        if self.profile is not None or replay is not None:  # the engines' limits, before any engine starts
             limits["baseline"] = check("baseline", self.base)
+        if replay is not None:  # every replayed request must fit both engines (counted by the model's tokenizer)
+            from evalgate.inputs.replay import check_lengths
+
+            for role, cfg in (("baseline", self.base), ("candidate", self.cand)):
+                got = limits[role]
+                if got.get("replay_error"):
+                    raise ConfigError(got["replay_error"])
+                if "replay_prompt_tokens" in got and got.get("max_model_len"):
+                    check_lengths(self.replay, got["replay_prompt_tokens"], int(got["max_model_len"]), cfg.name)
+        if self.profile is not None:  # a profile the engines cannot run is refused before any engine starts
             check_profile(self.profile, {"baseline": self.base, "candidate": self.cand}, limits, thresholds,
                           config=self.cand.name, options=self.options)
 
@@ -135,7 +151,7 @@ class EngineJob:
 
         runs: dict[str, Any] = {}
         workers: dict[str, Any] = {}
-        speed = None
+        speed = replay = None
         alternate = self.placement.mode == "alternate"
         log.info("placement: %s (%s)", self.placement.mode, self.placement.reason)
         self.alternation = alt = Alternation(self.placement.mode, restart=self._restart if alternate else None)
@@ -146,6 +162,13 @@ class EngineJob:
                 runs[role] = self._evaluate_side(role, cfg, runs.get("baseline"), workers)
                 if role in workers:
                     alt.started(role, workers[role])
+            if self.replay is not None:
+                t0 = time.monotonic()
+                replay = self._replay({role: alt.proxy(role) for role in workers})
+                self.timings["replay"] = time.monotonic() - t0
+                if self.profile is None or self.profile.mode == "serve":  # the workers were kept for the replay only
+                    for w in [*alt.workers.values()]:
+                        w.close()
             if self.profile is not None:
                 t0 = time.monotonic()
                 speed = self._measure({role: alt.proxy(role) for role in workers})
@@ -161,7 +184,30 @@ class EngineJob:
             log.info("%s", summary_line(record))
         manifest = run_manifest(runs, thresholds, self.suites, limit=self.options.limit, stamp=self.stamp,
                                 timings=self.timings, placement=record)
-        return evaluated_runs(runs, manifest, speed=speed)
+        sides = evaluated_runs(runs, manifest, speed=speed)
+        sides.replay = replay
+        return sides
+
+    def _replay(self, workers: dict[str, Any]) -> Any:
+        """Both sides' greedy answers to the replayed requests (``worker.replay_gate``), on their warm workers (each
+        woken first under ``placement: alternate``). Raises SpeedError (exit 3): a worker failed or died."""
+        from evalgate.compare.replay import ReplayOutput, ReplayRun
+
+        plan, spec = self.replay, self.replay.spec()
+        outputs = {}
+        for role in ("baseline", "candidate"):
+            log.info("replay: %s answers %d recorded requests", role, len(plan.requests))
+            got = workers[role].measure({"replay": spec, "label": f"replay {role}"})["outputs"]
+            if [o.get("line") for o in got] != spec["lines"]:  # fail closed: answers must pair with the requests
+                from evalgate.evaluate.runner import SpeedError
+
+                raise SpeedError(f"replay: the {role} engine answered {len(got)} requests, not the {len(spec['lines'])} "
+                                 f"sent (lines {spec['lines'][:5]}...)")
+            outputs[role] = tuple(ReplayOutput.from_json(o) for o in got)
+        meta = {"path": str(plan.log.path), "sha256": plan.log.sha256, "requests": len(plan.log.requests),
+                "replayed": len(plan.requests), "only": plan.section.only, "limit": plan.section.limit,
+                "max_tokens": plan.section.max_tokens, "sampling": plan.section.sampling}
+        return ReplayRun(requests=plan.requests, outputs=outputs, log=meta, redact=plan.section.redact)
 
     def _restart(self, role: str) -> Any:
         """A new worker for ``role`` after its engine failed in the speed phase: every suite result comes from the
@@ -202,9 +248,10 @@ class EngineJob:
         kwargs = dict(limit=self.options.limit, store=ResultStore(evalgate_home() / "store"), log_path=log_path,
                       timeout_s=self.options.timeout, reference=reference, logprob_items=self.options.logprob_items)
         with engine_progress(log_path, f"{role} {cfg.name}", [s.name for s in self.suites]):
-            if self.profile is None or self.profile.mode == "serve":  # serve mode starts servers of its own
+            keep = self.replay is not None or (self.profile is not None and self.profile.mode != "serve")
+            if not keep:  # serve mode starts servers of its own
                 run = runner.evaluate_config(cfg, self.suites, **kwargs)
-            else:  # the engine stays up for the speed phase, after both sides' suites
+            else:  # the engine stays up for the replay and the speed phase, after both sides' suites
                 workers[role], run = runner.start_config(cfg, self.suites, **kwargs,
                                                          sleep_mode=self.placement.mode == "alternate")
         self.timings[f"{role}:total"] = time.monotonic() - t0
@@ -343,6 +390,9 @@ class StoredJob:
                          {"a": self.run_a, "b": self.run_b})
         self.tasks = {"baseline": tasks_a, "candidate": without_evidence(tasks_b)}
         thresholds = load_thresholds(self.thresholds_path)
+        if thresholds.replay is not None:  # said, never silently dropped: stored runs keep no replay answers
+            log.warning("%s: replay: compare gates the stored suites only; the replay gate runs in `evalgate run`",
+                        self.thresholds_path)
         check_writable_dir(self.out, field="--out", what="the comparison's run directory")
         return thresholds
 

@@ -47,6 +47,7 @@ class Evaluated:
         files: JSON files to write into the run directory with the verdict (name -> object), e.g. a compare's
             ``baseline.json``; a run writes its sides' files as each side finishes instead.
         pair: for two stored runs, ``"A vs B"``: a comparison that fails is then "not comparable".
+        replay: the replay gate's answers of both sides (``compare.replay.ReplayRun``), None when no replay ran.
     """
 
     tasks: dict[str, dict[str, Any]]
@@ -57,6 +58,7 @@ class Evaluated:
     speed: dict[str, Any] | None = None
     files: dict[str, Any] = field(default_factory=dict)
     pair: str | None = None
+    replay: Any = None
 
 
 class Job(Protocol):
@@ -123,23 +125,28 @@ def gate(job: Job) -> Outcome:
         if sides.pair is None:
             raise
         raise StoreError(f"runs are not comparable ({sides.pair}): {exc}") from exc
+    replay = None if sides.replay is None else sides.replay.compare(
+        near_tie=thresholds.near_tie_logprob, alpha=thresholds.alpha, seed=thresholds.seed,
+        n_resamples=thresholds.bootstrap_resamples)
     sides.manifest.timings["compare"] = time.monotonic() - t0
-    doc, paths = decide_and_render(comparisons, sides, thresholds, job.out)  # 4. decide and 5. render: one call
+    doc, paths = decide_and_render(comparisons, sides, thresholds, job.out, replay=replay)  # 4. decide and 5. render: one call
     return Outcome(doc, job.out, sides.speed, paths["html"])
 
 
 def decide_and_render(comparisons: list[Any], sides: Evaluated, thresholds: Any,
-                      out: Path) -> tuple[dict[str, Any], dict[str, Path]]:
+                      out: Path, replay: Any = None) -> tuple[dict[str, Any], dict[str, Path]]:
     """The verdict: the gate's one decision over the comparisons (``gate.judge_run``: the accuracy rule, then health,
-    speculative-decoding and speed floors and latency objectives), laid out by ``document.build_verdict``, then
+    speculative-decoding and speed floors and latency objectives, then the replay gate over ``replay``, the
+    ``compare.replay.ReplayComparison`` of ``sides.replay``), laid out by ``document.build_verdict``, then
     ``sides.files``, ``manifest.json``, ``verdict.json`` and the rendered outputs (``outputs.write_outputs``) in
     ``out``. Returns the verdict document and the rendered files' paths (``{"html", "junit", "markdown"}``)."""
     name = sides.gate_name
     manifest = sides.manifest.as_json()
     judgement = judge_run(comparisons, thresholds, manifest, config=name, expect=sides.expect,
-                          effective=sides.effective, speed=sides.speed)
+                          effective=sides.effective, speed=sides.speed, replay=replay)
     verdict = build_verdict(judgement, comparisons, manifest, near_tie=thresholds.near_tie_logprob, speed=sides.speed,
-                            speed_floors=thresholds.speed_floors_for(name), economics=thresholds.economics_for(name))
+                            speed_floors=thresholds.speed_floors_for(name), economics=thresholds.economics_for(name),
+                            replay_run=sides.replay)
     doc = verdict.to_dict()
     for filename, obj in sides.files.items():
         write_json_atomic(out / filename, obj)

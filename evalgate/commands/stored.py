@@ -109,7 +109,8 @@ def check_verdict_document(verdict: Verdict, path: Path) -> None:
       every task otherwise, and a NO-OP lists no ``effective_diff`` (it means the effective configs are equal);
     * the overall verdict is at least as severe as ``gate.overall_of`` over the task verdicts (BLOCK >
       INCONCLUSIVE > PASS): equal to it, or BLOCK (the gate's overrides -- output health, spec-decode and speed
-      floors, ``on_inconclusive: block`` -- only ever raise a verdict to BLOCK). A PASS or INCONCLUSIVE
+      floors, ``on_inconclusive: block`` -- only ever raise a verdict to BLOCK), the ``replay`` verdict counted as a
+      task's (a replay INCONCLUSIVE makes a PASS run INCONCLUSIVE). A PASS or INCONCLUSIVE
       document has no task listing an evidence failure (one always BLOCKs);
     * every task of a PASS document is PASS by its own numbers: ``gate.shows_non_inferiority(lower_bound,
       margin, mde)``.
@@ -153,11 +154,16 @@ def check_verdict_document(verdict: Verdict, path: Path) -> None:
             refuse("verdict", f"NO-OP, but effective_diff lists {len(verdict.effective_diff)} differing engine key(s) "
                               f"({verdict.effective_diff[0].key}, ...): NO-OP means the effective configs are equal")
         return
-    expected = gate.overall_of([gate.Verdict(t.verdict) for t in verdict.tasks]).value
+    verdicts = [gate.Verdict(t.verdict) for t in verdict.tasks]
+    if verdict.replay is not None:  # the replay gate's verdict joins the tasks' (gate.replay.combine)
+        if verdict.replay.verdict not in ("PASS", "BLOCK", "INCONCLUSIVE"):
+            refuse("replay.verdict", f"{verdict.replay.verdict!r} is not PASS, BLOCK or INCONCLUSIVE")
+        verdicts.append(gate.Verdict(verdict.replay.verdict))
+    expected = gate.overall_of(verdicts).value
     if overall != "BLOCK" and overall != expected:
-        worst = next(i for i, t in enumerate(verdict.tasks) if t.verdict == expected)
-        refuse("verdict", f"{overall}, but tasks.{worst} ({verdict.tasks[worst].suite}/{verdict.tasks[worst].task}) "
-                          f"is {expected}, so the gate's verdict is at least {expected}")
+        worst = next((i for i, t in enumerate(verdict.tasks) if t.verdict == expected), None)
+        what = "replay" if worst is None else f"tasks.{worst} ({verdict.tasks[worst].suite}/{verdict.tasks[worst].task})"
+        refuse("verdict", f"{overall}, but {what} is {expected}, so the gate's verdict is at least {expected}")
     if overall == "BLOCK":
         return
     for i, t in enumerate(verdict.tasks):

@@ -297,15 +297,18 @@ class Worker:
         return self.info
 
     def measure(self, command: dict[str, Any]) -> dict[str, Any]:
-        """Send one measurement command; returns the worker's result (``throughput.measure``'s fields).
+        """Send one measurement command; returns the worker's result (``throughput.measure``'s fields; for a
+        ``{"replay": spec}`` command, ``{"outputs": [...]}``: ``worker.replay_gate.generate``'s answers).
 
         Raises:
             SpeedError: the worker reported a failure, died or timed out.
         """
-        reply = self._send(command, f"measuring throughput at concurrency {command.get('concurrency')}")
+        what = ("replaying the recorded requests (replay gate)" if command.get("replay") else
+                f"measuring throughput at concurrency {command.get('concurrency')}")
+        reply = self._send(command, what)
         if reply.get("event") == "error":
-            raise SpeedError(f"throughput measurement of {self.cfg.name} failed: {reply.get('message')} "
-                             f"(log: {self.log_path})")
+            kind = "replay of the recorded requests" if command.get("replay") else "throughput measurement"
+            raise SpeedError(f"{kind} of {self.cfg.name} failed: {reply.get('message')} (log: {self.log_path})")
         return reply["result"]
 
     def sleep(self, level: int = 1) -> float:
@@ -386,7 +389,8 @@ class Worker:
         raise exit_error(self.proc.wait(), self.cfg, self.log_path, f" while {doing}")
 
 
-def check_engine_values(cfg: EngineConfig, log_path: Path, timeout_s: float) -> dict[str, int]:
+def check_engine_values(cfg: EngineConfig, log_path: Path, timeout_s: float,
+                        replay: dict[str, Any] | None = None) -> dict[str, Any]:
     """Have vLLM validate ``cfg``'s engine-arg values in a short worker (no model weights loaded, ~5 s).
 
     ``evalgate run`` calls it for the candidate before the baseline's engine starts, so a value vLLM refuses costs
@@ -394,13 +398,16 @@ def check_engine_values(cfg: EngineConfig, log_path: Path, timeout_s: float) -> 
 
     Returns:
         The engine's resolved limits, ``{"max_num_seqs": n, "max_model_len": tokens}`` (what ``vllm.LLM`` would
-        apply; a traffic profile is checked against them), or ``{}`` when vLLM did not report them.
+        apply; a traffic profile is checked against them), or ``{}`` when vLLM did not report them. With ``replay``
+        (``inputs.replay.ReplayPlan.spec``) also ``replay_prompt_tokens`` (the requests' prompt lengths under the
+        model's tokenizer) or ``replay_error`` (why they cannot be rendered).
     Raises:
         ConfigError: vLLM refused a value (its reason, naming the config file).
         EngineError: the check itself could not run (its log tail).
     """
     spec = {"check_only": True, "model": resolve_model(cfg.model), "engine_args": cfg.engine_args,
-            "sampling": vars(cfg.sampling)}
+            "sampling": vars(cfg.sampling),
+            **({"replay": replay, "chat": cfg.chat.worker_spec()} if replay else {})}
     _run_worker(spec, cfg, log_path, timeout_s)
     lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
     found = [ln.split(LIMITS_TAG, 1)[1] for ln in lines if LIMITS_TAG in ln]

@@ -5,6 +5,8 @@
 * :mod:`evalgate.gate.overrides`: what BLOCKs whatever accuracy says: output health (NaN/inf log-probs,
   degenerate/empty/truncated shifts at a Bonferroni level), speculative-decoding floors, speed floors, latency
   objectives (``overrule``, ``escalate``);
+* :mod:`evalgate.gate.replay`: the replay gate on recorded requests (agreeing share by Clopper-Pearson bounds, the
+  lossless KL rule, valid-JSON non-inferiority) and how its verdict joins the run's (``combine``);
 * :mod:`evalgate.gate.diff`: which engine-config keys differ (the NO-OP rule's input);
 * :mod:`evalgate.gate.judgement`: the two in order, one call (``judge_run``) and one final ``Decision``;
 * :mod:`evalgate.gate.recommend`: the ablation's closing recommendation across variants.

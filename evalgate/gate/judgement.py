@@ -16,6 +16,8 @@ from evalgate.compare.evidence import HEALTH_INDICATORS, HealthShift, SpecDecode
 from evalgate.compare.pairing import TaskComparison
 from evalgate.gate.accuracy import Decision, decide
 from evalgate.gate.overrides import health_alpha, health_failures, overrule
+from evalgate.gate.replay import ReplayDecision, combine, decide_replay
+from evalgate.inputs.thresholds import ReplaySection
 from evalgate.results.records import ItemResult
 
 __all__ = ["Judgement", "judge", "judge_run", "task_evidence"]
@@ -29,11 +31,13 @@ class Judgement:
         decision: the final decision (the accuracy rule, then every override; NO-OP stays NO-OP).
         evidence: task name -> its evidence block (:func:`task_evidence`: facts, contradictions, ``failures``).
         spec: ``"baseline"`` / ``"candidate"`` -> speculative-decoding health (None: no counters recorded).
+        replay: the replay gate's decision (``gate.replay``), None when no replay ran.
     """
 
     decision: Decision
     evidence: dict[str, dict[str, Any]]
     spec: dict[str, SpecDecodeHealth | None]
+    replay: ReplayDecision | None = None
 
 
 def task_evidence(pairs: Sequence[tuple[ItemResult, ItemResult]], spec: SpecDecodeHealth | None, *,
@@ -93,8 +97,9 @@ def judge(decision: Decision, comparisons: Sequence[TaskComparison], manifest: M
 
 def judge_run(comparisons: Sequence[TaskComparison], thresholds: Any, manifest: Mapping[str, Any], *,
               config: str | None, expect: str, effective: Mapping[str, Any],
-              speed: Mapping[str, Any] | None = None) -> Judgement:
-    """The whole decision of one gate run: :func:`decide` over the comparisons, then :func:`judge`.
+              speed: Mapping[str, Any] | None = None, replay: Any = None) -> Judgement:
+    """The whole decision of one gate run: :func:`decide` over the comparisons, then :func:`judge`, then the replay
+    gate's verdict joined (``gate.replay.combine``).
 
     Args:
         comparisons: from ``compare.compare_tasks``.
@@ -103,14 +108,22 @@ def judge_run(comparisons: Sequence[TaskComparison], thresholds: Any, manifest: 
         config: the candidate's config name (its per-config thresholds); expect: ``"lossy"`` or ``"lossless"``.
         effective: ``{"baseline": ..., "candidate": ...}`` effective engine configs (the NO-OP rule's input).
         speed: the ``speed`` block, None when not measured.
+        replay: the replayed requests compared (``compare.replay.ReplayComparison``), None when no replay ran.
     Returns:
         The :class:`Judgement`.
     Raises:
-        ValueError: no tasks (an error, never a pass), or a comparison without items.
+        ValueError: no tasks (an error, never a pass), a comparison without items, or a replay without requests.
     """
     decision = decide([(c.suite, c.task, c.comparison) for c in comparisons], thresholds,
                       baseline_effective=effective["baseline"], candidate_effective=effective["candidate"],
                       config=config, expect=expect,
                       outputs={c.task: c.agreement(thresholds.near_tie_logprob) for c in comparisons})
-    return judge(decision, comparisons, manifest, spec_floors=thresholds.spec_floors_for(config), speed=speed,
-                 speed_floors=thresholds.speed_floors_for(config))
+    judged = judge(decision, comparisons, manifest, spec_floors=thresholds.spec_floors_for(config), speed=speed,
+                   speed_floors=thresholds.speed_floors_for(config))
+    if replay is None:
+        return judged
+    rd = decide_replay(replay, floor=thresholds.replay_share_for(config), alpha=thresholds.alpha,
+                       json_margin=(thresholds.replay.json_margin if thresholds.replay is not None
+                                    else ReplaySection.model_fields["json_margin"].default),
+                       power=thresholds.power, lossless=expect == "lossless", max_kl_mean=thresholds.max_kl_mean)
+    return Judgement(combine(judged.decision, rd, thresholds.on_inconclusive), judged.evidence, judged.spec, rd)

@@ -2,5 +2,6 @@
 project layout, chat sections and recorded request logs, each read and checked into a typed model before any
 engine starts.
 
-Modules: ``chat``, ``config``, ``options``, ``project``, ``requestlog``, ``schema``, ``thresholds``, ``yamlio``.
+Modules: ``chat``, ``config``, ``options``, ``project``, ``replay`` (the replay gate's requests), ``requestlog``,
+``schema``, ``thresholds``, ``yamlio``.
 """

@@ -15,8 +15,11 @@ each either bare or wrapped as a gateway logs it: a body under ``body`` or ``req
 holding the JSON body), with the wrapper's ``timestamp`` or ``start_time`` (when the request arrived) and
 ``end_time`` or ``duration_s`` (when its response ended). Times are seconds since the epoch (a number) or ISO 8601
 strings (no zone = UTC); ``duration_s`` is seconds. A bare record may carry the same time keys. Other keys (model,
-temperature, stream, tools, ...) are ignored: the speed profile sends every request with the benchmark's sampling
-(``engine.throughput``).
+temperature, stream, ...) are ignored: the speed profile sends every request with the benchmark's sampling
+(``engine.throughput``). A chat or completions body's ``response_format`` (``json_object`` / ``json_schema``, whose
+``schema`` must be a valid JSON Schema) and ``tools`` (``[{type: function, function: {name, ...}}]``) are kept, checked,
+for the replay gate (``replay:``, ``evalgate.compare.replay``), and so are its ``temperature`` (a number >= 0),
+``top_p`` (0 < top_p <= 1) and ``seed`` (an integer), which ``replay.sampling: recorded`` replays.
 
 A ``prompt`` is sent as recorded, without a chat template (what ``/v1/completions`` does, and what ``vllm bench serve
 --dataset-name custom --skip-chat-template`` sends); ``messages`` and ShareGPT turns are rendered by the engine's
@@ -41,7 +44,7 @@ import math
 import statistics
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -73,6 +76,10 @@ class LoggedRequest:
             ``sharegpt``, the length of ``completion``).
         completion: ``sharegpt``: the recorded reply, whose length in tokens is the budget; else None.
         start, end: arrival and end in seconds since the epoch (None when not asked for or not recorded).
+        response_format: the body's ``response_format`` when it asks for JSON (``{"type": "json_object"}`` or
+            ``{"type": "json_schema", "json_schema": {"schema": {...}, ...}}``), else None.
+        tools: the body's ``tools`` (each ``{"type": "function", "function": {"name", ...}}``), ``()`` when none.
+        sampling: the body's recorded ``temperature`` / ``top_p`` / ``seed`` (only those present), ``{}`` when none.
     """
 
     line: int
@@ -83,6 +90,26 @@ class LoggedRequest:
     completion: str | None = None
     start: float | None = None
     end: float | None = None
+    response_format: dict[str, Any] | None = None
+    tools: tuple[dict[str, Any], ...] = ()
+    sampling: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def wants_json(self) -> bool:
+        """The request asks for a JSON answer (``response_format`` json_object or json_schema)."""
+        return self.response_format is not None
+
+    @property
+    def json_schema(self) -> dict[str, Any] | None:
+        """The JSON Schema a ``json_schema`` response format names, else None."""
+        if self.response_format is None or self.response_format.get("type") != "json_schema":
+            return None
+        return self.response_format["json_schema"]["schema"]
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        """The names of the functions the request offers (``tools[i].function.name``)."""
+        return tuple(t["function"]["name"] for t in self.tools)
 
 
 @dataclass(frozen=True)
@@ -212,7 +239,9 @@ def _parse(n: int, obj: Any, times: bool) -> LoggedRequest:
     if "messages" in body:
         messages = _messages(body["messages"], f"{prefix}messages")
         budget = _budget(body, prefix, ("max_completion_tokens", "max_tokens"))
-        return LoggedRequest(n, "chat", messages=messages, max_tokens=budget, start=start, end=end)
+        return LoggedRequest(n, "chat", messages=messages, max_tokens=budget, start=start, end=end,
+                             response_format=_response_format(body, prefix), tools=_tools(body, prefix),
+                             sampling=_sampling(body, prefix))
     if "prompt" in body:
         prompt = body["prompt"]
         if isinstance(prompt, list):
@@ -221,7 +250,8 @@ def _parse(n: int, obj: Any, times: bool) -> LoggedRequest:
         if not isinstance(prompt, str) or not prompt:
             raise _Bad(f"{prefix}prompt", f"must be a non-empty string, got {_kind_of(prompt)}")
         budget = _budget(body, prefix, ("max_tokens", "output_tokens"))
-        return LoggedRequest(n, "prompt", prompt=prompt, max_tokens=budget, start=start, end=end)
+        return LoggedRequest(n, "prompt", prompt=prompt, max_tokens=budget, start=start, end=end,
+                             response_format=_response_format(body, prefix), sampling=_sampling(body, prefix))
     if "conversations" in body:
         turns = _turns(body["conversations"], f"{prefix}conversations")
         return LoggedRequest(n, "sharegpt", messages=({"role": "user", "content": turns[0]},),
@@ -277,6 +307,72 @@ def _turns(value: Any, field: str) -> list[str]:
     if not out[0]:
         raise _Bad(f"{field}[0].value", "the first turn (the prompt) is empty")
     return out
+
+
+def _response_format(body: dict[str, Any], prefix: str) -> dict[str, Any] | None:
+    """The body's ``response_format`` when it asks for JSON, checked; None when absent, null or ``{"type": "text"}``.
+    A ``json_schema`` format's ``json_schema.schema`` must be a valid JSON Schema (``jsonschema``'s meta-schema check
+    for the schema's own draft)."""
+    value = body.get("response_format")
+    field = f"{prefix}response_format"
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _Bad(field, f"must be a mapping with a type, got {_kind_of(value)}")
+    kind = value.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind != "json_schema":
+        raise _Bad(f"{field}.type", f"must be text, json_object or json_schema, got {json.dumps(kind)[:40]}")
+    spec = value.get("json_schema")
+    if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
+        raise _Bad(f"{field}.json_schema.schema", "a json_schema response format needs json_schema.schema, a "
+                                                 "JSON Schema mapping")
+    import jsonschema  # only logs that ask for a schema need it
+
+    try:
+        jsonschema.validators.validator_for(spec["schema"]).check_schema(spec["schema"])
+    except jsonschema.SchemaError as exc:
+        raise _Bad(f"{field}.json_schema.schema", f"not a valid JSON Schema: {' '.join(exc.message.split())[:160]}"
+                   ) from None
+    return {"type": "json_schema", "json_schema": {"name": str(spec.get("name", "")), "schema": spec["schema"]}}
+
+
+def _sampling(body: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """The body's ``temperature`` (a number >= 0), ``top_p`` (0 < top_p <= 1) and ``seed`` (an integer), checked;
+    absent or null keys left out."""
+    out: dict[str, Any] = {}
+    for key in ("temperature", "top_p", "seed"):
+        value = body.get(key)
+        if value is None:
+            continue
+        number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if key == "seed" and not (number and isinstance(value, int)):
+            raise _Bad(f"{prefix}{key}", f"must be an integer, got {json.dumps(value)[:40]}")
+        if key == "temperature" and not (number and value >= 0):
+            raise _Bad(f"{prefix}{key}", f"must be a number >= 0, got {json.dumps(value)[:40]}")
+        if key == "top_p" and not (number and 0 < value <= 1):
+            raise _Bad(f"{prefix}{key}", f"must be a number with 0 < top_p <= 1, got {json.dumps(value)[:40]}")
+        out[key] = value
+    return out
+
+
+def _tools(body: dict[str, Any], prefix: str) -> tuple[dict[str, Any], ...]:
+    """The body's ``tools``, checked: a list of ``{type: function, function: {name: <non-empty string>, ...}}``."""
+    value = body.get("tools")
+    field = f"{prefix}tools"
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise _Bad(field, f"must be a list of {{type: function, function: {{name, ...}}}}, got {_kind_of(value)}")
+    for i, tool in enumerate(value):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise _Bad(f"{field}[{i}].function.name", "must be a non-empty string (a tool is {type: function, "
+                                                      "function: {name, ...}})")
+    return tuple(value)
 
 
 def _budget(body: dict[str, Any], prefix: str, keys: tuple[str, ...]) -> int | None:

@@ -35,7 +35,7 @@ from evalgate.inputs.requestlog import FROM_LOG
 from evalgate.inputs.schema import SCHEMA_VERSION, Schema, choice, problem, rule, show, suggest, validate
 from evalgate.inputs.yamlio import Wording, read_mapping
 
-__all__ = ["EconomicsSection", "LevelOverride", "SpecDecodeFloors", "SpeedFloors", "TaskThreshold", "Thresholds", "ThresholdsFile",
+__all__ = ["EconomicsSection", "LevelOverride", "ReplaySection", "SpecDecodeFloors", "SpeedFloors", "TaskThreshold", "Thresholds", "ThresholdsFile",
            "load_thresholds"]
 
 MAX_MARGIN = 100.0  # points: a margin above the whole scale gates nothing
@@ -251,6 +251,41 @@ class EconomicsSection(Schema):
         return self.model_dump(exclude_unset=True)
 
 
+class ReplaySection(Schema):
+    """``replay``: the replay gate (``evalgate.gate.replay``): recorded requests replayed greedily on both sides after the
+    suites, gated on what changed, with no reference answers (docs: the replay guide)."""
+
+    from_: Annotated[str, Field(strict=True, min_length=1),
+                     rule("must be the path of a request log (JSON lines)")] = Field(
+        alias="from", json_schema_extra={"required": "replay.from is required (the request log, JSON lines)"})
+    """The recorded request log (relative to this file): OpenAI ``/v1/chat/completions`` or ``/v1/completions``
+    bodies, bare or under a gateway's ``body``/``request`` key, ShareGPT or vLLM custom records (as
+    ``traffic.from``); a body's ``response_format`` and ``tools`` are kept for the JSON and tool checks."""
+    limit: Annotated[int | None, Field(strict=True, ge=1, le=MAX_TRAFFIC_PROMPTS),
+                     rule(f"{{field}} must be an integer with 1 <= {{field}} <= {MAX_TRAFFIC_PROMPTS:_}")] = None
+    """Replay only the first ``limit`` requests (after ``only``); null: all of them."""
+    only: choice("all", "structured") = "all"  # type: ignore[valid-type]
+    """all: every request of the log; structured: only those that ask for JSON (``response_format``) or offer
+    ``tools``."""
+    max_tokens: _integer(1) = 256  # type: ignore[valid-type]
+    """Output tokens per request: the record's own budget capped at this; a record without one gets this."""
+    sampling: choice("greedy", "recorded") = "greedy"  # type: ignore[valid-type]
+    """greedy: temperature 0 on both sides; recorded: each request's own ``temperature`` / ``top_p`` (absent:
+    greedy, 1.0) with a fixed seed, its recorded ``seed`` else ``seed`` + its line number, the same on both sides."""
+    seed: _integer(0) = 0  # type: ignore[valid-type]
+    """With ``sampling: recorded``: the base of the seed of a request that records none (``seed`` + its line)."""
+    min_identical_share: Share = None  # type: ignore[assignment]
+    """Share of replayed requests whose greedy outputs must agree (identical, or first differing at a near-tie under
+    ``lossless.near_tie_logprob``): BLOCK when the one-sided upper bound of the agreeing share is below it, PASS
+    only when its lower bound reaches it. Unset: the config's ``configs.<config>.min_identical_share``, else
+    ``lossless.min_identical_share``. A lossy switch sets it to the share it accepts."""
+    json_margin: Margin = 5.0  # type: ignore[assignment]
+    """Non-inferiority margin in points on the share of JSON-asking requests answered with valid JSON (that also
+    conforms to the request's schema): candidate - baseline, McNemar's exact loss test."""
+    redact: Annotated[bool, Field(strict=True), rule("must be true or false")] = False
+    """true: the report shows each request's SHA-256 and lengths only, never its prompt or either output."""
+
+
 class LosslessSection(Schema):
     """``lossless``: what configs with ``expect: lossless`` (spec decoding, async scheduling) must keep."""
 
@@ -336,6 +371,8 @@ class ThresholdsFile(Schema):
     """BLOCK thresholds on the measured speed-up."""
     economics: Annotated[EconomicsSection, _Empty] = None  # type: ignore[assignment]
     """What the measured throughput costs per million output tokens (absent: no cost shown)."""
+    replay: Annotated[ReplaySection, _Empty] = None  # type: ignore[assignment]
+    """Replay recorded requests on both sides and gate on what changed (absent: no replay gate)."""
     suites: Annotated[dict[Name, LevelEntry], _Empty, _Frozen] = _NONE
     """Per suite (folder name)."""
     tasks: Annotated[dict[Name, LevelEntry], _Empty, _Frozen] = _NONE
@@ -396,6 +433,14 @@ class Thresholds:
     traffic: Mapping[str, Any] | None = None  # the ``traffic`` keys the file set; None: section absent
     speed: SpeedFloors = SpeedFloors()
     economics: Mapping[str, Any] | None = None  # the ``economics`` keys the file set; None: section absent
+    replay: ReplaySection | None = None  # the ``replay`` section; None: absent (no replay gate)
+
+    def replay_share_for(self, config: str | None) -> float:
+        """The agreeing share the replay gate requires of ``config``: ``replay.min_identical_share``, else
+        ``identical_share_for(config)``."""
+        if self.replay is not None and self.replay.min_identical_share is not None:
+            return self.replay.min_identical_share
+        return self.identical_share_for(config)
 
     def economics_for(self, config: str | None) -> dict[str, Any] | None:
         """The ``economics`` keys for candidate ``config``: ``configs.<config>.economics`` over ``economics``, key by
@@ -517,6 +562,7 @@ def load_thresholds(path: Path) -> Thresholds:
         spec_decode=doc.spec_decode, speed=doc.speed,
         traffic=None if doc.traffic is None else MappingProxyType(doc.traffic.fields()),
         economics=None if doc.economics is None else MappingProxyType(doc.economics.fields()),
+        replay=doc.replay,
     )
 
 

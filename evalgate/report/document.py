@@ -24,7 +24,7 @@ __all__ = ["build_verdict", "gate_document"]
 
 def build_verdict(judgement: gate.Judgement, comparisons: list[TaskComparison], manifest: dict[str, Any], *,
                   near_tie: float = 0.0, speed: dict[str, Any] | None = None, speed_floors: Any = None,
-                  economics: dict[str, Any] | None = None) -> Verdict:
+                  economics: dict[str, Any] | None = None, replay_run: Any = None) -> Verdict:
     """The verdict of a run: the gate's judgement (``gate.judge``: final decision, judged evidence per task) with
     every task's statistics, changed items and evidence.
 
@@ -42,6 +42,8 @@ def build_verdict(judgement: gate.Judgement, comparisons: list[TaskComparison], 
         economics: ``thresholds.Thresholds.economics_for(config)`` (None: not set): the verdict gets an ``economics``
             block (``economics.economics_block``) when speed was measured. It is computed after the decision and
             never changes it.
+        replay_run: the replay's answers (``compare.replay.ReplayRun``); with ``judgement.replay`` the verdict gets
+            a ``replay`` block (``_replay_block``).
     Raises:
         KeyError: ``manifest`` lacks ``baseline`` or ``candidate``, or a task has no judged evidence.
     """
@@ -70,7 +72,53 @@ def build_verdict(judgement: gate.Judgement, comparisons: list[TaskComparison], 
                                               for role in ("baseline", "candidate")})
     if cost is not None:
         doc["economics"] = cost
+    if judgement.replay is not None and replay_run is not None:
+        doc["replay"] = _replay_block(judgement.replay, replay_run)
     return Verdict.model_validate(doc)
+
+
+def _replay_block(rd: Any, run: Any) -> dict[str, Any]:
+    """The verdict's ``replay`` block: the decision (``gate.replay.ReplayDecision``), the summary and every changed
+    request side by side; with ``run.redact`` a request's text and outputs are left out (hash and lengths only)."""
+    import hashlib
+    import json
+    import math
+
+    cmp = rd.comparison
+    s = cmp.summary()
+    j = cmp.json
+    block: dict[str, Any] = {
+        "verdict": rd.verdict.value, "rules": [{"rule": r.rule, "verdict": r.verdict.value, "reason": r.reason}
+                                               for r in rd.rules],
+        "log": dict(run.log), "redact": run.redact, "requests": s["requests"], "identical": s["identical"],
+        "agreeing": s["agreeing"], "tie_flips": s["tie_flips"], "share": _num(s["share"]),
+        "share_lower": _num(rd.lower), "share_upper": _num(rd.upper), "floor": rd.floor, "alpha": rd.alpha,
+        "kl_mean": s["kl_mean"], "first_divergence_median": s["first_divergence_median"], "tokens": s["tokens"],
+        "length_change": s["length_change"], "tools": s["tools"],
+        "json_output": None if j is None else {**s["json"], "delta": _num(j.delta), "ci_low": _num(j.ci_low),
+                                        "ci_high": _num(j.ci_high), "loss_p": _num(j.p_loss),
+                                        "margin": rd.json_margin, "lost": j.n_regressed, "gained": j.n_improved},
+    }
+    ties = set(cmp.agreement.tie_flips)
+    changed = []
+    for r, item, b, c in zip(run.requests, cmp.items, run.outputs["baseline"], run.outputs["candidate"]):
+        if item.identical and (item.json_valid is None or item.json_valid[0] == item.json_valid[1]) \
+                and item.tools_agree is not False:
+            continue
+        text = r.prompt if r.kind == "prompt" else "\n".join(f"{m['role']}: {m['content']}" for m in r.messages or ())
+        raw = json.dumps({"kind": r.kind, "messages": r.messages, "prompt": r.prompt}, sort_keys=True,
+                         ensure_ascii=False)
+        changed.append({
+            "line": r.line, "request_sha256": hashlib.sha256(raw.encode("utf-8")).hexdigest(),
+            "prompt": None if run.redact else text, "prompt_chars": len(text or ""),
+            "baseline_output": None if run.redact else b.text, "candidate_output": None if run.redact else c.text,
+            "baseline_tokens": item.base_tokens, "candidate_tokens": item.cand_tokens, "identical": item.identical,
+            "near_tie": r.line in ties, "first_divergence": item.first_divergence,
+            "tie_gap": item.tie_gap if item.tie_gap is not None and math.isfinite(item.tie_gap) else None,
+            "kl_mean": item.kl_mean, "json_valid": None if item.json_valid is None else list(item.json_valid),
+            "tool_names": None if item.tool_names is None else list(item.tool_names)})
+    block["changed"] = changed
+    return block
 
 
 def gate_document(judgement: gate.Judgement, comparisons: list[TaskComparison], manifest: dict[str, Any],

@@ -32,6 +32,7 @@ from evalgate.report.wording import (
     items_needed_short,
     latency_headline,
     latency_properties,
+    replay_line,
     shown_verdict,
     spec_decode_line,
     speed_mde_note,
@@ -118,6 +119,8 @@ def render_junit(doc: Doc) -> str:
             totals[k] += v
     if doc.speed is not None:
         _speed_junit(root, doc, totals, cand)
+    if doc.replay is not None:
+        _replay_junit(root, doc, totals, cand)
     for k, v in totals.items():
         root.set(k, str(v))
     return _xml(root)
@@ -176,6 +179,26 @@ def _speed_junit(root: ET.Element, doc: Verdict, totals: dict[str, int], cand: s
     totals["errors"] += int(failed)
 
 
+def _replay_junit(root: ET.Element, doc: Verdict, totals: dict[str, int], cand: str) -> None:
+    """A ``evalgate.replay`` test suite with one case: a failure when the replay gate BLOCKed or was INCONCLUSIVE
+    (never a pass), with its rules' reasons."""
+    rp = doc.replay
+    assert rp is not None
+    ts = ET.SubElement(root, "testsuite", name="evalgate.replay", tests="1", errors="0", skipped="0", time="0")
+    case = ET.SubElement(ts, "testcase", classname=f"evalgate.{cand}.replay", name="recorded requests",
+                         time=f"{float(doc.manifest.get('timings', {}).get('replay', 0.0)):.3f}")
+    line = replay_line(rp)
+    failed = rp.verdict != "PASS"
+    if failed:
+        text = "\n".join([line, *(f"{r.verdict}: {r.reason}" for r in rp.rules)])
+        ET.SubElement(case, "failure", type=rp.verdict, message=line).text = text
+    else:
+        ET.SubElement(case, "system-out").text = line
+    ts.set("failures", str(int(failed)))
+    totals["tests"] += 1
+    totals["failures"] += int(failed)
+
+
 def _failure_text(t: TaskVerdict) -> str:
     lines = [t.reason, f"metric: {t.metric or None}, baseline {pts(t.baseline, signed=False)}, "
              f"candidate {pts(t.candidate, signed=False)}, margin {pts(t.margin, signed=False)} pts "
@@ -232,6 +255,8 @@ def _md_tail(doc: Verdict) -> list[str]:
         out += ["", _md(spec_decode_line(doc))]
     if doc.speed is not None:
         out += ["", *speed_markdown(doc.speed)]
+    if doc.replay is not None:
+        out += ["", f"**Replay** (recorded requests, no references): {_md(replay_line(doc.replay))}"]
     if doc.economics is not None:
         cost = economics_lines(doc.economics.model_dump())
         out += ["", f"**Cost** ({_md(cost[0].removeprefix('cost (').removesuffix('):'))}; report only, never changes "

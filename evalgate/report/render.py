@@ -26,6 +26,7 @@ from evalgate.report.wording import (
     goodput_words,
     items_needed_short,
     latency_headline,
+    replay_line,
     shown_verdict,
     slo_rows,
     speed_mde_note,
@@ -134,6 +135,8 @@ def render_terminal(doc: Doc) -> str:
     if doc.economics is not None:
         cost = economics_lines(doc.economics.model_dump())
         lines += cost[:1] + [f"  {x}" for x in cost[1:]]
+    if doc.replay is not None:
+        lines.append(replay_line(doc.replay))
     lines.append("")
     lines.append(f"VERDICT: {doc.verdict}")
     lines.extend(f"  - {r}" for r in doc.reasons)

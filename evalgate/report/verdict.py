@@ -383,6 +383,66 @@ class EconomicsBlock(_Record):
     levels: list[EconomicsLevel] = _list("one row per measured concurrency level")
 
 
+class ReplayRequest(_Record):
+    """One replayed request whose outputs differ (or whose JSON validity or tool call changed), side by side.
+    With ``replay.redact`` only its hash and lengths are kept: ``prompt`` and both outputs are None."""
+
+    line: int = _f("the request's line (or record) in the log", 0)
+    request_sha256: str = _f("SHA-256 of the request as replayed (its kind and messages or prompt, as JSON)", "")
+    prompt: str | None = _f("the request's messages (``role: content`` per line) or prompt; None when redacted")
+    prompt_chars: int = _f("characters of ``prompt`` (also when redacted)", 0)
+    baseline_output: str | None = _f("the baseline's answer; None when redacted")
+    candidate_output: str | None = _f("the candidate's answer; None when redacted")
+    baseline_tokens: int = _f("output tokens of the baseline", 0)
+    candidate_tokens: int = _f("output tokens of the candidate", 0)
+    identical: bool = _f("the outputs are identical", False)
+    near_tie: bool = _f("the first differing token was a near-tie (counted as agreeing)", False)
+    first_divergence: int | None = _f("first differing output token position, 0-based; None when identical")
+    tie_gap: Number | None = _f("the baseline's log-prob gap at the first divergence, nats; None when identical, or "
+                                "when the candidate's token is not in the baseline's top-k (or one output stops)")
+    kl_mean: Number | None = _f("decode-time KL(baseline || candidate) along the common prefix, nats/token")
+    json_valid: list[bool] | None = _f("``[baseline, candidate]`` valid JSON; None when the request asks for none")
+    tool_names: list[str | None] | None = _f("``[baseline, candidate]`` tool called; None when no tools offered")
+
+
+class ReplayRuleRow(_Record):
+    """One replay rule's outcome (``gate.replay``)."""
+
+    rule: str = _f("which rule", "")
+    verdict: str = _f("PASS, BLOCK or INCONCLUSIVE", "BLOCK")
+    reason: str = _f("the sentence that explains it", "")
+
+
+class ReplayBlock(_Record):
+    """The replay gate (``thresholds.yaml`` ``replay``): recorded requests replayed greedily on both sides."""
+
+    verdict: str = _f("the replay verdict: PASS, BLOCK or INCONCLUSIVE (joined into the run's)", "BLOCK")
+    rules: list[ReplayRuleRow] = _list("each rule that applied")
+    log: dict[str, Any] = Field(default_factory=dict, description=(
+        "the log: ``path``, ``sha256``, ``requests`` read, ``replayed``, ``only``, ``limit``, ``max_tokens``, "
+        "``sampling``"))
+    redact: bool = _f("``replay.redact``: prompts and outputs left out of the report", False)
+    requests: int = _f("requests replayed", 0)
+    identical: int = _f("requests with identical outputs", 0)
+    agreeing: int = _f("identical, or differing only after a near-tie", 0)
+    tie_flips: int = _f("differing only after a near-tie", 0)
+    share: Number | None = _f("agreeing / requests, 0..1")
+    share_lower: Number | None = _f("its one-sided Clopper-Pearson lower bound")
+    share_upper: Number | None = _f("its one-sided Clopper-Pearson upper bound")
+    floor: Number | None = _f("the agreeing share required")
+    alpha: Number | None = _f("the one-sided level of the bounds and the JSON test")
+    kl_mean: Number | None = _f("token-weighted decode-time KL along the common prefixes, nats/token")
+    first_divergence_median: Number | None = _f("median first divergence position over differing requests, tokens")
+    tokens: dict[str, int] = Field(default_factory=dict, description="output tokens per side, summed")
+    length_change: Number | None = _f("candidate / baseline output tokens − 1")
+    json_output: dict[str, Any] | None = _f("JSON-asking requests: ``requests``, ``schema_requests``, ``valid`` per side, "
+                                     "``delta``, ``ci_low``, ``ci_high`` (points), ``loss_p``, ``margin``, "
+                                     "``lost``, ``gained``; None when none asks for JSON")
+    tools: dict[str, int] = Field(default_factory=dict, description="requests offering tools, and how many agree on "
+                                                                    "the tool called")
+    changed: list[ReplayRequest] = _list("requests whose outputs, JSON validity or tool call differ")
+
+
 class Verdict(_Record):
     """The verdict of one gate run: overall outcome, reasons, every task, config diffs, evidence, manifest."""
 
@@ -403,6 +463,7 @@ class Verdict(_Record):
     speed: SpeedBlock | None = _f("speed beside the quality delta; absent when speed was not measured")
     economics: EconomicsBlock | None = _f("cost per million output tokens per side and the switch's saving; absent "
                                           "without an ``economics`` section or a speed measurement")
+    replay: ReplayBlock | None = _f("the replay gate; absent without a ``replay`` section")
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-able document (``verdict.json``): the keys that were set, in the order evalgate writes them."""

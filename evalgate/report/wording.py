@@ -160,3 +160,19 @@ def latency_properties(speed: Mapping[str, Any]) -> list[tuple[str, str]]:
                     (f"goodput_req_s_c{c}_candidate", f"{gp['candidate_median']:.4f}"),
                     (f"goodput_ratio_c{c}", f"{gp['ratio']:.4f}" if gp.get("ratio") is not None else "undefined")]
     return out
+
+
+def replay_line(replay: Any) -> str:
+    """One line on the replay gate (``verdict.ReplayBlock``): ``replay: PASS: 48/50 requests agree (96.0 %, bounds
+    [88.7 %, 99.3 %], floor 95.0 %); valid JSON 10 -> 9 of 10; tools agree 3 of 3``."""
+    r = replay
+    text = (f"replay: {r.verdict}: {r.agreeing}/{r.requests} requests agree ({100 * (r.share or 0):.1f} %, bounds "
+            f"[{100 * (r.share_lower or 0):.1f} %, {100 * (r.share_upper or 0):.1f} %], floor {100 * (r.floor or 0):.1f} %)")
+    if r.kl_mean is not None:
+        text += f"; decode-time KL {r.kl_mean:.2g} nats/token"
+    if r.json_output:
+        v = r.json_output["valid"]
+        text += f"; valid JSON {v['baseline']} \u2192 {v['candidate']} of {r.json_output['requests']}"
+    if r.tools.get("requests"):
+        text += f"; tools agree {r.tools['agree']} of {r.tools['requests']}"
+    return text

@@ -42,6 +42,8 @@ def main(spec_path: str) -> int:
         print(f"{CONFIG_ERROR_TAG} {problem}", flush=True)
         return CONFIG_ERROR_EXIT
     if spec.get("check_only"):
+        if spec.get("replay"):  # the replay gate's requests counted by the model's tokenizer (no weights loaded)
+            limits.update(_replay_counts(spec))
         print(f"{LIMITS_TAG} {json.dumps(limits)}", flush=True)
         return 0
     engine = VllmEngine(spec["model"], spec["engine_args"], sampling, sleep_mode=bool(spec.get("sleep_mode")))
@@ -65,7 +67,7 @@ def main(spec_path: str) -> int:
     finally:
         scoring.shutdown()
     if spec.get("serve_commands"):
-        _serve_commands(engine, lm, spec["reply_fd"], effective)
+        _serve_commands(engine, lm, spec["reply_fd"], effective, spec.get("chat"))
     return 0
 
 
@@ -103,7 +105,8 @@ def _run_suite(engine: Any, lm: Any, suite: dict[str, Any], spec: dict[str, Any]
           f"teacher-forced {score_s - decode_s:.1f} s)", flush=True)
 
 
-def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, Any]) -> None:
+def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, Any],
+                    chat: dict[str, Any] | None = None) -> None:
     """After the suites: say ``ready``, then answer measurement commands (stdin, one JSON line each) until stdin
     closes. A measurement that fails is reported (``{"event": "error"}``) and the worker keeps serving."""
     from evalgate.worker import replay, throughput
@@ -131,6 +134,15 @@ def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, An
                 what = "slept" if cmd.get("sleep") else "woke"
                 print(f"evalgate: {what} in {time.monotonic() - t0:.2f} s", flush=True)
                 reply({"event": what, "seconds": time.monotonic() - t0})
+                continue
+            if cmd.get("replay"):  # the replay gate: the chosen recorded requests answered greedily
+                from evalgate.worker import replay_gate
+
+                t0 = time.monotonic()
+                outputs = replay_gate.generate(llm, cmd["replay"], LOGPROBS_K, chat)
+                print(f"evalgate: replayed {len(outputs)} recorded requests ({time.monotonic() - t0:.1f} s)",
+                      flush=True)
+                reply({"event": "measured", "result": {"outputs": outputs}})
                 continue
             if cmd.get("log"):  # traffic.from: the recorded requests (engine.replay), the warm-up their first ones
                 requests, summary = _log_requests(llm, cmd["log"], cache)
@@ -168,6 +180,25 @@ def _log_requests(llm: Any, spec: dict[str, Any], cache: dict[Any, Any]) -> tupl
     if key not in cache:
         cache[key] = replay.prepare(llm, spec)
     return cache[key]
+
+
+def _replay_counts(spec: dict[str, Any]) -> dict[str, Any]:
+    """``{"replay_prompt_tokens": [...]}`` of the replay's requests under the model's tokenizer (transformers'
+    ``AutoTokenizer``, the ``tokenizer`` engine arg when set), or ``{"replay_error": reason}`` when they cannot be
+    rendered; the parent judges them (``inputs.replay.check_lengths``)."""
+    from transformers import AutoTokenizer
+
+    from evalgate.worker import replay_gate
+    from evalgate.worker.replay import LogMismatch
+
+    args = spec["engine_args"]
+    name = args.get("tokenizer") or spec["model"]
+    try:
+        tok = AutoTokenizer.from_pretrained(name, trust_remote_code=bool(args.get("trust_remote_code")))
+        ids = replay_gate.prompt_ids(tok, spec["replay"], spec.get("chat"))
+        return {"replay_prompt_tokens": [len(x) for x in ids]}
+    except LogMismatch as exc:
+        return {"replay_error": str(exc)}
 
 
 def validate_engine_args(model: str, engine_args: dict[str, Any]) -> tuple[str | None, dict[str, int]]:

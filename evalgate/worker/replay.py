@@ -37,21 +37,31 @@ class LogMismatch(ValueError):
 FIELD = {"chat": "messages", "prompt": "prompt", "sharegpt": "conversations"}  # the record field a problem names
 
 
-def render(tokenizer: Any, request: LoggedRequest, where: str = "") -> str:
-    """The prompt text of ``request``: a ``prompt`` as is, chat messages through ``tokenizer``'s chat template.
+def render(tokenizer: Any, request: LoggedRequest, where: str = "", chat: dict[str, Any] | None = None) -> str:
+    """The prompt text of ``request``: a ``prompt`` as is, chat messages through a chat template: the config's
+    (``chat`` = its ``chat:`` section as the worker gets it, ``{"template", "template_kwargs", ...}``) when it has
+    one, else ``tokenizer``'s own; the request's ``tools`` are passed to the template (templates that take them
+    render them; others ignore them).
 
     Raises:
-        LogMismatch: chat messages, and the tokenizer has no chat template (``where``: ``file: line N``, named).
+        LogMismatch: chat messages, and no template at all (``where``: ``file: line N``, named), or the template
+            refused the messages.
     """
     if request.kind == "prompt":
         return request.prompt or ""
-    if hasattr(tokenizer, "chat_template") and not tokenizer.chat_template:
+    template = (chat or {}).get("template") if (chat or {}).get("chat") else None
+    if template is None and hasattr(tokenizer, "chat_template") and not tokenizer.chat_template:
         raise LogMismatch(f"{where}: {FIELD[request.kind]}: the engine's tokenizer has no chat template, so chat "
                           f"requests cannot be rendered (vLLM's /v1/chat/completions refuses them too); log "
-                          f"/v1/completions prompts for this model")
+                          f"/v1/completions prompts for this model, or give the config a chat: template")
     try:
+        extra = dict((chat or {}).get("template_kwargs") or {}) if template is not None else {}
+        if template is not None:
+            extra["chat_template"] = template
+        if request.tools:  # templates that take tools render them
+            extra["tools"] = [dict(t) for t in request.tools]
         return tokenizer.apply_chat_template([dict(m) for m in request.messages or ()], add_generation_prompt=True,
-                                             tokenize=False)
+                                             tokenize=False, **extra)
     except Exception as exc:  # noqa: BLE001 - a template that refuses these messages (e.g. roles out of order)
         reason = " ".join(str(exc).split())[:200]
         raise LogMismatch(f"{where}: {FIELD[request.kind]}: the engine's chat template refused these messages: "

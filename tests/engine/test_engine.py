@@ -111,7 +111,8 @@ def test_vllm_is_imported_only_inside_the_engine_and_worker_packages() -> None:
     inside = [str(p.relative_to(PKG)) for p in sorted(PKG.rglob("*.py"))
               if p.relative_to(PKG).parts[0] in ("engine", "worker") and _vllm_imports(p)]
     assert sorted(inside) == ["engine/argnames.py", "engine/serve.py", "worker/main.py", "worker/probe.py",
-                              "worker/replay.py", "worker/throughput.py", "worker/vllm_engine.py"]
+                              "worker/replay.py", "worker/replay_gate.py", "worker/throughput.py",
+                              "worker/vllm_engine.py"]
 
 
 def test_the_parent_modules_import_neither_vllm_nor_lm_eval() -> None:

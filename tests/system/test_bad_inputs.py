@@ -321,6 +321,17 @@ CASES: list[Case] = [
          uses=("requestlogs/ok.jsonl",)),
     Case("thresholds-configs-traffic-from-no-prompt", {"--thresholds": "@thresholds/configs-traffic-from-no-prompt.yaml"},
          "requestlogs/no-prompt.jsonl", "line 1", "neither messages, prompt nor conversations"),
+    # ------------------------------------------------------------------ the replay gate's log (replay.from)
+    _thr("replay-from-missing", "replay.from", "request log not found"),
+    _thr("replay-from-absent", "replay.from", "replay.from is required"),
+    Case("thresholds-replay-no-prompt", {"--thresholds": "@thresholds/replay-no-prompt.yaml"},
+         "requestlogs/no-prompt.jsonl", "line 1", "neither messages, prompt nor conversations"),
+    Case("thresholds-replay-only-structured-empty", {"--thresholds": "@thresholds/replay-only-structured-empty.yaml"},
+         "thresholds/replay-only-structured-empty.yaml", "replay.only", "nothing is left to replay",
+         uses=("requestlogs/ok.jsonl",)),
+    Case("thresholds-replay-response-format-bad", {"--thresholds": "@thresholds/replay-response-format-bad.yaml"},
+         "requestlogs/response-format-bad.jsonl", "line 2: response_format.json_schema.schema",
+         "not a valid JSON Schema"),
     # ------------------------------------------------------------------ suites
     _suite("no-task", "s1/t.yaml", "task", "task"),
     _suite("no-metric-list", "s1/t.yaml", "metric_list", "metric_list"),
