@@ -65,7 +65,9 @@ def main(spec_path: str) -> int:
     finally:
         scoring.shutdown()
     if spec.get("serve_commands"):
-        _serve_commands(engine, lm, spec["reply_fd"], effective)
+        # Random weights (load_format: dummy): token ids only; a shape's vocabulary exceeds its borrowed tokenizer's.
+        detokenize = str(spec["engine_args"].get("load_format", "")).lower() != "dummy"
+        _serve_commands(engine, lm, spec["reply_fd"], effective, detokenize=detokenize)
     return 0
 
 
@@ -103,9 +105,10 @@ def _run_suite(engine: Any, lm: Any, suite: dict[str, Any], spec: dict[str, Any]
           f"teacher-forced {score_s - decode_s:.1f} s)", flush=True)
 
 
-def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, Any]) -> None:
+def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, Any], *, detokenize: bool = True) -> None:
     """After the suites: say ``ready``, then answer measurement commands (stdin, one JSON line each) until stdin
-    closes. A measurement that fails is reported (``{"event": "error"}``) and the worker keeps serving."""
+    closes. A measurement that fails is reported (``{"event": "error"}``) and the worker keeps serving.
+    ``detokenize``: passed to ``throughput.measure`` (False for random weights)."""
     from evalgate.worker import replay, throughput
 
     llm = engine.llm
@@ -137,7 +140,8 @@ def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, An
                 if cmd.get("warmup"):
                     requests = replay.warmup(requests, int(cmd["concurrency"]))
                 t0 = time.monotonic()
-                result = {**throughput.measure(llm, requests, int(cmd["concurrency"])), "requests_summary": summary}
+                result = {**throughput.measure(llm, requests, int(cmd["concurrency"]), detokenize=detokenize),
+                          "requests_summary": summary}
                 print(f"evalgate: {cmd.get('label', 'measure')} (request log) at concurrency {cmd['concurrency']}: "
                       f"{result['output_tok_s']:.1f} output tok/s ({time.monotonic() - t0:.1f} s)", flush=True)
                 reply({"event": "measured", "result": result})
@@ -149,7 +153,7 @@ def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, An
                 cache[key] = throughput.sample_requests(llm, cmd["input_len"], cmd["output_len"], cmd["num_prompts"],
                                                         seed=cmd.get("seed", 0), suite_prompts=suite_ids)
             t0 = time.monotonic()
-            result = throughput.measure(llm, cache[key], int(cmd["concurrency"]))
+            result = throughput.measure(llm, cache[key], int(cmd["concurrency"]), detokenize=detokenize)
             print(f"evalgate: {cmd.get('label', 'measure')} at concurrency {cmd['concurrency']}: "
                   f"{result['output_tok_s']:.1f} output tok/s ({time.monotonic() - t0:.1f} s)", flush=True)
             reply({"event": "measured", "result": result})
