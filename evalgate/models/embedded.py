@@ -36,7 +36,7 @@ QWEN3_NEXT_MODEL = "embedded:qwen3-next-tiny"
 QWEN3_NEXT_SEED = 0
 # Config-only models of real architectures for ``load_format: dummy`` (evalgate/models/shapes.py), written on first use.
 SHAPE_ALIASES = ("embedded:nemotron-h-8b-shape", "embedded:nemotron-3-nano-30b-a3b-shape",
-                 "embedded:nemotron-h-cpu-shape", "embedded:nemotron-h-moe-cpu-shape")
+                 "embedded:nemotron-h-cpu-shape")
 # Every ``embedded:`` alias a config may name (``resolve_model``); any other ``embedded:`` name is refused at load.
 EMBEDDED_ALIASES = (HYBRID_MODEL, EMBEDDED_MODEL, QWEN3_NEXT_MODEL, *SHAPE_ALIASES)
 _DIRNAME = "gemma-3-270m"
