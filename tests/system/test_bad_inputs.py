@@ -153,6 +153,13 @@ CASES: list[Case] = [
     # alternate needs vLLM's sleep mode: this CPU host (no GPU device node) has none
     _cfg("placement-alternate-cpu", "placement", "sleep mode", uses=PARENT),
     _cfg("description-list", "description", "string", uses=PARENT),
+    # random weights (load_format: dummy, the config-only shapes): speed only, never quality suites
+    _cfg("load-format-dummy", "engine_args.load_format", "quality suites on random weights would be meaningless",
+         uses=PARENT),
+    _cfg("shape-without-dummy", "engine_args.load_format", "is a config-only model (no weights", uses=PARENT),
+    Case("config-dummy-spec-decode", {"--config": "@configs/dummy-spec-decode.yaml"}, "configs/dummy-spec-decode.yaml",
+         "engine_args.speculative_config", "on random weights (dummy) rejects every draft", uses=PARENT,
+         extra=("--speed-only",)),
     _cfg("engine-arg-not-identifier", "engine_args.max model len", "identifier", uses=PARENT),
     _cfg("engine-arg-int-key", "engine_args.1", "identifier", uses=PARENT),
     # ------------------------------------------------------------------ configs: extends and baseline
@@ -401,6 +408,14 @@ CASES: list[Case] = [
     Case("precision-repeats-one", {"--precision": "0.02", "--repeats": "1"}, None, "--repeats",
          "must be >= 2 with precision"),
     Case("speed-and-no-speed", {}, None, "--no-speed", "contradicts", extra=("--speed", "--no-speed")),
+    Case("speed-only-and-no-speed", {}, None, "--speed-only", "contradicts --no-speed",
+         extra=("--speed-only", "--no-speed")),
+    Case("speed-only-with-suites", {"--suites": "s1"}, None, "--suites", "--speed-only runs no quality suites",
+         extra=("--speed-only",)),
+    Case("thresholds-traffic-prompts-suites-speed-only",
+         {"--thresholds": "@thresholds/traffic-prompts-suites-speed-only.yaml"},
+         "thresholds/traffic-prompts-suites-speed-only.yaml", "traffic.prompts", "--speed-only runs no suite",
+         extra=("--speed-only",)),
     Case("timeout-zero", {"--timeout": "0"}, None, "--timeout", "> 0"),
     Case("timeout-negative", {"--timeout": "-5"}, None, "--timeout", "> 0"),
     Case("timeout-nan", {"--timeout": "nan"}, None, "--timeout", "> 0"),
