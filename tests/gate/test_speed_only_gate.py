@@ -55,7 +55,8 @@ def test_no_tasks_outside_a_speed_only_run_is_still_an_error(tmp_path: Path) -> 
 def test_a_stored_speed_only_verdict_revalidates_but_a_taskless_pass_does_not(tmp_path: Path) -> None:
     from evalgate.commands.stored import check_verdict_document
     from evalgate.errors import StoreError
-    from evalgate.report.verdict import VERSION, Verdict as Doc
+    from evalgate.report.verdict import VERSION
+    from evalgate.report.verdict import Verdict as Doc
 
     base = {"version": VERSION, "reasons": ["speed only: ..."], "tasks": [], "manifest": {"speed_only": True}}
     for verdict in ("INCONCLUSIVE", "BLOCK"):

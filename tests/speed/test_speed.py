@@ -136,6 +136,7 @@ def test_level_and_power_reach_the_mde() -> None:
 
 def test_the_profile_takes_the_thresholds_power(tmp_path: Path) -> None:
     from types import SimpleNamespace
+
     from evalgate.speed.measure import speed_profile
 
     path = tmp_path / "thresholds.yaml"
@@ -455,6 +456,7 @@ def test_every_timed_pass_starts_with_an_empty_prefix_cache(monkeypatch: pytest.
     """The same prompts go out every repeat: each pass resets vLLM's prefix cache first, so no pass is warmed by the
     one before it (under placement: alternate a wake resets it, which would make the pairs' passes uneven)."""
     from types import SimpleNamespace
+
     from evalgate.worker import throughput
 
     calls: list[str] = []
