@@ -310,7 +310,7 @@ class VariantJob:
         alt.stopped("candidate")
         runs = {"baseline": base_run, "candidate": run}
         manifest = run_manifest(runs, thresholds, self.suites, limit=self.options.limit, stamp=self.stamp,
-                                timings=timings, placement=record)
+                                timings=timings, placement=record, speed_only=self.options.speed_only)
         return evaluated_runs(runs, manifest, gate_name=self.gate_name, speed=speed)
 
 

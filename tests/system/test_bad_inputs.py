@@ -156,6 +156,8 @@ CASES: list[Case] = [
     # random weights (load_format: dummy, the config-only shapes): speed only, never quality suites
     _cfg("load-format-dummy", "engine_args.load_format", "quality suites on random weights would be meaningless",
          uses=PARENT),
+    Case("score-load-format-dummy", {"--config": "@configs/load-format-dummy.yaml"}, "configs/load-format-dummy.yaml",
+         "engine_args.load_format", "use evalgate run --speed-only", command="score", uses=PARENT),
     _cfg("shape-without-dummy", "engine_args.load_format", "is a config-only model (no weights", uses=PARENT),
     Case("config-dummy-spec-decode", {"--config": "@configs/dummy-spec-decode.yaml"}, "configs/dummy-spec-decode.yaml",
          "engine_args.speculative_config", "on random weights (dummy) rejects every draft", uses=PARENT,
