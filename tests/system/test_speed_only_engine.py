@@ -33,7 +33,7 @@ def test_speed_only_on_random_weights_measures_speed_and_is_inconclusive(tmp_pat
     assert json.loads((out / "manifest.json").read_text())["suites"] == []
     # The switch is read back from the live engines (no suite result carries it).
     diff = {d["key"]: (d["baseline"], d["candidate"]) for d in doc["effective_diff"]}
-    assert diff["engine_args.mamba_ssm_cache_dtype"] == ("float32", "float16")
+    assert diff["engine_args.mamba_ssm_cache_dtype"] == ("'float32'", "'float16'")  # reprs
     speed = doc["speed"]
     assert speed["status"] == "measured" and [lv["concurrency"] for lv in speed["levels"]] == [4]
     for role in ("baseline", "candidate"):
