@@ -13,7 +13,8 @@
 #                    MAX_REPEATS pairs or MAX_SECONDS of speed phase): the A/A half-width and whether it covers 1
 #   fp16-state       scale/fp16-state vs scale/baseline, concurrency 16 and 256, REPEATS pairs
 #   flashinfer-mamba scale/flashinfer-mamba vs scale/baseline, concurrency 16 and 256, REPEATS pairs
-#   (also possible: fp16-state-sr, async-sched, omp1, moe-fp16-state: the 30B-A3B shape)
+#   (also possible: fp16-state-sr, async-sched, omp1, moe-fp16-state: the 30B-A3B shape at c=16/256, and
+#   ablate: scale/recipe's switches alone at c=256, one baseline engine asleep between variants, ~4 min per switch)
 # Expected time on an H200 (vLLM 0.26.0; engine start with CUDA graphs 90-160 s, first sleep 10-16 s, a
 # 512/512 pass at c=256 ~16 s, at c=16 ~6-8 s, sleep + wake ~1 s per switch):
 #   aa ~9-11 min (2 starts ~5 min, speed phase capped at MAX_SECONDS=300 s), fp16-state ~7 min,
@@ -102,6 +103,34 @@ step() {
   tail -n 1 "$R/summary.txt"
 }
 
+# ablate_step: each of scale/recipe's switches alone against scale/baseline (--speed-only, c=256, the baseline's
+# engine kept asleep between variants), into $R/ablate; one summary line per row from ablation.json.
+ablate_step() {
+  local s; s=$(date +%s)
+  rm -rf "${R:?}/ablate"
+  echo "== ablate: $FAMILY/recipe --kind alone ($(date -u +%T))"
+  "$PY" -m evalgate ablate --config "$FAMILY/recipe" --speed-only --kind alone --concurrency "$HIGH" \
+    --repeats "$REPEATS" --thresholds "$THRESHOLDS" --out "$R/ablate" > "$R/ablate.log" 2>&1
+  local rc=$?
+  "$PY" - "$R/ablate/ablation.json" "$rc" "$(( $(date +%s) - s ))" <<'PYEOF' >> "$R/summary.txt" 2>&1
+import json, sys
+path, rc, secs = sys.argv[1:4]
+try:
+    doc = json.load(open(path))
+except (OSError, ValueError) as exc:
+    print(f"ablate: rc={rc} {secs} s, no ablation.json ({type(exc).__name__})")
+    sys.exit(0)
+place = doc.get("meta", {}).get("placement") or {}
+print(f"ablate: rc={rc} {secs} s, placement {place.get('mode')} (sleeps {place.get('sleeps', 0)}, wakes "
+      f"{place.get('wakes', 0)}, restarts {place.get('restarts', 0)})")
+for r in doc.get("rows", []):
+    cells = [f"c={lv.get('concurrency')}: x{lv.get('ratio')} [{lv.get('ci_low')}, {lv.get('ci_high')}]"
+             for lv in r.get("speed") or []]
+    print(f"  {r.get('label')}: {r.get('verdict') or r.get('skipped') or r.get('not_run')}; " + "; ".join(cells))
+PYEOF
+  tail -n 1 "$R/summary.txt"
+}
+
 for s in $STEPS; do
   case $s in
     aa) step aa --config "$FAMILY/aa" --concurrency "$HIGH" --precision 0.03 --repeats "$REPEATS" \
@@ -111,6 +140,7 @@ for s in $STEPS; do
       if [ "$FAMILY" = scale/cpu ]; then echo "$s: skipped (CUDA only)" >> "$R/summary.txt"; continue; fi
       step "$s" --config "$FAMILY/$s" --concurrency "$LOW,$HIGH" --repeats "$REPEATS" ;;
     moe-fp16-state) step "$s" --config scale/moe/fp16-state --concurrency "$LOW,$HIGH" --repeats "$REPEATS" ;;
+    ablate) ablate_step ;;
     *) echo "$s: unknown step" >> "$R/summary.txt" ;;
   esac
 done
