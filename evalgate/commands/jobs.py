@@ -331,7 +331,8 @@ class StoredJob:
         (``runs.check_comparable``). Returns the thresholds.
 
         Raises:
-            StoreError (exit 3): a run directory is missing or malformed, or the runs are not comparable.
+            StoreError (exit 3): a run directory is missing or malformed, a ``--speed-only`` run (no quality
+                results), or the runs are not comparable.
             ConfigError (exit 2): bad thresholds, or an output directory that cannot be written.
         """
         from evalgate.commands.stored import (
@@ -345,6 +346,10 @@ class StoredJob:
         from evalgate.paths import check_writable_dir
 
         (self.res_a, self.man_a), (self.res_b, self.man_b) = read_side(self.run_a), read_side(self.run_b)
+        for run, man in ((self.run_a, self.man_a), (self.run_b, self.man_b)):
+            if man.get("speed_only"):  # no task results: nothing of quality to gate
+                raise StoreError(f"{run}: a --speed-only run (manifest.json speed_only) holds no quality results to "
+                                 f"compare")
         self.hashes = {k: suite_hashes(m) for k, m in (("a", self.man_a), ("b", self.man_b))}
         tasks_a, tasks_b = candidate_tasks(self.run_a, self.res_a), candidate_tasks(self.run_b, self.res_b)
         check_comparable({"a": tasks_a, "b": tasks_b}, {"a": self.man_a, "b": self.man_b},
