@@ -17,8 +17,9 @@
 #   ablate: scale/recipe's switches alone at c=256, one baseline engine asleep between variants, ~4 min per switch)
 # Expected time on an H200 (vLLM 0.26.0; engine start with CUDA graphs 90-160 s, first sleep 10-16 s, a
 # 512/512 pass at c=256 ~16 s, at c=16 ~6-8 s, sleep + wake ~1 s per switch):
-#   aa ~9-11 min (2 starts ~5 min, speed phase capped at MAX_SECONDS=300 s), fp16-state ~7 min,
-#   flashinfer-mamba ~7 min: ~23-25 min for the default list; STEPS="aa fp16-state" fits ~17 min.
+#   aa ~10-12 min (2 starts ~5 min; speed phase capped at MAX_SECONDS=360 s: 3 pairs, then Stein's pairs at
+#   ~35 s each, about 8-10 pairs in all: at a per-pass CV of 3 % a half-width near 3 %), fp16-state ~7 min,
+#   flashinfer-mamba ~7 min: ~25 min for the default list; STEPS="aa fp16-state" ~18 min, STEPS=aa ~11 min.
 #
 # On CPU (SCALE_CPU=1) the same steps run the CPU-sized family (configs/scale/cpu/: the embedded hybrid's layers
 # with the 8B shape's 131,072-token vocabulary, random weights, both engines resident) at a tiny profile, to try the
@@ -33,8 +34,8 @@ export PYTHONPATH=$REPO:/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages${PYT
 PY=${PY:-python3}
 STEPS=${STEPS:-aa fp16-state flashinfer-mamba}
 REPEATS=${REPEATS:-3}
-MAX_REPEATS=${MAX_REPEATS:-16}
-MAX_SECONDS=${MAX_SECONDS:-300}
+MAX_REPEATS=${MAX_REPEATS:-12}
+MAX_SECONDS=${MAX_SECONDS:-360}
 mkdir -p "$R"
 cd "$REPO" || exit 1
 
