@@ -125,7 +125,8 @@ place = doc.get("meta", {}).get("placement") or {}
 print(f"ablate: rc={rc} {secs} s, placement {place.get('mode')} (sleeps {place.get('sleeps', 0)}, wakes "
       f"{place.get('wakes', 0)}, restarts {place.get('restarts', 0)})")
 for r in doc.get("rows", []):
-    cells = [f"c={lv.get('concurrency')}: x{lv.get('ratio')} [{lv.get('ci_low')}, {lv.get('ci_high')}]"
+    cells = [f"c={lv['concurrency']}: x{lv['ratio']:.3f} [{lv['ci_low']:.3f}, {lv['ci_high']:.3f}]"
+             if None not in (lv.get("ratio"), lv.get("ci_low"), lv.get("ci_high")) else f"c={lv.get('concurrency')}: -"
              for lv in r.get("speed") or []]
     print(f"  {r.get('label')}: {r.get('verdict') or r.get('skipped') or r.get('not_run')}; " + "; ".join(cells))
 PYEOF
