@@ -307,6 +307,7 @@ def _gate_args(p: argparse.ArgumentParser, *, config: str, out: str, thresholds:
                    help=option_help("logprob_items"))
     p.add_argument("--speed", action="store_true", help=option_help("speed"))
     p.add_argument("--no-speed", action="store_true", help=option_help("no_speed"))
+    p.add_argument("--speed-only", action="store_true", help=option_help("speed_only"))
     p.add_argument("--concurrency", type=_concurrency_list, default=option_default("concurrency"), metavar="C[,C...]",
                    help=option_help("concurrency"))
     p.add_argument("--repeats", type=int, default=option_default("repeats"), metavar="N", help=option_help("repeats"))

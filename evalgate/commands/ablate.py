@@ -307,19 +307,21 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
     from evalgate.models.embedded import check_home, evalgate_home
     from evalgate.paths import check_writable_dir
     from evalgate.results.store import ResultStore
-    from evalgate.speed.measure import check_profile, speed_profile, traffic_source
+    from evalgate.speed.measure import check_profile, check_speed_only_profile, speed_profile, traffic_source
     from evalgate.speed.precision import METHOD as PRECISION_METHOD
     from evalgate.speed.speedup import METHOD
     from evalgate.suites.discovery import check_datasets
 
     if out is not None:
         check_writable_dir(out, field="--out", what="the ablation's output directory")
-    recipe, base, thresholds, suites, known = _load(config, configs_dir, suites_dir, thresholds_path, suite_names)
+    recipe, base, thresholds, suites, known = _load(config, configs_dir, suites_dir, thresholds_path, suite_names,
+                                                    speed_only=options.speed_only)
     placement = resolve_placement(base, recipe, options.placement)  # before any engine starts: exit 2 here
     # As for a run: every task's data at hand, each task built by lm-eval and item 0 scored, before the baseline's
-    # engine starts (a suite error is exit 2 here, not a worker traceback).
+    # engine starts (a suite error is exit 2 here, not a worker traceback). --speed-only: no suites.
     os.environ.update(check_datasets(suites))
-    check_suites(suites, limit=options.limit, timeout=options.timeout)
+    if suites:
+        check_suites(suites, limit=options.limit, timeout=options.timeout)
     variants = _select(plan_variants(base, recipe, known, _refusal), kind, only, recipe, base)
     if all(v.skipped for v in variants):  # nothing would be measured: say so before the baseline's engine starts
         raise ConfigError(f"no row of this ablation can run on this platform ({variants[0].skipped.split(' (')[0]}; "
@@ -331,6 +333,8 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
     check_home()  # the store is written as the baseline runs: a broken home must not cost its engine run
     announce(out)
     profile = speed_profile(options, thresholds, recipe.name, default_on=True)
+    if options.speed_only:
+        check_speed_only_profile(profile, thresholds, recipe.name, options)
     if profile is not None and profile.mode == "serve":  # the variants are measured on the live offline workers
         path, dotted = traffic_source(thresholds, recipe.name, "mode", options)
         raise ConfigError("ablate measures speed offline on its live engines; traffic.mode: serve (and its latency "
@@ -457,13 +461,15 @@ def _gate_variant(v: Variant, job: Any, docs: dict[str, Any], failed: dict[str, 
 
 
 def _load(config: str, configs_dir: Path, suites_dir: Path, thresholds_path: Path,
-          suite_names: list[str] | None) -> tuple[Any, Any, Any, list[Any], dict[str, Any]]:
-    """``(recipe, baseline, thresholds, suites, every known config by name)``; ConfigError for bad input."""
+          suite_names: list[str] | None, *, speed_only: bool = False) -> tuple[Any, Any, Any, list[Any], dict[str, Any]]:
+    """``(recipe, baseline, thresholds, suites, every known config by name)``; ConfigError for bad input (also
+    ``inputs.speed_only.check_speed_only``'s refusals). ``speed_only`` (``--speed-only``): no suites."""
     from evalgate.commands.pipeline import load_suites
     from evalgate.engine.device import check_same_hardware
     from evalgate.engine.platform import check_platform
     from evalgate.inputs import config as config_mod
     from evalgate.inputs.chat import check_protocols
+    from evalgate.inputs.speed_only import check_speed_only
     from evalgate.inputs.thresholds import load_thresholds
 
     recipe = config_mod.load_config(config, configs_dir)
@@ -471,11 +477,13 @@ def _load(config: str, configs_dir: Path, suites_dir: Path, thresholds_path: Pat
     check_platform(base.engine_args, base.path, base.env)
     check_same_hardware(base, recipe)
     check_protocols(base, recipe)  # every variant inherits the recipe's chat section
+    # Every variant is the baseline plus some of the recipe's switches: random weights in one are in both.
+    check_speed_only((base, recipe), speed_only=speed_only, suite_names=suite_names, command="ablate")
     thresholds = load_thresholds(thresholds_path)
     if thresholds.replay is not None:  # said, never silently dropped: the replay gate runs in `evalgate run` only
         log.warning("%s: replay: the replay gate runs in `evalgate run` only; ablate does not replay the recorded "
                     "requests (run each variant with `evalgate run` for it)", thresholds_path)
-    suites = load_suites(suites_dir, suite_names)
+    suites = [] if speed_only else load_suites(suites_dir, suite_names)
     known = {}
     for name in config_mod.list_configs(configs_dir):  # only to name variants: a broken unrelated config is skipped
         try:

@@ -9,7 +9,9 @@ From ``git diff --name-status BASE...HEAD`` (the changes since the merge base, a
 * a config that no longer loads (for instance its parent was deleted) is listed, so its run fails visibly:
   an error is never a pass.
 
-Root configs (no baseline, such as ``baseline``) are not gated themselves; their dependents are.
+Root configs (no baseline, such as ``baseline``) are not gated themselves; their dependents are. Random-weight
+configs (``engine_args.load_format: dummy``, e.g. ``configs/scale/``) are never listed: they gate speed only
+(``evalgate run --speed-only``), and the job that reads this list gates quality.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ def affected_configs(changed: list[Path], configs_dir: Path, suites_dir: Path,
         ``{config name: reason}`` in config-name order.
     """
     from evalgate.inputs.config import list_configs, load_config
+    from evalgate.inputs.speed_only import random_weights
 
     changed_set = {p.resolve() for p in changed}
     suites_root, thr = suites_dir.resolve(), thresholds_file.resolve()
@@ -76,7 +79,7 @@ def affected_configs(changed: list[Path], configs_dir: Path, suites_dir: Path,
         except ConfigError as exc:
             out[name] = f"does not load ({exc})"
             continue
-        if base is None:
+        if base is None or random_weights(cfg):  # a root, or speed only (no quality to gate)
             continue
         if cfg.path in changed_set:
             out[name] = "config changed"

@@ -23,7 +23,7 @@ from evalgate.evaluate.manifest import Manifest
 from evalgate.evaluate.placement import placement_record, summary_line
 from evalgate.inputs.options import RunOptions
 from evalgate.results.store import write_json_atomic
-from evalgate.speed.measure import check_profile, measure_speed_safely, speed_profile
+from evalgate.speed.measure import check_profile, check_speed_only_profile, measure_speed_safely, speed_profile
 
 log = logging.getLogger("evalgate")
 
@@ -61,6 +61,7 @@ class EngineJob:
         from evalgate.inputs import config as config_mod
         from evalgate.inputs.chat import check_protocols
         from evalgate.inputs.replay import load_replay
+        from evalgate.inputs.speed_only import check_speed_only
         from evalgate.inputs.thresholds import load_thresholds
         from evalgate.models.embedded import check_home
         from evalgate.paths import check_writable_dir
@@ -75,9 +76,11 @@ class EngineJob:
             check_platform(cfg.engine_args, cfg.path, cfg.env)
         check_same_hardware(self.base, self.cand)
         check_protocols(self.base, self.cand)
+        speed_only = self.options.speed_only
+        check_speed_only((self.base, self.cand), speed_only=speed_only, suite_names=self.suite_names)
         self.placement = resolve_placement(self.base, self.cand, self.options.placement)  # said once engines start
         thresholds = load_thresholds(self.thresholds_path)
-        self.suites = load_suites(self.suites_dir, self.suite_names)
+        self.suites = [] if speed_only else load_suites(self.suites_dir, self.suite_names)
         every = list_suites(self.suites_dir)
         # Every task's data must be at hand before an engine starts; offline, lm-eval must not wait on the hub.
         os.environ.update(check_datasets(self.suites))
@@ -87,10 +90,18 @@ class EngineJob:
             self.out = Path("runs") / f"{self.cand.name.replace('/', '_')}-{self.stamp}"
             check_writable_dir(self.out, field="--out (default)", what="the run directory")
         check_home()  # the store is written after each side: a broken home must not cost the baseline's engine run
-        self.profile = speed_profile(self.options, thresholds, self.cand.name)  # cheap: before the pre-flight
-        self.replay = load_replay(thresholds)  # the replay gate's log read and checked (None: no replay section)
+        # cheap: before the pre-flight; --speed-only measures speed whatever the thresholds file says
+        self.profile = speed_profile(self.options, thresholds, self.cand.name, default_on=speed_only)
+        if speed_only:
+            check_speed_only_profile(self.profile, thresholds, self.cand.name, self.options)
+        # the replay gate's log read and checked (None: no replay section); random weights (--speed-only) give
+        # no answers worth comparing: said, never silently dropped
+        self.replay = None if speed_only else load_replay(thresholds)
+        if speed_only and thresholds.replay is not None:
+            log.warning("%s: replay: --speed-only runs no replay gate (quality is not measured)", self.thresholds_path)
         # Each task built by lm-eval, its items' requests built and item 0 scored: a suite error is exit 2 here.
-        self.preflight = check_suites(self.suites, limit=self.options.limit, timeout=self.options.timeout)
+        self.preflight = (check_suites(self.suites, limit=self.options.limit, timeout=self.options.timeout)
+                          if self.suites else {"seconds": 0.0})
         self.announce(self.out)
         self.timings = {"load": time.monotonic() - t0, "preflight": self.preflight["seconds"]}
         self._check_values(thresholds)
@@ -183,7 +194,7 @@ class EngineJob:
         if alternate and alt.stats:
             log.info("%s", summary_line(record))
         manifest = run_manifest(runs, thresholds, self.suites, limit=self.options.limit, stamp=self.stamp,
-                                timings=self.timings, placement=record)
+                                timings=self.timings, placement=record, speed_only=self.options.speed_only)
         sides = evaluated_runs(runs, manifest, speed=speed)
         sides.replay = replay
         return sides
@@ -243,7 +254,8 @@ class EngineJob:
         from evalgate.results.store import ResultStore, tasks_to_json
 
         log_path = self.out / "logs" / f"{role}.log"
-        log.info("%s '%s': %s (engine log: %s)", role, cfg.name, ", ".join(s.name for s in self.suites), log_path)
+        log.info("%s '%s': %s (engine log: %s)", role, cfg.name,
+                 ", ".join(s.name for s in self.suites) or "no suites (speed only)", log_path)
         t0 = time.monotonic()
         kwargs = dict(limit=self.options.limit, store=ResultStore(evalgate_home() / "store"), log_path=log_path,
                       timeout_s=self.options.timeout, reference=reference, logprob_items=self.options.logprob_items)
@@ -349,7 +361,7 @@ class VariantJob:
         alt.stopped("candidate")
         runs = {"baseline": base_run, "candidate": run}
         manifest = run_manifest(runs, thresholds, self.suites, limit=self.options.limit, stamp=self.stamp,
-                                timings=timings, placement=record)
+                                timings=timings, placement=record, speed_only=self.options.speed_only)
         return evaluated_runs(runs, manifest, gate_name=self.gate_name, speed=speed)
 
 
@@ -370,7 +382,8 @@ class StoredJob:
         (``runs.check_comparable``). Returns the thresholds.
 
         Raises:
-            StoreError (exit 3): a run directory is missing or malformed, or the runs are not comparable.
+            StoreError (exit 3): a run directory is missing or malformed, a ``--speed-only`` run (no quality
+                results), or the runs are not comparable.
             ConfigError (exit 2): bad thresholds, or an output directory that cannot be written.
         """
         from evalgate.commands.stored import (
@@ -384,6 +397,10 @@ class StoredJob:
         from evalgate.paths import check_writable_dir
 
         (self.res_a, self.man_a), (self.res_b, self.man_b) = read_side(self.run_a), read_side(self.run_b)
+        for run, man in ((self.run_a, self.man_a), (self.run_b, self.man_b)):
+            if man.get("speed_only"):  # no task results: nothing of quality to gate
+                raise StoreError(f"{run}: a --speed-only run (manifest.json speed_only) holds no quality results to "
+                                 f"compare")
         self.hashes = {k: suite_hashes(m) for k, m in (("a", self.man_a), ("b", self.man_b))}
         tasks_a, tasks_b = candidate_tasks(self.run_a, self.res_a), candidate_tasks(self.run_b, self.res_b)
         check_comparable({"a": tasks_a, "b": tasks_b}, {"a": self.man_a, "b": self.man_b},

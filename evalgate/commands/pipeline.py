@@ -161,12 +161,15 @@ def stamp_now() -> str:
 
 
 def run_manifest(runs: dict[str, Any], thresholds: Any, suites: list[Any], *, limit: int | None, stamp: str,
-                 timings: dict[str, float], placement: dict[str, Any] | None = None) -> Manifest:
+                 timings: dict[str, float], placement: dict[str, Any] | None = None,
+                 speed_only: bool = False) -> Manifest:
     """The manifest of two evaluated configs (``runs``: role -> ``runner.ConfigRun``); ``placement``: the
-    ``placement.placement_record`` (None: not written)."""
+    ``placement.placement_record`` (None: not written); ``speed_only``: ``--speed-only`` (written only when set)."""
     from evalgate.evaluate.runner import versions
 
-    extra = {} if placement is None else {"placement": placement}
+    extra: dict[str, Any] = {} if placement is None else {"placement": placement}
+    if speed_only:
+        extra["speed_only"] = True
     return Manifest(**extra, created=stamp, model=runs["candidate"].config.model, limit=limit, versions=versions(),
                     thresholds=str(thresholds.path), timings=timings,
                     suites=[SuiteEntry(name=s.name, tasks=list(s.tasks), content_hash=s.content_hash) for s in suites],

@@ -147,7 +147,8 @@ class ScoreJob:
         home checked writable, before any engine starts.
 
         Raises:
-            ConfigError (exit 2): bad input (an unknown config, a bad suite, an unwritable ``--out``).
+            ConfigError (exit 2): bad input (an unknown config, a bad suite, an unwritable ``--out``, a
+                ``load_format: dummy`` config: random weights).
             PreflightError (exit 3): the pre-flight crashed or timed out.
         """
         import os
@@ -155,6 +156,7 @@ class ScoreJob:
         from evalgate.engine.platform import check_platform
         from evalgate.evaluate.preflight import check_suites
         from evalgate.inputs import config as config_mod
+        from evalgate.inputs.speed_only import check_speed_only
         from evalgate.models.embedded import check_home
         from evalgate.paths import check_writable_dir
         from evalgate.suites.discovery import check_datasets
@@ -164,6 +166,8 @@ class ScoreJob:
             check_writable_dir(self.out, field="--out", what="the run directory")
         self.cfg = config_mod.load_config(self.config, self.configs_dir)
         check_platform(self.cfg.engine_args, self.cfg.path, self.cfg.env)
+        # Scores of random weights (load_format: dummy) would be scores of noise: refused, named.
+        check_speed_only([self.cfg], speed_only=False, suite_names=self.suite_names, command="score")
         self.suites = load_suites(self.suites_dir, self.suite_names)
         os.environ.update(check_datasets(self.suites))
         if not self.out:

@@ -105,7 +105,8 @@ def check_verdict_document(verdict: Verdict, path: Path) -> None:
     * every task's verdict is PASS, BLOCK or INCONCLUSIVE (NO-OP is the run's alone, kept tasks included);
     * every task's counts (``n``, ``n_regressed``, ...) are >= 0, ``n`` >= 1, and its statistics (Δ, interval ends,
       lower bound, margin, MDE, p-values, the cross-check intervals and lossless figures) finite numbers or null;
-    * at least one task, unless the document is a NO-OP; ``gated`` is false on every task of a NO-OP and true on
+    * at least one task, unless the document is a NO-OP or a speed-only run's (``manifest.speed_only``: no task,
+      INCONCLUSIVE or BLOCK, never PASS); ``gated`` is false on every task of a NO-OP and true on
       every task otherwise, and a NO-OP lists no ``effective_diff`` (it means the effective configs are equal);
     * the overall verdict is at least as severe as ``gate.overall_of`` over the task verdicts (BLOCK >
       INCONCLUSIVE > PASS): equal to it, or BLOCK (the gate's overrides -- output health, spec-decode and speed
@@ -126,7 +127,8 @@ def check_verdict_document(verdict: Verdict, path: Path) -> None:
     if verdict.version != VERSION:
         refuse("version", f"{verdict.version} is not a verdict document version this evalgate reads ({VERSION})")
     overall = verdict.verdict
-    if not verdict.tasks and overall != "NO-OP":
+    speed_only = bool((verdict.manifest or {}).get("speed_only"))
+    if not verdict.tasks and overall != "NO-OP" and not (speed_only and overall in ("INCONCLUSIVE", "BLOCK")):
         refuse("tasks", f"none, under an overall {overall}: the gate never decides without evidence")
     for i, t in enumerate(verdict.tasks):
         where = f"tasks.{i}"
@@ -159,6 +161,8 @@ def check_verdict_document(verdict: Verdict, path: Path) -> None:
         if verdict.replay.verdict not in ("PASS", "BLOCK", "INCONCLUSIVE"):
             refuse("replay.verdict", f"{verdict.replay.verdict!r} is not PASS, BLOCK or INCONCLUSIVE")
         verdicts.append(gate.Verdict(verdict.replay.verdict))
+    if not verdicts:  # a speed-only run's INCONCLUSIVE or BLOCK (refused above otherwise)
+        return
     expected = gate.overall_of(verdicts).value
     if overall != "BLOCK" and overall != expected:
         worst = next((i for i, t in enumerate(verdict.tasks) if t.verdict == expected), None)

@@ -331,3 +331,22 @@ def missing_sleep_mode(read: Reader | None = None) -> list[str]:
     if _function(read("platforms/interface.py"), "is_sleep_mode_available", "Platform") is None:
         out.append("vllm.platforms.interface.Platform.is_sleep_mode_available")
     return out
+
+
+def missing_synthetic_acceptance(read: Reader | None = None) -> list[str]:
+    """What speculative decoding on random weights (``load_format: dummy``) needs and the installed vLLM lacks:
+    ``SpeculativeConfig``'s ``rejection_sample_method`` with the value ``"synthetic"`` and
+    ``synthetic_acceptance_length`` / ``synthetic_acceptance_rates`` (vllm/config/speculative.py; present in vLLM 0.32:
+    drafts are accepted with a set probability instead of by comparing them with the target model's tokens, which
+    on random weights would reject every draft). Empty when all are there. ``read``: as in
+    ``missing_offline_benchmark``."""
+    read = read or vllm_source
+    source = read("config/speculative.py")
+    fields = _class_fields(source, "SpeculativeConfig")
+    if fields is None:
+        return ["vllm.config.speculative.SpeculativeConfig"]
+    out = [f"SpeculativeConfig.{f}" for f in ("rejection_sample_method", "synthetic_acceptance_length",
+                                               "synthetic_acceptance_rates") if f not in fields]
+    if not out and '"synthetic"' not in (source or ""):
+        out.append("SpeculativeConfig.rejection_sample_method 'synthetic'")
+    return out

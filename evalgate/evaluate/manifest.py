@@ -64,6 +64,8 @@ class Manifest(BaseModel):
     placement: dict[str, Any] | None = Field(
         None, description="where the two engines lived (evalgate.evaluate.placement): mode together/alternate, requested, "
                           "source, reason, figures; per side the sleep mode applied, sleeps, wakes, restarts")
+    speed_only: bool | None = Field(
+        None, description="--speed-only: no quality suite ran, only speed was measured (the verdict is never PASS)")
     baseline: Side = Field(description="the baseline side")
     candidate: Side = Field(description="the candidate side")
 

@@ -139,7 +139,8 @@ def start_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, s
     worker = Worker(plan.spec, cfg, log_path, timeout_s)
     try:
         worker.wait_ready()
-        return worker, _collect(plan, store, log_path)
+        # No suite ran (--speed-only): the effective config is the one the worker read back when it started.
+        return worker, _collect(plan, store, log_path, live_effective=(worker.info or {}).get("effective"))
     except BaseException:
         worker.kill()
         raise
@@ -189,8 +190,11 @@ def _plan(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: R
     return _Plan(cfg, suites, keys, cached, missing, spec, journal, scores, fingerprint, device, proto)
 
 
-def _collect(plan: _Plan, store: ResultStore, log_path: Path) -> ConfigRun:
-    """The config's ``ConfigRun`` from the store, once its worker has filed every missing suite."""
+def _collect(plan: _Plan, store: ResultStore, log_path: Path,
+             live_effective: dict[str, Any] | None = None) -> ConfigRun:
+    """The config's ``ConfigRun`` from the store, once its worker has filed every missing suite; its effective config
+    is the stored suites' read-back, or, when no suite was asked for (``--speed-only``), ``live_effective`` (the
+    read-back a live worker sent when it started)."""
     cfg, suites, keys, cached, missing = plan.cfg, plan.suites, plan.keys, dict(plan.cached), plan.missing
     for s in missing:
         entry = store.get(keys[s.name])
@@ -215,6 +219,8 @@ def _collect(plan: _Plan, store: ResultStore, log_path: Path) -> ConfigRun:
                 run.generations[k] = run.generations.get(k, 0) + v
         for k, v in entry.get("timings", {}).items():
             run.timings[k] = v if s in missing else 0.0
+    if not suites and live_effective:
+        run.effective = dict(live_effective)
     run.effective = with_requested_runtime(run.effective, cfg, plan.fingerprint)
     return run
 

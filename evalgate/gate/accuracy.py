@@ -272,6 +272,17 @@ def decide(
     return _overall(tuple(decisions), thresholds, baseline_effective, candidate_effective)
 
 
+def speed_only_decision(baseline_effective: Mapping, candidate_effective: Mapping) -> Decision:
+    """The accuracy rule of a ``--speed-only`` run (no quality suite ran): INCONCLUSIVE, never PASS (no evidence is
+    never a pass), with the reason said; the overrides (speed floors, latency objectives) may still BLOCK it. Equal
+    effective engine configs are noted in the reason (nothing changed, so any speed-up is run-to-run noise)."""
+    reason = ("speed only: no quality suite ran (--speed-only), so quality was not measured and this run cannot "
+              "PASS; gate quality with a run on real weights")
+    if dict(baseline_effective) == dict(candidate_effective):
+        reason += "; the two sides' effective engine configs are equal (an A/A run: any speed-up is noise)"
+    return Decision(Verdict.INCONCLUSIVE, (reason,), ())
+
+
 def _overall(tasks: tuple[TaskDecision, ...], thresholds: Thresholds, baseline_effective: Mapping,
              candidate_effective: Mapping) -> Decision:
     """The overall verdict of decided tasks: NO-OP > BLOCK > INCONCLUSIVE (BLOCK under ``on_inconclusive: block``)

@@ -14,7 +14,7 @@ from typing import Any
 
 from evalgate.compare.evidence import HEALTH_INDICATORS, HealthShift, SpecDecodeHealth, spec_decode_health, task_facts
 from evalgate.compare.pairing import TaskComparison
-from evalgate.gate.accuracy import Decision, decide
+from evalgate.gate.accuracy import Decision, decide, speed_only_decision
 from evalgate.gate.overrides import health_alpha, health_failures, overrule
 from evalgate.gate.replay import ReplayDecision, combine, decide_replay
 from evalgate.inputs.thresholds import ReplaySection
@@ -110,14 +110,19 @@ def judge_run(comparisons: Sequence[TaskComparison], thresholds: Any, manifest: 
         speed: the ``speed`` block, None when not measured.
         replay: the replayed requests compared (``compare.replay.ReplayComparison``), None when no replay ran.
     Returns:
-        The :class:`Judgement`.
+        The :class:`Judgement`; with ``manifest["speed_only"]`` and no comparisons (``--speed-only``) the accuracy
+        rule is :func:`~evalgate.gate.accuracy.speed_only_decision` (INCONCLUSIVE: quality not measured).
     Raises:
-        ValueError: no tasks (an error, never a pass), a comparison without items, or a replay without requests.
+        ValueError: no tasks outside a speed-only run (an error, never a pass), a comparison without items, or a
+            replay without requests.
     """
-    decision = decide([(c.suite, c.task, c.comparison) for c in comparisons], thresholds,
-                      baseline_effective=effective["baseline"], candidate_effective=effective["candidate"],
-                      config=config, expect=expect,
-                      outputs={c.task: c.agreement(thresholds.near_tie_logprob) for c in comparisons})
+    if manifest.get("speed_only") and not comparisons:  # --speed-only: quality not measured, never a PASS
+        decision = speed_only_decision(effective["baseline"], effective["candidate"])
+    else:
+        decision = decide([(c.suite, c.task, c.comparison) for c in comparisons], thresholds,
+                          baseline_effective=effective["baseline"], candidate_effective=effective["candidate"],
+                          config=config, expect=expect,
+                          outputs={c.task: c.agreement(thresholds.near_tie_logprob) for c in comparisons})
     judged = judge(decision, comparisons, manifest, spec_floors=thresholds.spec_floors_for(config), speed=speed,
                    speed_floors=thresholds.speed_floors_for(config))
     if replay is None:

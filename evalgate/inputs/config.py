@@ -33,7 +33,7 @@ from evalgate.inputs.chat import Chat, ChatSpec, protocol, resolve_chat
 from evalgate.inputs.project import builtin_dir
 from evalgate.inputs.schema import SCHEMA_VERSION, Schema, choice, key_rows, problem, rule, validate
 from evalgate.inputs.yamlio import Wording, read_mapping
-from evalgate.models.embedded import EMBEDDED_ALIASES
+from evalgate.models.embedded import EMBEDDED_ALIASES, SHAPE_ALIASES
 
 CONFIGS_DIR = builtin_dir() / "configs"  # the shipped configs; a project's own come from project.layout()
 WORDING = Wording("config", syntax="YAML syntax error: {at}{problem}", at="line {line}: ",
@@ -368,6 +368,10 @@ def _build(merged: dict[str, Any], chain: list[tuple[Path, ConfigLayer]], config
         origin = next((p for p, layer in chain if "model" in layer.model_fields_set), path)
         raise ConfigError(f"unknown embedded model {model!r}; the embedded models are {', '.join(EMBEDDED_ALIASES)}",
                           path=origin, field="model")
+    if model in SHAPE_ALIASES and str(merged["engine_args"].get("load_format", "")).lower() != "dummy":
+        # A config-only model has no weights: vLLM would fail after the pre-flight looking for them.
+        raise ConfigError(f"must be dummy: {model} is a config-only model (no weights; speed only, "
+                          f"evalgate run --speed-only)", path=path, field="engine_args.load_format")
     sampling = validate(Sampling, merged["sampling"], path, prefix="sampling.")
     chat_origin = next((p for p, layer in chain if "template" in (layer.chat or {})), None)
     chat = resolve_chat(merged["chat"], path, chat_origin)

@@ -30,6 +30,9 @@ class RunOptions(BaseModel):
     speed: bool = Field(False, description="measure throughput after the suites (default when thresholds has a "
                                            "traffic: section)")
     no_speed: bool = Field(False, description="do not measure throughput, whatever thresholds say")
+    speed_only: bool = Field(False, description=(
+        "measure throughput only: no quality suite runs, the verdict is never PASS (INCONCLUSIVE: quality not "
+        "measured, or BLOCK from the speed thresholds); the one way to gate a load_format: dummy config"))
     concurrency: list[int] | None = Field(
         None, description="requests in flight, one level or a sweep, e.g. 1,16,256 (implies --speed)")
     repeats: int | None = Field(None, description="timed passes per side and level (default 3, at most 100; >= 2 for an interval)")
@@ -61,7 +64,8 @@ class RunOptions(BaseModel):
         Raises:
             ConfigError: ``--limit`` < 1, ``--logprob-items`` < 0, ``--repeats`` outside 1..100, ``--precision``
                 outside (0, 1), ``--max-repeats`` outside 2..100, ``--max-seconds`` not a finite number > 0,
-                ``--no-speed`` with a speed option, ``--timeout`` not a finite number > 0.
+                ``--no-speed`` with a speed option, ``--speed-only`` with ``--no-speed``, ``--timeout`` not a finite
+                number > 0.
         """
         if self.limit is not None and self.limit < 1:
             raise ConfigError(f"must be >= 1, got {self.limit}", field="--limit")
@@ -82,6 +86,8 @@ class RunOptions(BaseModel):
         if self.no_speed and self.wants_speed:
             raise ConfigError("--no-speed contradicts --speed / --concurrency / --repeats / --precision / "
                               "--max-repeats / --max-seconds", field="--no-speed")
+        if self.speed_only and self.no_speed:
+            raise ConfigError("--speed-only measures nothing but speed; it contradicts --no-speed", field="--speed-only")
         if not (0 < self.timeout < math.inf):  # also rejects nan
             raise ConfigError(f"must be a number of seconds > 0, got {self.timeout}", field="--timeout")
 

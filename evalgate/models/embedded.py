@@ -11,6 +11,8 @@ Layout under ``$EVALGATE_HOME`` (default: the user cache dir, e.g. ``~/.cache/ev
     models/gemma-3-270m/evalgate-model.json   written last: marks a complete conversion, holds file hashes
     models/qwen3-next-tiny/         ``embedded:qwen3-next-tiny``: a random-weight Qwen3-Next fixture that
                                     evalgate builds itself, deterministically (evalgate/models/hybrid/qwen3_next.py)
+    models/<name>-shape/            ``embedded:<name>-shape``: config-only models of real architectures (no weights:
+                                    ``load_format: dummy``, speed only; evalgate/models/shapes.py)
 
 Nothing here touches a model hub.
 """
@@ -32,8 +34,11 @@ HYBRID_MODEL = "embedded:nemotron-h-tiny"
 # A random-weight Qwen3-Next (Gated DeltaNet + attention, MTP head) built on first use (evalgate/models/hybrid/qwen3_next.py).
 QWEN3_NEXT_MODEL = "embedded:qwen3-next-tiny"
 QWEN3_NEXT_SEED = 0
+# Config-only models of real architectures for ``load_format: dummy`` (evalgate/models/shapes.py), written on first use.
+SHAPE_ALIASES = ("embedded:nemotron-h-8b-shape", "embedded:nemotron-3-nano-30b-a3b-shape",
+                 "embedded:nemotron-h-cpu-shape")
 # Every ``embedded:`` alias a config may name (``resolve_model``); any other ``embedded:`` name is refused at load.
-EMBEDDED_ALIASES = (HYBRID_MODEL, EMBEDDED_MODEL, QWEN3_NEXT_MODEL)
+EMBEDDED_ALIASES = (HYBRID_MODEL, EMBEDDED_MODEL, QWEN3_NEXT_MODEL, *SHAPE_ALIASES)
 _DIRNAME = "gemma-3-270m"
 _QWEN3_NEXT_DIRNAME = "qwen3-next-tiny"
 _MARKER = "evalgate-model.json"
@@ -94,7 +99,8 @@ def resolve_model(model: str, home: Path | None = None) -> str:
 
     Args:
         model: ``"embedded:gemma-3-270m"``, ``"embedded:nemotron-h-tiny"`` (the packaged checkpoint),
-            ``"embedded:qwen3-next-tiny"`` (built on first use), a local path, or a hub name (passed through).
+            ``"embedded:qwen3-next-tiny"`` (built on first use), a shape of ``SHAPE_ALIASES`` (config only, written on
+            first use), a local path, or a hub name (passed through).
     Returns:
         The path or name to hand to ``vllm.LLM(model=...)``; prepares the embedded model on first use.
     Raises:
@@ -104,6 +110,10 @@ def resolve_model(model: str, home: Path | None = None) -> str:
         return str(prepare_embedded_model(home))
     if model == QWEN3_NEXT_MODEL:
         return str(prepare_qwen3_next_model(home))
+    if model in SHAPE_ALIASES:
+        from evalgate.models.shapes import prepare_shape
+
+        return str(prepare_shape(model, home or evalgate_home()))
     if model == HYBRID_MODEL:
         from evalgate.models.hybrid import CHECKPOINT_DIR
 

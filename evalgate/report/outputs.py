@@ -279,8 +279,9 @@ def render_markdown(doc: Doc, report_link: str = HTML_NAME) -> str:
     m = doc.manifest
     cand, base = _names(doc)
     limit = m.get("limit")
+    size = "speed only (no quality suite ran)" if m.get("speed_only") else f"{limit if limit else 'all'} items per task"
     out = [f"## {_ICON.get(doc.verdict, chr(0x26a0))} evalgate {doc.verdict}: {_md(cand)} vs {_md(base)}", "",
-           f"Model {_md(m.get('model', '?'))}, {limit if limit else 'all'} items per task. "
+           f"Model {_md(m.get('model', '?'))}, {size}. "
            f"Full diff report: `{_md(report_link)}` (in the job's artifacts).", ""]
     out += [f"- {_md(r)}" for r in doc.reasons]
     out += ["", "| suite / task | n | baseline | candidate | \u0394 (pts) | CI | MDE | margin | regressed / improved "

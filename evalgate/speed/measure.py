@@ -344,6 +344,15 @@ def check_profile(profile: Any, configs: dict[str, Any], limits: dict[str, dict[
             raise ConfigError(f"{msg} of {role} config {cfg.name} ({cfg.path})", path=path, field=dotted)
 
 
+def check_speed_only_profile(profile: Any, thresholds: Any, config: str | None, options: Any = None) -> None:
+    """ConfigError (exit 2) when a ``--speed-only`` run's ``profile`` needs the suites: ``prompts: suites`` takes
+    its prompts from the suites' items, and a speed-only run runs none."""
+    if profile is not None and profile.prompts == "suites":
+        path, dotted = traffic_source(thresholds, config, "prompts", options)
+        raise ConfigError("is 'suites' (the suites' own prompts), but --speed-only runs no suite; use prompts: random "
+                          "(or a request log, traffic.from)", path=path, field=dotted)
+
+
 def measure_speed_safely(workers: dict[str, Any], profile: Any) -> dict[str, Any]:
     """The speed block (``speedrun.measure_speed``), or ``{"status": "failed", "error", "profile"}`` when a
     measurement failed: the quality verdict is still written (the run then exits 3)."""

@@ -67,7 +67,9 @@ def main(spec_path: str) -> int:
     finally:
         scoring.shutdown()
     if spec.get("serve_commands"):
-        _serve_commands(engine, lm, spec["reply_fd"], effective, spec.get("chat"))
+        # Random weights (load_format: dummy): token ids only; a shape's vocabulary exceeds its borrowed tokenizer's.
+        detokenize = str(spec["engine_args"].get("load_format", "")).lower() != "dummy"
+        _serve_commands(engine, lm, spec["reply_fd"], effective, spec.get("chat"), detokenize=detokenize)
     return 0
 
 
@@ -106,9 +108,10 @@ def _run_suite(engine: Any, lm: Any, suite: dict[str, Any], spec: dict[str, Any]
 
 
 def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, Any],
-                    chat: dict[str, Any] | None = None) -> None:
+                    chat: dict[str, Any] | None = None, *, detokenize: bool = True) -> None:
     """After the suites: say ``ready``, then answer measurement commands (stdin, one JSON line each) until stdin
-    closes. A measurement that fails is reported (``{"event": "error"}``) and the worker keeps serving."""
+    closes. A measurement that fails is reported (``{"event": "error"}``) and the worker keeps serving.
+    ``detokenize``: passed to ``throughput.measure`` (False for random weights)."""
     from evalgate.worker import replay, throughput
 
     llm = engine.llm
@@ -149,7 +152,8 @@ def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, An
                 if cmd.get("warmup"):
                     requests = replay.warmup(requests, int(cmd["concurrency"]))
                 t0 = time.monotonic()
-                result = {**throughput.measure(llm, requests, int(cmd["concurrency"])), "requests_summary": summary}
+                result = {**throughput.measure(llm, requests, int(cmd["concurrency"]), detokenize=detokenize),
+                          "requests_summary": summary}
                 print(f"evalgate: {cmd.get('label', 'measure')} (request log) at concurrency {cmd['concurrency']}: "
                       f"{result['output_tok_s']:.1f} output tok/s ({time.monotonic() - t0:.1f} s)", flush=True)
                 reply({"event": "measured", "result": result})
@@ -161,7 +165,7 @@ def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, An
                 cache[key] = throughput.sample_requests(llm, cmd["input_len"], cmd["output_len"], cmd["num_prompts"],
                                                         seed=cmd.get("seed", 0), suite_prompts=suite_ids)
             t0 = time.monotonic()
-            result = throughput.measure(llm, cache[key], int(cmd["concurrency"]))
+            result = throughput.measure(llm, cache[key], int(cmd["concurrency"]), detokenize=detokenize)
             print(f"evalgate: {cmd.get('label', 'measure')} at concurrency {cmd['concurrency']}: "
                   f"{result['output_tok_s']:.1f} output tok/s ({time.monotonic() - t0:.1f} s)", flush=True)
             reply({"event": "measured", "result": result})

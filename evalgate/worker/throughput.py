@@ -42,15 +42,22 @@ def sample_requests(llm: Any, input_len: int, output_len: int, num_prompts: int,
                                                   output_len=output_len, range_ratio=0.0)
 
 
-def measure(llm: Any, requests: list[Any], concurrency: int) -> dict[str, float]:
+def measure(llm: Any, requests: list[Any], concurrency: int, *, detokenize: bool = True) -> dict[str, Any]:
     """Time one pass of ``requests`` through ``llm`` with at most ``concurrency`` in flight, the prefix cache reset
     first (``LLM.reset_prefix_cache``, where the engine has one): every repeat sends the same prompts, so without it
     a pass would find the previous pass's prefixes cached, and under ``placement: alternate`` (a wake resets the
     cache) the warm and cold passes of an interleaved pair would fall unevenly on the two sides.
 
+    ``detokenize=False`` (random weights, ``load_format: dummy``) generates token ids only (vLLM's
+    ``SamplingParams.detokenize=False``, as ``vllm bench throughput --disable-detokenize``): a config-only model's
+    vocabulary (131,072) is larger than the tokenizer it borrows (2,048), so the ids it samples need not be
+    decodable. The prompts stay the tokenizer's (``sample_requests``), so every prompt id is within both
+    vocabularies.
+
     Returns:
         ``{"elapsed_s", "requests", "prompt_tokens", "output_tokens", "output_tok_s", "total_tok_s",
-        "request_s"}``: seconds, counts, tokens per second and requests per second.
+        "request_s"}``: seconds, counts, tokens per second and requests per second; with ``detokenize=False`` also
+        ``"detokenize": False``.
     Raises:
         RuntimeError: the engine answered fewer requests than were sent.
     """
@@ -60,10 +67,10 @@ def measure(llm: Any, requests: list[Any], concurrency: int) -> dict[str, float]
     if len(requests) <= concurrency:
         from vllm.benchmarks.throughput import _run_vllm_requests
 
-        elapsed, outputs = _run_vllm_requests(llm, requests, n=1, disable_detokenize=False, do_profile=False,
-                                              prequeue_requests=False, enable_lora=False)
+        elapsed, outputs = _run_vllm_requests(llm, requests, n=1, disable_detokenize=not detokenize,
+                                              do_profile=False, prequeue_requests=False, enable_lora=False)
     else:
-        elapsed, outputs = _run_limited(llm, requests, concurrency)
+        elapsed, outputs = _run_limited(llm, requests, concurrency, detokenize=detokenize)
     outputs = list(outputs or [])
     if len(outputs) != len(requests):
         raise RuntimeError(f"the engine answered {len(outputs)} of {len(requests)} benchmark requests")
@@ -71,14 +78,16 @@ def measure(llm: Any, requests: list[Any], concurrency: int) -> dict[str, float]
     output_toks = sum(len(c.token_ids or []) for o in outputs for c in o.outputs if c is not None)
     return {"elapsed_s": elapsed, "requests": len(outputs), "prompt_tokens": prompt_toks,
             "output_tokens": output_toks, "output_tok_s": output_toks / elapsed,
-            "total_tok_s": (prompt_toks + output_toks) / elapsed, "request_s": len(outputs) / elapsed}
+            "total_tok_s": (prompt_toks + output_toks) / elapsed, "request_s": len(outputs) / elapsed,
+            **({} if detokenize else {"detokenize": False})}
 
 
-def _params(request: Any) -> Any:
+def _params(request: Any, detokenize: bool = True) -> Any:
     from vllm import SamplingParams
 
     # vllm.benchmarks.throughput._run_vllm_requests' parameters, so both paths measure the same work.
-    return SamplingParams(n=1, temperature=1.0, top_p=1.0, ignore_eos=True, max_tokens=request.expected_output_len)
+    return SamplingParams(n=1, temperature=1.0, top_p=1.0, ignore_eos=True, max_tokens=request.expected_output_len,
+                          detokenize=detokenize)
 
 
 def _prompt(request: Any) -> Any:
@@ -90,7 +99,8 @@ def _prompt(request: Any) -> Any:
     return TextPrompt(prompt=p)
 
 
-def _run_limited(llm: Any, requests: list[Any], concurrency: int) -> tuple[float, list[Any]]:
+def _run_limited(llm: Any, requests: list[Any], concurrency: int, *,
+                 detokenize: bool = True) -> tuple[float, list[Any]]:
     """At most ``concurrency`` requests in flight; a finished one frees its slot for the next. Seconds, outputs."""
     engine = llm.llm_engine
     pending = list(enumerate(requests))
@@ -101,7 +111,7 @@ def _run_limited(llm: Any, requests: list[Any], concurrency: int) -> tuple[float
     while pending or in_flight:
         while pending and in_flight < concurrency:
             i, req = pending.pop()
-            engine.add_request(f"evalgate-speed-{i}-{time.monotonic_ns()}", _prompt(req), _params(req))
+            engine.add_request(f"evalgate-speed-{i}-{time.monotonic_ns()}", _prompt(req), _params(req, detokenize))
             in_flight += 1
         for out in engine.step():
             if getattr(out, "finished", False):

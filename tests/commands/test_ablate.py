@@ -362,3 +362,21 @@ def test_interrupted_ablation_keeps_its_table(monkeypatch, tmp_path, capsys,  # 
     assert "This ablation did not finish: 6 of 12 rows not run" in html
     assert html.count("not run: the ablation stopped before this row finished") == 6
     assert not list(out.glob(".*.tmp"))
+
+
+def test_ablate_of_a_random_weight_recipe_needs_speed_only_and_then_loads_no_suites() -> None:
+    """``scale/cpu/recipe`` (load_format: dummy) is refused without --speed-only, naming the file and field; with it
+    the ablation loads no suite (and --suites is refused)."""
+    from evalgate.errors import ConfigError
+    from evalgate.suites.discovery import default_suites_dir
+
+    thresholds = Path(__file__).resolve().parents[2] / "thresholds.yaml"
+    with pytest.raises(ConfigError) as info:
+        ablate._load("scale/cpu/recipe", CONFIGS_DIR, default_suites_dir(), thresholds, None)
+    assert info.value.field == "engine_args.load_format" and info.value.path == CONFIGS_DIR / "scale/cpu/baseline.yaml"
+    recipe, base, _, suites, _ = ablate._load("scale/cpu/recipe", CONFIGS_DIR, default_suites_dir(), thresholds, None,
+                                              speed_only=True)
+    assert (recipe.name, base.name, suites) == ("scale/cpu/recipe", "scale/cpu/baseline", [])
+    with pytest.raises(ConfigError) as info:
+        ablate._load("scale/cpu/recipe", CONFIGS_DIR, default_suites_dir(), thresholds, ["docparse"], speed_only=True)
+    assert info.value.field == "--suites"

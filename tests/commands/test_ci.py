@@ -70,6 +70,15 @@ def test_a_changed_baseline_gates_every_config_against_it(repo: Path, capsys: py
     assert names == [n for n in GATEABLE if not n.startswith(("dense/", "gdn/"))]
 
 
+def test_random_weight_configs_are_never_listed_for_the_quality_gate(repo: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """configs/scale/ (load_format: dummy) gates speed only: a change to it lists nothing for the quality job."""
+    for name in ("scale/baseline.yaml", "scale/fp16-state.yaml", "scale/cpu/aa.yaml"):
+        (repo / "configs" / name).write_text((repo / "configs" / name).read_text() + "# x\n")
+    code, names, _ = _changed(repo, capsys)
+    assert (code, names) == (0, [])
+
+
 def test_suite_or_threshold_changes_gate_everything(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (repo / "thresholds.yaml").write_text((repo / "thresholds.yaml").read_text() + "# x\n")
     _, names, err = _changed(repo, capsys)

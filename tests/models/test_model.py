@@ -64,9 +64,11 @@ def test_embedded_aliases_are_the_ones_resolve_model_knows(monkeypatch: pytest.M
     """The aliases config.py accepts are exactly those resolve_model maps to a local model (an unknown one would be
     passed through to vLLM as a hub name, which is why it is refused at load)."""
     assert set(model.EMBEDDED_ALIASES) == {"embedded:nemotron-h-tiny", "embedded:gemma-3-270m",
-                                           "embedded:qwen3-next-tiny"}
+                                           "embedded:qwen3-next-tiny", "embedded:nemotron-h-8b-shape",
+                                           "embedded:nemotron-3-nano-30b-a3b-shape", "embedded:nemotron-h-cpu-shape"}
     monkeypatch.setattr(model, "prepare_embedded_model", lambda home=None: Path("/prepared/gemma"))
     monkeypatch.setattr(model, "prepare_qwen3_next_model", lambda home=None: Path("/prepared/qwen3-next"))
+    monkeypatch.setattr("evalgate.models.shapes.prepare_shape", lambda alias, home: Path("/prepared") / alias)
     for alias in model.EMBEDDED_ALIASES:
         assert model.resolve_model(alias) != alias, alias
     assert model.resolve_model("embedded:no-such-model") == "embedded:no-such-model"

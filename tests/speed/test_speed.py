@@ -462,13 +462,28 @@ def test_every_timed_pass_starts_with_an_empty_prefix_cache(monkeypatch: pytest.
     calls: list[str] = []
     out = SimpleNamespace(prompt_token_ids=[1, 2], outputs=[SimpleNamespace(token_ids=[3, 4, 5])])
 
-    def run_limited(llm: object, requests: list, concurrency: int) -> tuple[float, list]:
-        calls.append("pass")
+    def run_limited(llm: object, requests: list, concurrency: int, *, detokenize: bool = True) -> tuple[float, list]:
+        calls.append("pass" if detokenize else "pass (token ids only)")
         return 2.0, [out] * len(requests)
 
     monkeypatch.setattr(throughput, "_run_limited", run_limited)
     llm = SimpleNamespace(reset_prefix_cache=lambda: calls.append("reset"))
     result = throughput.measure(llm, [object()] * 4, 2)
-    assert calls == ["reset", "pass"] and result["output_tok_s"] == 4 * 3 / 2.0
+    assert calls == ["reset", "pass"] and result["output_tok_s"] == 4 * 3 / 2.0 and "detokenize" not in result
     throughput.measure(SimpleNamespace(), [object()] * 4, 2)  # an engine without the method is measured as it is
     assert calls == ["reset", "pass", "pass"]
+    # Random weights (load_format: dummy): token ids only, and the pass says so.
+    assert throughput.measure(SimpleNamespace(), [object()] * 4, 2, detokenize=False)["detokenize"] is False
+    assert calls[-1] == "pass (token ids only)"
+
+
+def test_speed_requests_skip_detokenization_on_random_weights() -> None:
+    from types import SimpleNamespace
+
+    pytest.importorskip("vllm", reason="needs vLLM (pip install 'evalgate[cpu]')")
+    from evalgate.worker import throughput
+
+    req = SimpleNamespace(expected_output_len=7)
+    assert throughput._params(req).detokenize is True
+    params = throughput._params(req, detokenize=False)
+    assert params.detokenize is False and params.max_tokens == 7 and params.ignore_eos

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Issue 25, items 6(a) and 6(b): evalgate --speed-only at realistic size on one GPU (the config-only 8B-shaped
+# Nemotron-H, random weights, BF16, CUDA graphs, both engines at gpu_memory_utilization 0.8 in placement: alternate).
+#
+# Run detached from the repo root on the device, after the GPU kit's install (../shared/tools/gpu/INSTALL.sh):
+#   setsid nohup bash benchmarks/gpu_scale.sh > /tmp/r/gpu_scale.log 2>&1 &
+# and poll /tmp/r/summary.txt (one line per step: name, exit code, verdict, speed-up [95 % interval] per
+# concurrency, precision reached, pairs, seconds). Each step's run directory is /tmp/r/<step>/ (verdict.json,
+# report.html, logs/); a step that fails is recorded and the next one runs.
+#
+# Steps (STEPS overrides the list, e.g. STEPS="aa fp16-state"):
+#   aa               scale/aa --precision 0.03 at 512/512, concurrency 256 (Stein's two-stage rule; at most
+#                    MAX_REPEATS pairs or MAX_SECONDS of speed phase): the A/A half-width and whether it covers 1
+#   fp16-state       scale/fp16-state vs scale/baseline, concurrency 16 and 256, REPEATS pairs
+#   flashinfer-mamba scale/flashinfer-mamba vs scale/baseline, concurrency 16 and 256, REPEATS pairs
+#   (also possible: fp16-state-sr, async-sched, omp1, moe-fp16-state: the 30B-A3B shape at c=16/256, and
+#   ablate: scale/recipe's switches alone at c=256, one baseline engine asleep between variants, ~4 min per switch)
+# Expected time on an H200 (vLLM 0.26.0; engine start with CUDA graphs 90-160 s, first sleep 10-16 s, a
+# 512/512 pass at c=256 ~16 s, at c=16 ~6-8 s, sleep + wake ~1 s per switch):
+#   aa ~10-12 min (2 starts ~5 min; speed phase capped at MAX_SECONDS=360 s: 3 pairs, then Stein's pairs at
+#   ~35 s each, about 8-10 pairs in all: at a per-pass CV of 3 % a half-width near 3 %), fp16-state ~7 min,
+#   flashinfer-mamba ~7 min: ~25 min for the default list; STEPS="aa fp16-state" ~18 min, STEPS=aa ~11 min.
+#
+# On CPU (SCALE_CPU=1) the same steps run the CPU-sized family (configs/scale/cpu/: the embedded hybrid's layers
+# with the 8B shape's 131,072-token vocabulary, random weights, both engines resident) at a tiny profile, to try the
+# script where there is no GPU; flashinfer-mamba has no CPU variant and is skipped there.
+set -uo pipefail
+
+R=${R:-/tmp/r}
+export EVALGATE_HOME=${EVALGATE_HOME:-/tmp/eghome}
+export PYTHONUNBUFFERED=1
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+export PYTHONPATH=$REPO:/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}
+PY=${PY:-python3}
+STEPS=${STEPS:-aa fp16-state flashinfer-mamba}
+REPEATS=${REPEATS:-3}
+MAX_REPEATS=${MAX_REPEATS:-12}
+MAX_SECONDS=${MAX_SECONDS:-360}
+mkdir -p "$R"
+cd "$REPO" || exit 1
+
+if [ "${SCALE_CPU:-0}" = 1 ]; then
+  FAMILY=scale/cpu
+  TRAFFIC="traffic: {input_len: 32, output_len: 16, num_prompts: 8}"
+  HIGH=4; LOW=2
+else
+  FAMILY=scale
+  TRAFFIC="traffic: {input_len: 512, output_len: 512}"
+  HIGH=256; LOW=16
+fi
+# The repository's thresholds with the scale profile (512 in / 512 out) pinned.
+THRESHOLDS=$R/thresholds-scale.yaml
+{ cat "$REPO/thresholds.yaml"; echo "$TRAFFIC"; } > "$THRESHOLDS"
+
+"$PY" -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__,
+'cuda' if torch.cuda.is_available() else 'cpu', torch.cuda.get_device_name() if torch.cuda.is_available() else '')" \
+  > "$R/device.txt" 2>&1
+nvidia-smi > "$R/nvidia-smi.txt" 2>&1 || true
+echo "# gpu_scale.sh $(date -u +%FT%TZ) $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null) $(tr '\n' ' ' < "$R/device.txt")" \
+  >> "$R/summary.txt"
+
+# summarize STEP RC SECONDS: one line for summary.txt from the step's verdict.json (or why there is none).
+summarize() {
+  "$PY" - "$R/$1" "$1" "$2" "$3" <<'PYEOF' >> "$R/summary.txt" 2>&1
+import json, sys
+out, step, rc, secs = sys.argv[1:5]
+try:
+    doc = json.load(open(f"{out}/verdict.json"))
+except (OSError, ValueError) as exc:
+    print(f"{step}: rc={rc} {secs} s, no verdict.json ({type(exc).__name__})")
+    sys.exit(0)
+speed = doc.get("speed") or {}
+parts = []
+for lv in speed.get("levels", []):
+    ratio, lo, hi = lv.get("ratio"), lv.get("ci_low"), lv.get("ci_high")
+    text = f"c={lv.get('concurrency')}: x{ratio:.3f} [{lo:.3f}, {hi:.3f}]" if None not in (ratio, lo, hi) else \
+        f"c={lv.get('concurrency')}: x{ratio}"
+    text += f" base {lv.get('baseline', {}).get('median', float('nan')):,.0f} tok/s" \
+        if isinstance(lv.get("baseline"), dict) else ""
+    prec = lv.get("precision")
+    if prec:
+        text += (f", half-width {prec.get('achieved_half_width', float('nan')):.4f} (target {prec.get('target')}), "
+                 f"pairs {prec.get('pairs')} (needed {prec.get('pairs_needed')}), stopped {prec.get('stopped')}")
+    if None not in (lo, hi):
+        text += ", covers 1" if lo <= 1 <= hi else ", excludes 1"
+    parts.append(text)
+if speed.get("status") not in (None, "measured"):
+    parts.append(f"speed {speed.get('status')}: {speed.get('error')}")
+place = (doc.get("manifest") or {}).get("placement") or {}
+moves = f"sleeps {place.get('sleeps', 0)}, wakes {place.get('wakes', 0)}, restarts {place.get('restarts', 0)}"
+print(f"{step}: rc={rc} {secs} s, {doc.get('verdict')}, placement {place.get('mode')} ({moves}); " + "; ".join(parts))
+PYEOF
+}
+
+# step NAME ARGS...: evalgate run ARGS into $R/NAME, its output in $R/NAME.log; never stops the script.
+step() {
+  local name=$1; shift
+  local s; s=$(date +%s)
+  rm -rf "${R:?}/$name"
+  echo "== $name: evalgate run $* ($(date -u +%T))"
+  "$PY" -m evalgate run "$@" --speed-only --thresholds "$THRESHOLDS" --out "$R/$name" > "$R/$name.log" 2>&1
+  local rc=$?
+  summarize "$name" "$rc" "$(( $(date +%s) - s ))"
+  tail -n 1 "$R/summary.txt"
+}
+
+# ablate_step: each of scale/recipe's switches alone against scale/baseline (--speed-only, c=256, the baseline's
+# engine kept asleep between variants), into $R/ablate; one summary line per row from ablation.json.
+ablate_step() {
+  local s; s=$(date +%s)
+  rm -rf "${R:?}/ablate"
+  echo "== ablate: $FAMILY/recipe --kind alone ($(date -u +%T))"
+  "$PY" -m evalgate ablate --config "$FAMILY/recipe" --speed-only --kind alone --concurrency "$HIGH" \
+    --repeats "$REPEATS" --thresholds "$THRESHOLDS" --out "$R/ablate" > "$R/ablate.log" 2>&1
+  local rc=$?
+  "$PY" - "$R/ablate/ablation.json" "$rc" "$(( $(date +%s) - s ))" <<'PYEOF' >> "$R/summary.txt" 2>&1
+import json, sys
+path, rc, secs = sys.argv[1:4]
+try:
+    doc = json.load(open(path))
+except (OSError, ValueError) as exc:
+    print(f"ablate: rc={rc} {secs} s, no ablation.json ({type(exc).__name__})")
+    sys.exit(0)
+place = doc.get("meta", {}).get("placement") or {}
+print(f"ablate: rc={rc} {secs} s, placement {place.get('mode')} (sleeps {place.get('sleeps', 0)}, wakes "
+      f"{place.get('wakes', 0)}, restarts {place.get('restarts', 0)})")
+for r in doc.get("rows", []):
+    cells = [f"c={lv['concurrency']}: x{lv['ratio']:.3f} [{lv['ci_low']:.3f}, {lv['ci_high']:.3f}]"
+             if None not in (lv.get("ratio"), lv.get("ci_low"), lv.get("ci_high")) else f"c={lv.get('concurrency')}: -"
+             for lv in r.get("speed") or []]
+    print(f"  {r.get('label')}: {r.get('verdict') or r.get('skipped') or r.get('not_run')}; " + "; ".join(cells))
+PYEOF
+  tail -n 1 "$R/summary.txt"
+}
+
+for s in $STEPS; do
+  case $s in
+    aa) step aa --config "$FAMILY/aa" --concurrency "$HIGH" --precision 0.03 --repeats "$REPEATS" \
+          --max-repeats "$MAX_REPEATS" --max-seconds "$MAX_SECONDS" ;;
+    fp16-state|async-sched|omp1) step "$s" --config "$FAMILY/$s" --concurrency "$LOW,$HIGH" --repeats "$REPEATS" ;;
+    flashinfer-mamba|fp16-state-sr)
+      if [ "$FAMILY" = scale/cpu ]; then echo "$s: skipped (CUDA only)" >> "$R/summary.txt"; continue; fi
+      step "$s" --config "$FAMILY/$s" --concurrency "$LOW,$HIGH" --repeats "$REPEATS" ;;
+    moe-fp16-state) step "$s" --config scale/moe/fp16-state --concurrency "$LOW,$HIGH" --repeats "$REPEATS" ;;
+    ablate) ablate_step ;;
+    *) echo "$s: unknown step" >> "$R/summary.txt" ;;
+  esac
+done
+echo "# done $(date -u +%FT%TZ)" >> "$R/summary.txt"

@@ -1,0 +1,47 @@
+"""``evalgate run --speed-only`` end to end on the real vLLM CPU engine, on a config-only model with random weights
+(``embedded:nemotron-h-cpu-shape``: the embedded hybrid's layers with a 131,072-token vocabulary, 64 times its
+tokenizer's, under ``load_format: dummy``): no suite runs, both engines are measured with token-id-only passes
+(generated ids beyond the tokenizer need no decoding), and the verdict is INCONCLUSIVE ("speed only"), exit 5."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm", reason="needs vLLM (pip install 'evalgate[cpu]')")
+
+from evalgate.cli import THRESHOLDS_FILE, main  # noqa: E402
+
+pytestmark = pytest.mark.engine
+
+N_PROMPTS, OUTPUT_LEN = 8, 16
+
+
+def test_speed_only_on_random_weights_measures_speed_and_is_inconclusive(tmp_path: Path) -> None:
+    thr = tmp_path / "thresholds.yaml"
+    thr.write_text(THRESHOLDS_FILE.read_text(encoding="utf-8") + f"traffic: {{input_len: 32, output_len: {OUTPUT_LEN}, "
+                   f"concurrency: 4, num_prompts: {N_PROMPTS}, repeats: 2}}\n", encoding="utf-8")
+    out = tmp_path / "run"
+    code = main(["run", "--config", "scale/cpu/fp16-state", "--speed-only", "--thresholds", str(thr), "--out",
+                 str(out)])
+    doc = json.loads((out / "verdict.json").read_text())
+    assert (code, doc["verdict"]) == (5, "INCONCLUSIVE")
+    assert doc["reasons"][0].startswith("speed only: no quality suite ran (--speed-only)")
+    assert doc["tasks"] == [] and json.loads((out / "manifest.json").read_text())["speed_only"] is True
+    assert json.loads((out / "manifest.json").read_text())["suites"] == []
+    # The switch is read back from the live engines (no suite result carries it).
+    diff = {d["key"]: (d["baseline"], d["candidate"]) for d in doc["effective_diff"]}
+    assert diff["engine_args.mamba_ssm_cache_dtype"] == ("'float32'", "'float16'")  # reprs
+    speed = doc["speed"]
+    assert speed["status"] == "measured" and [lv["concurrency"] for lv in speed["levels"]] == [4]
+    for role in ("baseline", "candidate"):
+        runs = speed["sides"][role]["runs"]
+        assert len(runs) == 2
+        for r in runs:  # ignore_eos: every request generates its whole budget, as token ids only
+            assert r["requests"] == N_PROMPTS and r["output_tokens"] == N_PROMPTS * OUTPUT_LEN
+            assert r["output_tok_s"] > 0 and r["detokenize"] is False
+    assert "speed only" in (out / "summary.md").read_text() and "speed only" in (out / "report.html").read_text()
+    # The stored verdict re-renders (evalgate report re-validates it).
+    assert main(["report", str(out), "--out", str(tmp_path / "again")]) == 0
