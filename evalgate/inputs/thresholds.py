@@ -35,7 +35,7 @@ from evalgate.inputs.requestlog import FROM_LOG
 from evalgate.inputs.schema import SCHEMA_VERSION, Schema, choice, problem, rule, show, suggest, validate
 from evalgate.inputs.yamlio import Wording, read_mapping
 
-__all__ = ["EconomicsSection", "LevelOverride", "ReplaySection", "SpecDecodeFloors", "SpeedFloors", "TaskThreshold", "Thresholds", "ThresholdsFile",
+__all__ = ["ConfigPolicy", "EconomicsSection", "LevelOverride", "ReplaySection", "SpecDecodeFloors", "SpeedFloors", "TaskThreshold", "Thresholds", "ThresholdsFile",
            "load_thresholds"]
 
 MAX_MARGIN = 100.0  # points: a margin above the whole scale gates nothing
@@ -435,80 +435,76 @@ class Thresholds:
     economics: Mapping[str, Any] | None = None  # the ``economics`` keys the file set; None: section absent
     replay: ReplaySection | None = None  # the ``replay`` section; None: absent (no replay gate)
 
-    def replay_share_for(self, config: str | None) -> float:
-        """The agreeing share the replay gate requires of ``config``: ``replay.min_identical_share``, else
-        ``identical_share_for(config)``."""
-        if self.replay is not None and self.replay.min_identical_share is not None:
-            return self.replay.min_identical_share
-        return self.identical_share_for(config)
-
-    def economics_for(self, config: str | None) -> dict[str, Any] | None:
-        """The ``economics`` keys for candidate ``config``: ``configs.<config>.economics`` over ``economics``, key by
-        key (``gpu_hour_usd``, ``api_usd_per_mtok``, ``gpus``, each only when set); None when neither section is
-        there (no cost is then computed). ``load_thresholds`` made sure that ``gpu_hour_usd`` is set when either is."""
+    def policy(self, config: str | None) -> ConfigPolicy:
+        """Everything this file asks of candidate ``config``, resolved once (the precedence rules of the module
+        docstring applied here and nowhere else): see :class:`ConfigPolicy`. ``config`` None: no
+        ``configs.<config>`` entry applies (the top-level keys alone)."""
         override = self.configs.get(config) if config is not None else None
-        own = override.economics.fields() if override is not None and override.economics is not None else None
-        if self.economics is None and own is None:
-            return None
-        return {**dict(self.economics or {}), **(own or {})}
-
-    def traffic_for(self, config: str | None) -> dict[str, Any] | None:
-        """The ``traffic`` fields for candidate ``config``: ``configs.<config>.traffic`` over ``traffic``, field by
-        field; None when neither is set (speed is then measured only when the command line asks for it)."""
-        override = self.configs.get(config) if config is not None else None
-        own = override.traffic.fields() if override is not None else {}
-        if self.traffic is None and not own:
-            return None
-        return {**dict(self.traffic or {}), **own}
-
-    def speed_floors_for(self, config: str | None) -> SpeedFloors:
-        """``min_speedup`` / ``max_slowdown`` and the latency objectives for ``config``: its ``configs.<config>``
-        entry over ``speed``, key by key."""
-        override = self.configs.get(config) if config is not None else None
+        # speed floors and latency objectives: configs.<config> over speed, key by key
         keys = ("min_speedup", "max_slowdown", *SLO_KEYS)
         merged = {k: getattr(self.speed, k) for k in keys}
-        if override is not None:
-            merged.update({k: v for k in keys if (v := getattr(override, k)) is not None})
-        return SpeedFloors(**merged)
-
-    def spec_floors_for(self, config: str | None) -> SpecDecodeFloors:
-        """Acceptance floors for candidate ``config``: its ``configs.<config>`` entry over ``spec_decode``."""
-        override = self.configs.get(config) if config is not None else None
+        own_speed = {k: v for k in keys if override is not None and (v := getattr(override, k)) is not None}
+        merged.update(own_speed)
+        # acceptance floors: configs.<config> over spec_decode
         rate, length = self.spec_decode.min_acceptance_rate, self.spec_decode.min_mean_acceptance_length
         if override is not None:
             rate = override.min_acceptance_rate if override.min_acceptance_rate is not None else rate
             length = (override.min_mean_acceptance_length if override.min_mean_acceptance_length is not None
                       else length)
-        return SpecDecodeFloors(min_acceptance_rate=rate, min_mean_acceptance_length=length)
+        share = (override.min_identical_share if override is not None and override.min_identical_share is not None
+                 else self.min_identical_share)
+        replay_share = (self.replay.min_identical_share
+                        if self.replay is not None and self.replay.min_identical_share is not None else share)
+        # traffic and economics: configs.<config>.<section> over the top-level section, key by key
+        own_traffic = override.traffic.fields() if override is not None else {}
+        traffic = None if self.traffic is None and not own_traffic else {**dict(self.traffic or {}), **own_traffic}
+        own_econ = override.economics.fields() if override is not None and override.economics is not None else None
+        economics = None if self.economics is None and own_econ is None else {**dict(self.economics or {}),
+                                                                                **(own_econ or {})}
+        return ConfigPolicy(
+            config=config, path=self.path, alpha=self.alpha, power=self.power, on_inconclusive=self.on_inconclusive,
+            bootstrap_resamples=self.bootstrap_resamples, seed=self.seed, near_tie_logprob=self.near_tie_logprob,
+            max_kl_mean=self.max_kl_mean, identical_share=share, replay_share=replay_share,
+            spec_floors=SpecDecodeFloors(min_acceptance_rate=rate, min_mean_acceptance_length=length),
+            speed_floors=SpeedFloors(**merged),
+            traffic=None if traffic is None else MappingProxyType(traffic),
+            economics=None if economics is None else MappingProxyType(economics),
+            replay=self.replay,
+            own_traffic=frozenset(own_traffic), own_speed=frozenset(own_speed),
+            _levels=_TaskLevels(self.default_margin, self.alpha, self.suites, self.tasks, override),
+        )
+
+    # The lookups by config name: each one the matching field of ``policy(config)`` (the stages take the policy).
+
+    def replay_share_for(self, config: str | None) -> float:
+        """``policy(config).replay_share``."""
+        return self.policy(config).replay_share
+
+    def economics_for(self, config: str | None) -> dict[str, Any] | None:
+        """``policy(config).economics`` as a dict (None when neither section is there)."""
+        got = self.policy(config).economics
+        return None if got is None else dict(got)
+
+    def traffic_for(self, config: str | None) -> dict[str, Any] | None:
+        """``policy(config).traffic`` as a dict (None when neither section is set)."""
+        got = self.policy(config).traffic
+        return None if got is None else dict(got)
+
+    def speed_floors_for(self, config: str | None) -> SpeedFloors:
+        """``policy(config).speed_floors``."""
+        return self.policy(config).speed_floors
+
+    def spec_floors_for(self, config: str | None) -> SpecDecodeFloors:
+        """``policy(config).spec_floors``."""
+        return self.policy(config).spec_floors
 
     def for_task(self, suite: str, task: str, config: str | None = None) -> TaskThreshold:
-        """Margin (points) and alpha for ``task`` of ``suite`` when gating candidate ``config``.
-
-        Precedence (lowest first): default < ``configs.<config>`` < ``suites.<suite>`` <
-        ``tasks.<task>`` < ``configs.<config>.suites.<suite>`` < ``configs.<config>.tasks.<task>``.
-        """
-        margin, alpha, source = self.default_margin, self.alpha, "default"
-        cfg = self.configs.get(config) if config is not None else None
-        chain = [(f"configs.{config}", cfg), (f"suites.{suite}", self.suites.get(suite)),
-                 (f"tasks.{task}", self.tasks.get(task))]
-        if cfg is not None:
-            chain += [(f"configs.{config}.suites.{suite}", cfg.suites.get(suite)),
-                      (f"configs.{config}.tasks.{task}", cfg.tasks.get(task))]
-        for where, override in chain:
-            if override is None:
-                continue
-            if override.margin is not None:
-                margin, source = override.margin, where
-            if override.alpha is not None:
-                alpha = override.alpha
-        return TaskThreshold(margin=margin, alpha=alpha, source=source)
+        """``policy(config).task(suite, task)``."""
+        return self.policy(config).task(suite, task)
 
     def identical_share_for(self, config: str | None) -> float:
-        """Required share (0..1) of byte-identical outputs for a lossless ``config``."""
-        override = self.configs.get(config) if config is not None else None
-        if override is not None and override.min_identical_share is not None:
-            return override.min_identical_share
-        return self.min_identical_share
+        """``policy(config).identical_share``."""
+        return self.policy(config).identical_share
 
     def check_names(self, suites: Iterable[str], tasks: Iterable[str],
                     configs: Iterable[str] | None = None) -> None:
@@ -533,6 +529,103 @@ class Thresholds:
                         field=f"{prefix}{level}.{name}",
                     )
 
+
+
+@dataclass(frozen=True)
+class _TaskLevels:
+    """The entries a task's margin and alpha are resolved from (``ConfigPolicy.task``)."""
+
+    default_margin: float
+    alpha: float
+    suites: Mapping[str, LevelEntry]
+    tasks: Mapping[str, LevelEntry]
+    override: LevelOverride | None
+
+
+@dataclass(frozen=True)
+class ConfigPolicy:
+    """What ``thresholds.yaml`` asks of one candidate config, resolved once (``Thresholds.policy(config)``, where
+    the config is loaded) and passed to the stages that compare, decide and measure speed, so none of them looks the
+    config name up again.
+
+    Attributes:
+        config: the candidate config's name (None: no ``configs.<config>`` entry applies). path: the file.
+        alpha, power, on_inconclusive, bootstrap_resamples, seed, near_tie_logprob, max_kl_mean: the file's
+            top-level and ``lossless`` keys (:class:`ThresholdsFile`).
+        identical_share: the share (0..1) of agreeing greedy outputs a lossless config must keep:
+            ``configs.<config>.min_identical_share`` > ``lossless.min_identical_share``.
+        replay_share: the agreeing share the replay gate requires: ``replay.min_identical_share``, else
+            ``identical_share``.
+        spec_floors: acceptance floors: ``configs.<config>`` over ``spec_decode``, key by key.
+        speed_floors: ``min_speedup`` / ``max_slowdown`` and the latency objectives: ``configs.<config>`` over
+            ``speed``, key by key.
+        traffic: the ``traffic`` keys: ``configs.<config>.traffic`` over ``traffic``, key by key; None when neither
+            is set (speed is then measured only when the command line asks).
+        economics: the ``economics`` keys (``gpu_hour_usd``, ``api_usd_per_mtok``, ``gpus``, each only when set):
+            ``configs.<config>.economics`` over ``economics``, key by key; None when neither section is there.
+            ``load_thresholds`` made sure that ``gpu_hour_usd`` is set when either is.
+        replay: the ``replay`` section (None: no replay gate).
+        own_traffic, own_speed: the traffic keys and the speed keys (floors, objectives) that ``configs.<config>``
+            itself sets (to name the field at fault in an error: ``traffic_field``, ``speed_field``).
+    """
+
+    config: str | None
+    path: Path | None
+    alpha: float
+    power: float
+    on_inconclusive: str
+    bootstrap_resamples: int
+    seed: int
+    near_tie_logprob: float
+    max_kl_mean: float
+    identical_share: float
+    replay_share: float
+    spec_floors: SpecDecodeFloors
+    speed_floors: SpeedFloors
+    traffic: Mapping[str, Any] | None
+    economics: Mapping[str, Any] | None
+    replay: ReplaySection | None
+    own_traffic: frozenset[str]
+    own_speed: frozenset[str]
+    _levels: _TaskLevels = field(repr=False)
+
+    @property
+    def json_margin(self) -> float:
+        """The replay gate's ``replay.json_margin`` (points; its default when there is no ``replay`` section)."""
+        return self.replay.json_margin if self.replay is not None else _default(ReplaySection, "json_margin")
+
+    def task(self, suite: str, task: str) -> TaskThreshold:
+        """Margin (points) and alpha for ``task`` of ``suite``.
+
+        Precedence (lowest first): default < ``configs.<config>`` < ``suites.<suite>`` <
+        ``tasks.<task>`` < ``configs.<config>.suites.<suite>`` < ``configs.<config>.tasks.<task>``.
+        """
+        lv, config = self._levels, self.config
+        margin, alpha, source = lv.default_margin, lv.alpha, "default"
+        cfg = lv.override
+        chain = [(f"configs.{config}", cfg), (f"suites.{suite}", lv.suites.get(suite)),
+                 (f"tasks.{task}", lv.tasks.get(task))]
+        if cfg is not None:
+            chain += [(f"configs.{config}.suites.{suite}", cfg.suites.get(suite)),
+                      (f"configs.{config}.tasks.{task}", cfg.tasks.get(task))]
+        for where, entry in chain:
+            if entry is None:
+                continue
+            if entry.margin is not None:
+                margin, source = entry.margin, where
+            if entry.alpha is not None:
+                alpha = entry.alpha
+        return TaskThreshold(margin=margin, alpha=alpha, source=source)
+
+    def traffic_field(self, key: str) -> str:
+        """The dotted field that set traffic key ``key``: ``configs.<config>.traffic.<key>``, else ``traffic.<key>``
+        (also when the value is the platform's default)."""
+        return f"configs.{self.config}.traffic.{key}" if key in self.own_traffic else f"traffic.{key}"
+
+    def speed_field(self, key: str) -> str:
+        """The dotted field that set speed key ``key`` (a floor or latency objective): ``configs.<config>.<key>``,
+        else ``speed.<key>``."""
+        return f"configs.{self.config}.{key}" if key in self.own_speed else f"speed.{key}"
 
 
 def load_thresholds(path: Path) -> Thresholds:
