@@ -152,8 +152,8 @@ def run_once(n: int, effect: float, planted: str | None, margin: float, pilot: n
         base[kind], cand[kind] = _task(kind, b, clusters), _task(kind, c, clusters)
     thr = Thresholds(alpha=ALPHA, default_margin=margin, bootstrap_resamples=resamples, power=POWER,
                      on_inconclusive="warn", seed=int(rng.integers(2**31)))
-    comps = compare_tasks(base, cand, thr)
-    decision = decide([(x.suite, x.task, x.comparison) for x in comps], thr,
+    comps = compare_tasks(base, cand, thr.policy(None))
+    decision = decide([(x.suite, x.task, x.comparison) for x in comps], thr.policy(None),
                       baseline_effective={"dtype": "float32"}, candidate_effective={"dtype": "bfloat16"})
     out = {}
     for td in decision.tasks:

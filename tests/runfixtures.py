@@ -57,9 +57,9 @@ def document(base: dict[str, TaskResult], cand: dict[str, TaskResult], *, same_c
              margin: float = 2.0) -> dict[str, Any]:
     """The verdict document for two sides (bootstrap with 1000 resamples)."""
     thr = Thresholds(alpha=0.05, default_margin=margin, bootstrap_resamples=1000)
-    comps = compare_tasks(base, cand, thr)
+    comps = compare_tasks(base, cand, thr.policy(None))
     b, c = side("baseline", "float32"), side("cand", "float32" if same_config else "bfloat16")
-    decision = decide([(x.suite, x.task, x.comparison) for x in comps], thr,
+    decision = decide([(x.suite, x.task, x.comparison) for x in comps], thr.policy(None),
                       baseline_effective=b["effective"], candidate_effective=c["effective"])
     return gate_document(decision, comps, manifest(b, c, sorted(base)))
 
@@ -71,10 +71,10 @@ def equal_sides_document(*, cand_args: dict[str, Any] | None = None, **options: 
     n = 40
     sides = {"t": task("t", "s", ["ok"] * n, [1.0] * n)}
     thr = Thresholds(alpha=0.05, default_margin=10.0, bootstrap_resamples=1000)
-    comps = compare_tasks(sides, sides, thr)
+    comps = compare_tasks(sides, sides, thr.policy(None))
     b, c = side("baseline", "float32"), side("cand", "bfloat16")
     c["requested"]["engine_args"].update(cand_args or {})
-    decision = decide([(x.suite, x.task, x.comparison) for x in comps], thr, baseline_effective=b["effective"],
+    decision = decide([(x.suite, x.task, x.comparison) for x in comps], thr.policy(None), baseline_effective=b["effective"],
                       candidate_effective=c["effective"])
     return gate_document(decision, comps, manifest(b, c, ["t"]), **options)
 

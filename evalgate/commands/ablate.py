@@ -332,16 +332,17 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
         check_writable_dir(out, field="--out (default)", what="the ablation's output directory")
     check_home()  # the store is written as the baseline runs: a broken home must not cost its engine run
     announce(out)
-    profile = speed_profile(options, thresholds, recipe.name, default_on=True)
+    policy = thresholds.policy(recipe.name)  # the recipe's thresholds, resolved once: its traffic profile
+    profile = speed_profile(options, policy, default_on=True)
     if options.speed_only:
-        check_speed_only_profile(profile, thresholds, recipe.name, options)
+        check_speed_only_profile(profile, policy, options)
     if profile is not None and profile.mode == "serve":  # the variants are measured on the live offline workers
-        path, dotted = traffic_source(thresholds, recipe.name, "mode", options)
+        path, dotted = traffic_source(policy, "mode", options)
         raise ConfigError("ablate measures speed offline on its live engines; traffic.mode: serve (and its latency "
                           "objectives) runs with evalgate run --config <variant>", path=path, field=dotted)
     if profile is not None:
         limits = {"baseline": runner.check_engine_values(base, out / "logs" / "baseline-check.log", options.timeout)}
-        check_profile(profile, {"baseline": base}, limits, thresholds, config=recipe.name, options=options)
+        check_profile(profile, {"baseline": base}, limits, policy, options=options)
     alternate = placement.mode == "alternate"
     log.info("placement: %s (%s)", placement.mode, placement.reason)
 

@@ -90,10 +90,11 @@ class EngineJob:
             self.out = Path("runs") / f"{self.cand.name.replace('/', '_')}-{self.stamp}"
             check_writable_dir(self.out, field="--out (default)", what="the run directory")
         check_home()  # the store is written after each side: a broken home must not cost the baseline's engine run
+        self.policy = thresholds.policy(self.cand.name)  # the candidate's thresholds, resolved once
         # cheap: before the pre-flight; --speed-only measures speed whatever the thresholds file says
-        self.profile = speed_profile(self.options, thresholds, self.cand.name, default_on=speed_only)
+        self.profile = speed_profile(self.options, self.policy, default_on=speed_only)
         if speed_only:
-            check_speed_only_profile(self.profile, thresholds, self.cand.name, self.options)
+            check_speed_only_profile(self.profile, self.policy, self.options)
         # the replay gate's log read and checked (None: no replay section); random weights (--speed-only) give
         # no answers worth comparing: said, never silently dropped
         self.replay = None if speed_only else load_replay(thresholds)
@@ -104,11 +105,11 @@ class EngineJob:
                           if self.suites else {"seconds": 0.0})
         self.announce(self.out)
         self.timings = {"load": time.monotonic() - t0, "preflight": self.preflight["seconds"]}
-        self._check_values(thresholds)
-        self._notice_unpowered(thresholds)  # last: only a run that will start its engines gets the notice
+        self._check_values()
+        self._notice_unpowered()  # last: only a run that will start its engines gets the notice
         return thresholds
 
-    def _notice_unpowered(self, thresholds: Any) -> None:
+    def _notice_unpowered(self) -> None:
         """One line on stderr, before any engine starts, when at ``--limit`` the run cannot PASS
         (``planner.limit_notice``); a notice, not a refusal: small limits are run on purpose."""
         from evalgate.commands.plan import limit_notice
@@ -118,13 +119,13 @@ class EngineJob:
         tasks = []
         for suite in self.suites:
             for spec in suite.specs:
-                th = thresholds.for_task(suite.name, spec.name, self.cand.name)
+                th = self.policy.task(suite.name, spec.name)
                 tasks.append((spec.name, th.margin, th.alpha, spec.limit))
-        notice = limit_notice(tasks, self.options.limit, thresholds.power)
+        notice = limit_notice(tasks, self.options.limit, self.policy.power)
         if notice:
             log.warning("%s", notice)
 
-    def _check_values(self, thresholds: Any) -> None:
+    def _check_values(self) -> None:
         """vLLM validates the candidate's values before the baseline runs (a refused value costs seconds, not a
         baseline); with a traffic profile, both engines' limits are checked against it."""
         from evalgate.evaluate import runner
@@ -149,8 +150,8 @@ class EngineJob:
                 if "replay_prompt_tokens" in got and got.get("max_model_len"):
                     check_lengths(self.replay, got["replay_prompt_tokens"], int(got["max_model_len"]), cfg.name)
         if self.profile is not None:  # a profile the engines cannot run is refused before any engine starts
-            check_profile(self.profile, {"baseline": self.base, "candidate": self.cand}, limits, thresholds,
-                          config=self.cand.name, options=self.options)
+            check_profile(self.profile, {"baseline": self.base, "candidate": self.cand}, limits, self.policy,
+                          options=self.options)
 
     def evaluate(self, thresholds: Any) -> Evaluated:
         """Baseline, then candidate (with the baseline as reference), each side's results written as it finishes;

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from evalgate.errors import ConfigError, ExitCode, StoreError
 from evalgate.evaluate.manifest import Manifest, SuiteEntry, side
 from evalgate.gate import judge_run
+from evalgate.inputs.thresholds import ConfigPolicy
 from evalgate.report.document import build_verdict
 from evalgate.report.outputs import write_outputs
 from evalgate.results.store import write_json_atomic
@@ -117,36 +118,34 @@ def gate(job: Job) -> Outcome:
 
     thresholds = job.load()                     # 1. load: configs, thresholds, suites; bad input ends here
     sides = job.evaluate(thresholds)            # 2. evaluate both sides: engines, the store, or stored runs
+    policy = thresholds.policy(sides.gate_name)  # the gated config's thresholds, resolved once
     t0 = time.monotonic()
     try:                                        # 3. compare: the paired statistics, per task
-        comparisons = compare_tasks(sides.tasks["baseline"], sides.tasks["candidate"], thresholds,
-                                    config=sides.gate_name)
+        comparisons = compare_tasks(sides.tasks["baseline"], sides.tasks["candidate"], policy)
     except StoreError as exc:
         if sides.pair is None:
             raise
         raise StoreError(f"runs are not comparable ({sides.pair}): {exc}") from exc
     replay = None if sides.replay is None else sides.replay.compare(
-        near_tie=thresholds.near_tie_logprob, alpha=thresholds.alpha, seed=thresholds.seed,
-        n_resamples=thresholds.bootstrap_resamples)
+        near_tie=policy.near_tie_logprob, alpha=policy.alpha, seed=policy.seed, n_resamples=policy.bootstrap_resamples)
     sides.manifest.timings["compare"] = time.monotonic() - t0
-    doc, paths = decide_and_render(comparisons, sides, thresholds, job.out, replay=replay)  # 4. decide and 5. render: one call
+    doc, paths = decide_and_render(comparisons, sides, policy, job.out, replay=replay)  # 4. decide and 5. render: one call
     return Outcome(doc, job.out, sides.speed, paths["html"])
 
 
-def decide_and_render(comparisons: list[Any], sides: Evaluated, thresholds: Any,
+def decide_and_render(comparisons: list[Any], sides: Evaluated, policy: ConfigPolicy,
                       out: Path, replay: Any = None) -> tuple[dict[str, Any], dict[str, Path]]:
     """The verdict: the gate's one decision over the comparisons (``gate.judge_run``: the accuracy rule, then health,
     speculative-decoding and speed floors and latency objectives, then the replay gate over ``replay``, the
     ``compare.replay.ReplayComparison`` of ``sides.replay``), laid out by ``document.build_verdict``, then
     ``sides.files``, ``manifest.json``, ``verdict.json`` and the rendered outputs (``outputs.write_outputs``) in
-    ``out``. Returns the verdict document and the rendered files' paths (``{"html", "junit", "markdown"}``)."""
-    name = sides.gate_name
+    ``out``; ``policy``: ``Thresholds.policy(sides.gate_name)``. Returns the verdict document and the rendered files'
+    paths (``{"html", "junit", "markdown"}``)."""
     manifest = sides.manifest.as_json()
-    judgement = judge_run(comparisons, thresholds, manifest, config=name, expect=sides.expect,
-                          effective=sides.effective, speed=sides.speed, replay=replay)
-    verdict = build_verdict(judgement, comparisons, manifest, near_tie=thresholds.near_tie_logprob, speed=sides.speed,
-                            speed_floors=thresholds.speed_floors_for(name), economics=thresholds.economics_for(name),
-                            replay_run=sides.replay)
+    judgement = judge_run(comparisons, policy, manifest, expect=sides.expect, effective=sides.effective,
+                          speed=sides.speed, replay=replay)
+    verdict = build_verdict(judgement, comparisons, manifest, near_tie=policy.near_tie_logprob, speed=sides.speed,
+                            speed_floors=policy.speed_floors, economics=policy.economics, replay_run=sides.replay)
     doc = verdict.to_dict()
     for filename, obj in sides.files.items():
         write_json_atomic(out / filename, obj)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from evalgate.errors import ConfigError, EvalgateError
+from evalgate.inputs.thresholds import ConfigPolicy, load_thresholds
 
 
 def plan(config: str, margin: float, thresholds_path: Path, configs_dir: Path, from_dir: Path | None = None,
@@ -23,17 +24,15 @@ def plan(config: str, margin: float, thresholds_path: Path, configs_dir: Path, f
         ConfigError: margin not in (0, 100], unknown config, a pilot of another config, a share outside [0, 1].
         StoreError: the pilot run is missing or malformed.
     """
-    from evalgate.inputs.thresholds import load_thresholds
-
     if not margin > 0 or margin > 100:
         raise ConfigError(f"must be > 0 and <= 100 points, got {margin}", field="--margin")
-    thresholds = load_thresholds(thresholds_path)
     name = Path(config).stem if config.endswith((".yaml", ".yml")) else config
+    policy = load_thresholds(thresholds_path).policy(name)
     if not from_dir:
         _find_config(config, configs_dir)  # a config that does not exist has no pilot to find
     if assume_discordance is not None:
-        return _plan_assumed(assume_discordance, name, margin, thresholds, _config_model(config, configs_dir))
-    _plan_from_pilot(config, name, margin, thresholds, configs_dir, from_dir or _latest_run(name))
+        return _plan_assumed(assume_discordance, margin, policy, _config_model(config, configs_dir))
+    _plan_from_pilot(config, name, margin, policy, configs_dir, from_dir or _latest_run(name))
 
 
 def limit_notice(tasks: list[tuple[str, float, float, int | None]], limit: int, power: float) -> str | None:
@@ -89,7 +88,8 @@ def limit_notice(tasks: list[tuple[str, float, float, int | None]], limit: int, 
     return f"notice: at --limit {limit} {head}; {tail}"
 
 
-def _plan_from_pilot(config: str, name: str, margin: float, thresholds: Any, configs_dir: Path, pilot: Path) -> None:
+def _plan_from_pilot(config: str, name: str, margin: float, policy: ConfigPolicy, configs_dir: Path,
+                     pilot: Path) -> None:
     """``plan`` from the pilot run directory ``pilot``."""
     from evalgate.compare.pairing import plan_tasks
     from evalgate.results.store import read_json, tasks_from_json
@@ -104,18 +104,17 @@ def _plan_from_pilot(config: str, name: str, margin: float, thresholds: Any, con
     tasks = {role: tasks_from_json(d.get("tasks", {}) if isinstance(d, dict) else {}, pilot / f"{role}.json")
              for role, d in sides.items()}
     available, unknown = _suite_sizes(tasks["baseline"])
-    plans = plan_tasks(tasks["baseline"], tasks["candidate"], thresholds, margin=margin, config=name,
-                       available=available)
-    print(f"pilot: {pilot} (config {name}); margin {margin:g} pts, power {thresholds.power:g}")
+    plans = plan_tasks(tasks["baseline"], tasks["candidate"], policy, margin=margin, available=available)
+    print(f"pilot: {pilot} (config {name}); margin {margin:g} pts, power {policy.power:g}")
     _print_plans(plans, margin)
     for task, why in unknown.items():
         print(f"{task}: suite size unknown ({why}); cannot check the items needed against it")
     _print_floors(plans)
     manifest = pilot / "manifest.json"
     model = read_json(manifest, "run manifest").get("model") if manifest.is_file() else None
-    print(f"\nat full size, MDE extrapolated from the pilot's discordance (power {thresholds.power:g}):")
+    print(f"\nat full size, MDE extrapolated from the pilot's discordance (power {policy.power:g}):")
     _print_full_size([(t.suite, t.task, t.available, t.min_margin) for t in plans],
-                     model or _config_model(config, configs_dir), thresholds, name)
+                     model or _config_model(config, configs_dir), policy)
 
 
 def _print_plans(plans: list[Any], margin: float) -> None:
@@ -167,7 +166,7 @@ def _config_model(config: str, configs_dir: Path) -> str | None:
         return None
 
 
-def _plan_assumed(p: float, name: str, margin: float, thresholds: Any, model: str | None) -> None:
+def _plan_assumed(p: float, margin: float, policy: ConfigPolicy, model: str | None) -> None:
     """``plan --assume-discordance P --margin M``: every task of every suite, the items it needs for ``margin``
     (points) at an assumed discordance ``p`` against its suite's size, then its MDE at full size."""
     from evalgate.compare.power import items_needed_at_discordance, mde_at_discordance
@@ -180,23 +179,23 @@ def _plan_assumed(p: float, name: str, margin: float, thresholds: Any, model: st
         sizes, _ = _suite_sizes({t: _Named(suite.name) for t in suite.tasks})
         for task in suite.tasks:
             n = sizes.get(task)
-            alpha = thresholds.for_task(suite.name, task, name).alpha
-            full = mde_at_discordance(p, n, alpha, thresholds.power) if n else None
+            alpha = policy.task(suite.name, task).alpha
+            full = mde_at_discordance(p, n, alpha, policy.power) if n else None
             rows.append((suite.name, task, n, full))
-            needs.append((suite.name, task, alpha, items_needed_at_discordance(p, margin, alpha, thresholds.power),
+            needs.append((suite.name, task, alpha, items_needed_at_discordance(p, margin, alpha, policy.power),
                           n, full))
     print(f"no pilot: items needed for a {margin:g}-point margin and MDE at full size, assuming {100 * p:g} % of "
           f"items change score between baseline and candidate (an assumption, not a measurement: a pilot run gives "
           f"the real figure, 'evalgate plan --from RUN_DIR'); MDE = (z_(1-alpha) + z_power) * max(100 * sqrt({p:g} / "
-          f"n), 100 / n), items needed = the least n with MDE <= {margin:g}, power {thresholds.power:g}")
+          f"n), 100 / n), items needed = the least n with MDE <= {margin:g}, power {policy.power:g}")
     print(f"{'suite/task':34} {'alpha':>6} {'items needed':>13} {'suite has':>9}")
     for suite_name, task, alpha, need, n, _ in needs:
         print(f"{suite_name + '/' + task:34} {alpha:>6.3g} {need:>13} {n if n else '?':>9}")
     for suite_name, task, _, need, n, full in needs:
         if need is not None and n and need > n:
             _print_short(suite_name, task, need, n, margin, full)
-    print(f"\nat full size, MDE at the assumed discordance (power {thresholds.power:g}):")
-    _print_full_size(rows, model, thresholds, name)
+    print(f"\nat full size, MDE at the assumed discordance (power {policy.power:g}):")
+    _print_full_size(rows, model, policy)
 
 
 class _Named:
@@ -206,8 +205,8 @@ class _Named:
         self.suite = suite
 
 
-def _print_full_size(rows: list[tuple[str, str, int | None, float | None]], model: str | None, thresholds: Any,
-                     config: str) -> None:
+def _print_full_size(rows: list[tuple[str, str, int | None, float | None]], model: str | None,
+                     policy: ConfigPolicy) -> None:
     """One line per (suite, task, items at full size, MDE at full size): the FP32 baseline's accuracy that the task
     YAML records for ``model`` (``metadata.evalgate``; '-' when none), the items, the MDE and the gate's margin."""
     from evalgate.suites.discovery import default_suites_dir, load_suite, task_notes
@@ -222,7 +221,7 @@ def _print_full_size(rows: list[tuple[str, str, int | None, float | None]], mode
             print(f"{suite + '/' + task:34} {'?':>8}  ({exc})")
             continue
         acc = notes.baseline_accuracy.get(model or "")
-        margin = thresholds.for_task(suite, task, config).margin
+        margin = policy.task(suite, task).margin
         print(f"{suite + '/' + task:34} {'-' if acc is None else f'{100 * acc:.1f}%':>8} {n if n else '?':>6} "
               f"{'-' if mde_full is None else f'{mde_full:.2f}':>6} {margin:>6g}  {notes.measured or '-'}")
 

@@ -20,7 +20,7 @@ from evalgate.compare.agreement import OutputAgreement, is_near_tie
 from evalgate.compare.power import items_needed, items_needed_basis, mde, mde_at
 from evalgate.compare.stats import PairedComparison, flipped_items, paired_comparison, power_se
 from evalgate.errors import StoreError
-from evalgate.inputs.thresholds import Thresholds
+from evalgate.inputs.thresholds import ConfigPolicy
 from evalgate.results.records import ItemResult, TaskResult
 
 
@@ -81,13 +81,13 @@ def pair_items(base: TaskResult, cand: TaskResult) -> list[tuple[ItemResult, Ite
 
 
 def compare_tasks(baseline: dict[str, TaskResult], candidate: dict[str, TaskResult],
-                  thresholds: Thresholds, *, config: str | None = None) -> list[TaskComparison]:
+                  policy: ConfigPolicy) -> list[TaskComparison]:
     """Paired comparison of every task present on both sides, at each task's alpha.
 
     Args:
         baseline, candidate: per-task results by task name; both must hold the same tasks.
-        thresholds: gives alpha, resample count and the bootstrap seed.
-        config: the candidate config's name (its ``configs.<name>`` alpha applies).
+        policy: the candidate config's resolved thresholds (``Thresholds.policy``): each task's alpha, the
+            resample count and the bootstrap seed.
     Raises:
         StoreError: the sides hold different tasks or items, or a task has no items.
     """
@@ -99,14 +99,14 @@ def compare_tasks(baseline: dict[str, TaskResult], candidate: dict[str, TaskResu
         pairs = pair_items(b, c)
         if not pairs:
             raise StoreError(f"task {name}: no items were evaluated")
-        thr = thresholds.for_task(b.suite, name, config)
+        thr = policy.task(b.suite, name)
         xb = np.array([p[0].score for p in pairs], dtype=float)
         xc = np.array([p[1].score for p in pairs], dtype=float)
         # One generator per task, seeded from the thresholds' seed and the task name: adding a task
         # does not change another task's interval.
-        rng = np.random.default_rng([thresholds.seed, *name.encode()])
+        rng = np.random.default_rng([policy.seed, *name.encode()])
         clusters = [getattr(p[0], "cluster", None) for p in pairs]
-        cmp = paired_comparison(xb, xc, alpha=thr.alpha, rng=rng, n_resamples=thresholds.bootstrap_resamples,
+        cmp = paired_comparison(xb, xc, alpha=thr.alpha, rng=rng, n_resamples=policy.bootstrap_resamples,
                                 clusters=clusters, interval="auto")
         reg, imp = flipped_items(xb, xc)
         differ = tuple(i for i, (pb, pc) in enumerate(pairs) if pb.output != pc.output)
@@ -158,15 +158,15 @@ class TaskPlan:
         return self.items_needed is not None and self.available is not None and self.items_needed > self.available
 
 
-def plan_tasks(baseline: dict[str, TaskResult], candidate: dict[str, TaskResult], thresholds: Thresholds,
-               *, margin: float, config: str | None = None,
+def plan_tasks(baseline: dict[str, TaskResult], candidate: dict[str, TaskResult], policy: ConfigPolicy,
+               *, margin: float,
                available: Mapping[str, int | None] | None = None) -> list[TaskPlan]:
     """Items each task needs to decide within ``margin`` points, from a pilot run's discordance.
 
     Per task: ``v = n * SE^2`` (SE from ``stats.power_se``: the null SE of the discordant share for
     unclustered 0/1 scores, else the clustered SE; floored at one changed item) and
     ``items_needed = ceil(v * (z_{1-alpha} + z_power)^2 / margin^2)`` (``evalgate.compare.power``), with the
-    task's alpha (``thresholds.for_task``) and ``thresholds.power``, never below the SE floor's
+    task's alpha (``policy.task``) and ``policy.power``, never below the SE floor's
     ``ceil(100 * (z_{1-alpha} + z_power) / margin)``; a task with no changed item gets that floor, marked
     ``basis="floor"`` (nothing to extrapolate from). Holm's correction is not
     included: it only touches the loss test, not the MDE. ``available`` (task -> items its suite holds)
@@ -179,16 +179,16 @@ def plan_tasks(baseline: dict[str, TaskResult], candidate: dict[str, TaskResult]
         pairs = pair_items(baseline[name], candidate[name])
         if not pairs:
             raise StoreError(f"task {name}: no items were evaluated")
-        alpha = thresholds.for_task(baseline[name].suite, name, config).alpha
+        alpha = policy.task(baseline[name].suite, name).alpha
         se, g, changed = power_se(np.array([p[0].score for p in pairs], dtype=float),
                                   np.array([p[1].score for p in pairs], dtype=float),
                                   [getattr(p[0], "cluster", None) for p in pairs])
         n = len(pairs)
-        need = items_needed(se, n, margin, alpha, thresholds.power, discordant=changed)
+        need = items_needed(se, n, margin, alpha, policy.power, discordant=changed)
         clusters = math.ceil(need * g / n) if need is not None and g < n else None
         have = (available or {}).get(name)
-        best = mde_at(se, n, have, alpha, thresholds.power, discordant=changed) if have else None
-        out.append(TaskPlan(baseline[name].suite, name, n, g, changed, alpha, thresholds.power, margin, se,
-                            mde(se, alpha, thresholds.power), need, clusters, items_needed_basis(need, changed),
+        best = mde_at(se, n, have, alpha, policy.power, discordant=changed) if have else None
+        out.append(TaskPlan(baseline[name].suite, name, n, g, changed, alpha, policy.power, margin, se,
+                            mde(se, alpha, policy.power), need, clusters, items_needed_basis(need, changed),
                             have, best))
     return out

@@ -50,7 +50,7 @@ from evalgate.compare.agreement import OutputAgreement, is_near_tie
 from evalgate.compare.power import describe_items_needed, holm_levels, items_needed, mde
 from evalgate.compare.stats import PairedComparison
 from evalgate.fmt import MINUS, decimals_apart, num, p_value
-from evalgate.inputs.thresholds import TaskThreshold, Thresholds
+from evalgate.inputs.thresholds import ConfigPolicy, TaskThreshold
 
 __all__ = ["Decision", "OutputAgreement", "TaskDecision", "Verdict", "decide", "is_near_tie", "overall_of",
            "shows_non_inferiority"]
@@ -224,11 +224,10 @@ def _task_decision(suite: str, task: str, cmp: PairedComparison, thr: TaskThresh
 
 def decide(
     task_results: Sequence[tuple[str, str, PairedComparison]],
-    thresholds: Thresholds,
+    policy: ConfigPolicy,
     *,
     baseline_effective: Mapping,
     candidate_effective: Mapping,
-    config: str | None = None,
     expect: str = "lossy",
     outputs: Mapping[str, OutputAgreement] | None = None,
 ) -> Decision:
@@ -236,10 +235,10 @@ def decide(
 
     Args:
         task_results: ``(suite, task, comparison)`` per task; differences in points.
-        thresholds: margins (points), alpha, power and ``on_inconclusive``.
+        policy: the candidate config's resolved thresholds (``Thresholds.policy``): margins (points), alpha,
+            power, ``on_inconclusive`` and the lossless tolerances.
         baseline_effective, candidate_effective: the engine configuration as vLLM resolved it
             for each arm (nested mappings allowed).
-        config: the candidate config's name, for ``configs.<name>`` thresholds.
         expect: the candidate's declared ``expect``; ``"lossless"`` turns on the output check.
         outputs: per task name, the output agreement (needed when ``expect == "lossless"``).
 
@@ -255,7 +254,7 @@ def decide(
         if (suite, task) in seen:
             raise ValueError(f"task {suite}/{task} appears more than once")
         seen.add((suite, task))
-    thrs = [thresholds.for_task(suite, task, config) for suite, task, _ in task_results]
+    thrs = [policy.task(suite, task) for suite, task, _ in task_results]
     holm = holm_levels([cmp.p_loss for _, _, cmp in task_results], [t.alpha for t in thrs])
     lossless = expect == "lossless"
     decisions: list[TaskDecision] = []
@@ -265,11 +264,11 @@ def decide(
             if outputs is None or task not in outputs:
                 raise ValueError(f"{suite}/{task}: config is declared lossless but no output agreement was given")
             agreement = outputs[task]
-        decisions.append(_task_decision(suite, task, cmp, thr, power=thresholds.power, loss_alpha=level,
+        decisions.append(_task_decision(suite, task, cmp, thr, power=policy.power, loss_alpha=level,
                                         loss_shown=rejected, agreement=agreement,
-                                        required_share=thresholds.identical_share_for(config),
-                                        max_kl_mean=thresholds.max_kl_mean))
-    return _overall(tuple(decisions), thresholds, baseline_effective, candidate_effective)
+                                        required_share=policy.identical_share,
+                                        max_kl_mean=policy.max_kl_mean))
+    return _overall(tuple(decisions), policy.on_inconclusive, baseline_effective, candidate_effective)
 
 
 def speed_only_decision(baseline_effective: Mapping, candidate_effective: Mapping) -> Decision:
@@ -283,7 +282,7 @@ def speed_only_decision(baseline_effective: Mapping, candidate_effective: Mappin
     return Decision(Verdict.INCONCLUSIVE, (reason,), ())
 
 
-def _overall(tasks: tuple[TaskDecision, ...], thresholds: Thresholds, baseline_effective: Mapping,
+def _overall(tasks: tuple[TaskDecision, ...], on_inconclusive: str, baseline_effective: Mapping,
              candidate_effective: Mapping) -> Decision:
     """The overall verdict of decided tasks: NO-OP > BLOCK > INCONCLUSIVE (BLOCK under ``on_inconclusive: block``)
     > PASS, with one reason per task that produced it."""
@@ -299,7 +298,7 @@ def _overall(tasks: tuple[TaskDecision, ...], thresholds: Thresholds, baseline_e
     if overall is Verdict.BLOCK:
         return Decision(Verdict.BLOCK, tuple(f"{t.suite}/{t.task}: BLOCK: {t.reason}" for t in blocked), tasks)
     if overall is Verdict.INCONCLUSIVE:
-        if thresholds.on_inconclusive == "block":
+        if on_inconclusive == "block":
             return Decision(Verdict.BLOCK, tuple(
                 f"{t.suite}/{t.task}: INCONCLUSIVE, counted as BLOCK (on_inconclusive: block): {t.reason}"
                 for t in unsure), tasks)

@@ -17,7 +17,7 @@ from evalgate.compare.pairing import TaskComparison
 from evalgate.gate.accuracy import Decision, decide, speed_only_decision
 from evalgate.gate.overrides import health_alpha, health_failures, overrule
 from evalgate.gate.replay import ReplayDecision, combine, decide_replay
-from evalgate.inputs.thresholds import ReplaySection
+from evalgate.inputs.thresholds import ConfigPolicy
 from evalgate.results.records import ItemResult
 
 __all__ = ["Judgement", "judge", "judge_run", "task_evidence"]
@@ -95,17 +95,18 @@ def judge(decision: Decision, comparisons: Sequence[TaskComparison], manifest: M
     return Judgement(final, evidence, spec)
 
 
-def judge_run(comparisons: Sequence[TaskComparison], thresholds: Any, manifest: Mapping[str, Any], *,
-              config: str | None, expect: str, effective: Mapping[str, Any],
+def judge_run(comparisons: Sequence[TaskComparison], policy: ConfigPolicy, manifest: Mapping[str, Any], *,
+              expect: str, effective: Mapping[str, Any],
               speed: Mapping[str, Any] | None = None, replay: Any = None) -> Judgement:
     """The whole decision of one gate run: :func:`decide` over the comparisons, then :func:`judge`, then the replay
     gate's verdict joined (``gate.replay.combine``).
 
     Args:
         comparisons: from ``compare.compare_tasks``.
-        thresholds: ``inputs.thresholds.Thresholds`` (margins, levels, power, floors), read for ``config``.
+        policy: the candidate config's resolved thresholds (``Thresholds.policy``: margins, levels, power,
+            floors, latency objectives, the replay gate's share and margin).
         manifest: as in :func:`judge`.
-        config: the candidate's config name (its per-config thresholds); expect: ``"lossy"`` or ``"lossless"``.
+        expect: ``"lossy"`` or ``"lossless"``.
         effective: ``{"baseline": ..., "candidate": ...}`` effective engine configs (the NO-OP rule's input).
         speed: the ``speed`` block, None when not measured.
         replay: the replayed requests compared (``compare.replay.ReplayComparison``), None when no replay ran.
@@ -119,16 +120,13 @@ def judge_run(comparisons: Sequence[TaskComparison], thresholds: Any, manifest: 
     if manifest.get("speed_only") and not comparisons:  # --speed-only: quality not measured, never a PASS
         decision = speed_only_decision(effective["baseline"], effective["candidate"])
     else:
-        decision = decide([(c.suite, c.task, c.comparison) for c in comparisons], thresholds,
+        decision = decide([(c.suite, c.task, c.comparison) for c in comparisons], policy,
                           baseline_effective=effective["baseline"], candidate_effective=effective["candidate"],
-                          config=config, expect=expect,
-                          outputs={c.task: c.agreement(thresholds.near_tie_logprob) for c in comparisons})
-    judged = judge(decision, comparisons, manifest, spec_floors=thresholds.spec_floors_for(config), speed=speed,
-                   speed_floors=thresholds.speed_floors_for(config))
+                          expect=expect, outputs={c.task: c.agreement(policy.near_tie_logprob) for c in comparisons})
+    judged = judge(decision, comparisons, manifest, spec_floors=policy.spec_floors, speed=speed,
+                   speed_floors=policy.speed_floors)
     if replay is None:
         return judged
-    rd = decide_replay(replay, floor=thresholds.replay_share_for(config), alpha=thresholds.alpha,
-                       json_margin=(thresholds.replay.json_margin if thresholds.replay is not None
-                                    else ReplaySection.model_fields["json_margin"].default),
-                       power=thresholds.power, lossless=expect == "lossless", max_kl_mean=thresholds.max_kl_mean)
-    return Judgement(combine(judged.decision, rd, thresholds.on_inconclusive), judged.evidence, judged.spec, rd)
+    rd = decide_replay(replay, floor=policy.replay_share, alpha=policy.alpha, json_margin=policy.json_margin,
+                       power=policy.power, lossless=expect == "lossless", max_kl_mean=policy.max_kl_mean)
+    return Judgement(combine(judged.decision, rd, policy.on_inconclusive), judged.evidence, judged.spec, rd)

@@ -78,7 +78,7 @@ def spec_decode_floor_failures(acceptance_rate: float | None, mean_acceptance_le
     Args:
         acceptance_rate: accepted / draft tokens (0..1) over the run; None when no counters were recorded.
         mean_acceptance_length: 1 + accepted / drafts; None when no counters were recorded.
-        min_acceptance_rate, min_mean_acceptance_length: the floors (``thresholds.spec_floors_for``); None = none.
+        min_acceptance_rate, min_mean_acceptance_length: the floors (``ConfigPolicy.spec_floors``); None = none.
         speculative: the candidate's effective engine config runs speculative decoding.
     A floor set for a candidate that ran speculative decoding without any recorded counters fails (closed): the
     claim cannot be checked. A floor on a candidate without speculative decoding does not apply.

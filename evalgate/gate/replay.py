@@ -3,7 +3,7 @@
 Facts come from ``evalgate.compare.replay``; ``thresholds.yaml``'s ``replay`` section and the lossless tolerances set
 the levels. With n replayed requests, k of them *agreeing* (identical outputs, or first differing at a near-tie:
 the baseline ranked the candidate's token within ``lossless.near_tie_logprob`` nats of its own), the floor
-``f = Thresholds.replay_share_for(config)`` and the one-sided level ``alpha`` (the file's top-level ``alpha``):
+``f = ConfigPolicy.replay_share`` and the one-sided level ``alpha`` (the file's top-level ``alpha``):
 
 1. *Identity* (every config). Clopper-Pearson one-sided bounds of the agreeing share (exact binomial; C. J. Clopper
    and E. S. Pearson, Biometrika 26(4), 1934): ``L = Beta_{alpha}(k, n - k + 1)`` (0 when k = 0) and

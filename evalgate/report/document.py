@@ -6,6 +6,7 @@ accuracy rule and every override, in one place); this module only lays them out 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from evalgate import gate
@@ -24,7 +25,7 @@ __all__ = ["build_verdict", "gate_document"]
 
 def build_verdict(judgement: gate.Judgement, comparisons: list[TaskComparison], manifest: dict[str, Any], *,
                   near_tie: float = 0.0, speed: dict[str, Any] | None = None, speed_floors: Any = None,
-                  economics: dict[str, Any] | None = None, replay_run: Any = None) -> Verdict:
+                  economics: Mapping[str, Any] | None = None, replay_run: Any = None) -> Verdict:
     """The verdict of a run: the gate's judgement (``gate.judge``: final decision, judged evidence per task) with
     every task's statistics, changed items and evidence.
 
@@ -33,13 +34,13 @@ def build_verdict(judgement: gate.Judgement, comparisons: list[TaskComparison], 
         comparisons: from ``compare.compare_tasks`` (same tasks as the decision).
         manifest: run metadata: ``baseline``/``candidate`` (name, requested, effective, expect, spec_decode,
             evidence_sources), suites, versions, timings.
-        near_tie: nats (``thresholds.near_tie_logprob``); each task lists as ``tie_flips`` the differing items whose
+        near_tie: nats (``ConfigPolicy.near_tie_logprob``); each task lists as ``tie_flips`` the differing items whose
             first flip was within it (numerics), for lossy configs too.
         speed: the measured ``speed`` block (``speed.speed_block``, or a failed one), None when speed was not
             measured (the verdict then has no ``speed``).
-        speed_floors: ``thresholds.SpeedFloors`` for the candidate, shown beside the speed block (the gate has
+        speed_floors: ``ConfigPolicy.speed_floors`` of the candidate, shown beside the speed block (the gate has
             already applied them).
-        economics: ``thresholds.Thresholds.economics_for(config)`` (None: not set): the verdict gets an ``economics``
+        economics: ``ConfigPolicy.economics`` (None: not set): the verdict gets an ``economics``
             block (``economics.economics_block``) when speed was measured. It is computed after the decision and
             never changes it.
         replay_run: the replay's answers (``compare.replay.ReplayRun``); with ``judgement.replay`` the verdict gets

@@ -2,7 +2,7 @@
 utilisation below which an API is cheaper (issue 27, item 4). Pure computation, no I/O.
 
 Inputs are the verdict's ``speed`` block (``speed.speed_block``: per concurrency level the median output tok/s of each
-side and the speed-up's interval) and the ``economics`` keys of ``thresholds.yaml`` (``Thresholds.economics_for``).
+side and the speed-up's interval) and the ``economics`` keys of ``thresholds.yaml`` (``ConfigPolicy.economics``).
 Formulas (units: US dollars, GPU-hours, output tokens per second):
 
 * cost per million output tokens of one side at full load (the GPUs busy the whole hour at the measured throughput)::
@@ -101,7 +101,7 @@ def economics_block(speed: Mapping[str, Any] | None, settings: Mapping[str, Any]
     Args:
         speed: the verdict's ``speed`` block (``speed.speed_block``): ``levels`` with ``concurrency``, ``ratio``,
             ``ci_low``, ``ci_high``, ``level`` and per side ``median`` output tok/s.
-        settings: ``Thresholds.economics_for(config)``: ``gpu_hour_usd`` (required), ``api_usd_per_mtok`` and ``gpus``
+        settings: ``ConfigPolicy.economics``: ``gpu_hour_usd`` (required), ``api_usd_per_mtok`` and ``gpus``
             (optional).
         engine_args: per side (``baseline``/``candidate``) the requested engine args; they give each side's GPUs
             (``engine_gpus``) when ``gpus`` is not set.

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 
 from evalgate.errors import ConfigError
 from evalgate.inputs.requestlog import FROM_LOG
-from evalgate.inputs.thresholds import SLO_KEYS
+from evalgate.inputs.thresholds import SLO_KEYS, ConfigPolicy
 from evalgate.speed.speedup import TrafficProfile, compare_speed, speed_block
 
 log = logging.getLogger("evalgate")
@@ -162,10 +162,11 @@ def with_sent_requests(profile: TrafficProfile, sent: Mapping[str, dict[str, Any
     return dataclasses.replace(profile, requests=meta)
 
 
-def speed_profile(options: Any, thresholds: Any, config_name: str, *, default_on: bool = False) -> Any:
-    """The traffic profile to measure, or None: speed is measured when the thresholds file has a ``traffic``
-    section (or ``configs.<name>.traffic``), the command line asks for it (``--speed``/``--concurrency``/
-    ``--repeats``/``--precision``/...) or ``default_on`` (ablate), and never with ``--no-speed``.
+def speed_profile(options: Any, policy: ConfigPolicy, *, default_on: bool = False) -> TrafficProfile | None:
+    """The traffic profile to measure, or None: speed is measured when the candidate's policy has traffic keys
+    (``policy.traffic``: the thresholds' ``traffic`` section or ``configs.<name>.traffic``), the command line asks
+    for it (``--speed``/``--concurrency``/``--repeats``/``--precision``/...) or ``default_on`` (ablate), and never
+    with ``--no-speed``. ``policy``: ``Thresholds.policy(candidate)``.
 
     Raises:
         ConfigError: the profile is invalid (also its precision keys together: ``precision.precision_problems``), asks ``mode: serve`` for what serve mode cannot measure
@@ -175,9 +176,9 @@ def speed_profile(options: Any, thresholds: Any, config_name: str, *, default_on
     from evalgate.engine.platform import has_cuda
     from evalgate.speed.speedup import resolve_profile
 
-    fields = thresholds.traffic_for(config_name)
+    fields = policy.traffic
     if options.no_speed or not (default_on or options.wants_speed or fields is not None):
-        refuse_unmeasured_slos(thresholds, config_name, "--no-speed" if options.no_speed else None)
+        refuse_unmeasured_slos(policy, "--no-speed" if options.no_speed else None)
         return None
     fields = dict(fields or {})
     log_path = fields.pop("from", None)
@@ -185,51 +186,47 @@ def speed_profile(options: Any, thresholds: Any, config_name: str, *, default_on
     if from_log:
         fields.pop("concurrency")
     profile = resolve_profile(fields, cuda=has_cuda(), concurrency=options.concurrency, repeats=options.repeats,
-                              power=thresholds.power,  # the speed MDE at the quality side's power
+                              power=policy.power,  # the speed MDE at the quality side's power
                               precision=getattr(options, "precision", None),
                               max_repeats=getattr(options, "max_repeats", None),
                               max_seconds=getattr(options, "max_seconds", None))
     from evalgate.speed.precision import precision_problems
 
     for fld, msg in precision_problems(profile.repeats, profile.precision, profile.max_repeats, profile.max_seconds):
-        path, dotted = traffic_source(thresholds, config_name, fld, options)
+        path, dotted = traffic_source(policy, fld, options)
         raise ConfigError(msg, path=path, field=dotted)
     if log_path is not None or from_log:
-        profile = log_profile(profile, fields, log_path, from_log and not options.concurrency, thresholds,
-                              config_name, options)
+        profile = log_profile(profile, fields, log_path, from_log and not options.concurrency, policy, options)
     if profile.mode == "serve":
         from evalgate.speed.serve import serve_problems
 
         for fld, msg in serve_problems(profile):
-            path, dotted = traffic_source(thresholds, config_name, fld, options)
+            path, dotted = traffic_source(policy, fld, options)
             raise ConfigError(msg, path=path, field=dotted)
-    profile = with_latency_slos(profile, thresholds, config_name)
-    check_benchmark_code(profile.mode, thresholds, config_name, options, replay=profile.requests is not None)
+    profile = with_latency_slos(profile, policy)
+    check_benchmark_code(profile.mode, policy, options, replay=profile.requests is not None)
     return profile
 
 
-def _slo_field(thresholds: Any, config_name: str) -> str:
-    """The dotted field of ``config_name``'s first latency objective: ``configs.<name>.max_...`` or ``speed.max_...``."""
-    slos = thresholds.speed_floors_for(config_name)
-    key = next(k for k in SLO_KEYS if getattr(slos, k) is not None)
-    override = thresholds.configs.get(config_name)
-    return f"configs.{config_name}.{key}" if override is not None and getattr(override, key) is not None \
-        else f"speed.{key}"
+def _slo_field(policy: ConfigPolicy) -> str:
+    """The dotted field of the policy's first latency objective: ``configs.<name>.max_...`` or ``speed.max_...``."""
+    key = next(k for k in SLO_KEYS if getattr(policy.speed_floors, k) is not None)
+    return policy.speed_field(key)
 
 
-def refuse_unmeasured_slos(thresholds: Any, config_name: str, flag: str | None) -> None:
-    """ConfigError (exit 2, naming the objective's file and field) when ``config_name`` has a latency objective but
+def refuse_unmeasured_slos(policy: ConfigPolicy, flag: str | None) -> None:
+    """ConfigError (exit 2, naming the objective's file and field) when the policy has a latency objective but
     the run measures no speed (``flag``: ``--no-speed``, else no ``traffic`` section and no speed flag): the
     objective could never be checked, and the gate would block on it after both engines ran."""
-    if thresholds.speed_floors_for(config_name).slos():
+    if policy.speed_floors.slos():
         why = "--no-speed turns the speed phase off" if flag else "no speed is measured (no traffic section, no --speed)"
         raise ConfigError(f"a latency objective needs a serve-mode speed measurement, but {why}: set "
-                          f"traffic: {{mode: serve}} or remove the objective", path=thresholds.path,
-                          field=_slo_field(thresholds, config_name))
+                          f"traffic: {{mode: serve}} or remove the objective", path=policy.path,
+                          field=_slo_field(policy))
 
 
-def with_latency_slos(profile: TrafficProfile, thresholds: Any, config_name: str) -> TrafficProfile:
-    """``profile`` with the per-request goodput objectives of ``config_name``'s latency SLOs
+def with_latency_slos(profile: TrafficProfile, policy: ConfigPolicy) -> TrafficProfile:
+    """``profile`` with the per-request goodput objectives of the policy's latency SLOs
     (``thresholds.LatencySlos``: ``speed.max_ttft_p99_ms`` ..., or ``configs.<name>.max_...``) when it is measured in
     serve mode; unchanged when no SLO is set.
 
@@ -239,18 +236,18 @@ def with_latency_slos(profile: TrafficProfile, thresholds: Any, config_name: str
     """
     import dataclasses
 
-    slos = thresholds.speed_floors_for(config_name)
+    slos = policy.speed_floors
     if not slos.slos():
         return profile
     if profile.mode != "serve":
         raise ConfigError("a latency objective is measured in serve mode only (offline mode measures throughput, "
-                          "not per-request latency): set traffic.mode: serve", path=thresholds.path,
-                          field=_slo_field(thresholds, config_name))
+                          "not per-request latency): set traffic.mode: serve", path=policy.path,
+                          field=_slo_field(policy))
     return dataclasses.replace(profile, goodput=slos.goodput() or None)
 
 
 def log_profile(profile: TrafficProfile, fields: dict[str, Any], log_path: str | None, from_log: bool,
-                thresholds: Any, config_name: str, options: Any) -> TrafficProfile:
+                policy: ConfigPolicy, options: Any) -> TrafficProfile:
     """``profile`` turned into the replay of the request log ``log_path`` (``traffic.from``, relative to the
     thresholds file): the log read and checked (``requestlog.read_request_log``), ``num_prompts`` its request count
     (or the first ``traffic.num_prompts``), and with ``from_log`` the concurrency levels the log's timestamps imply
@@ -269,7 +266,7 @@ def log_profile(profile: TrafficProfile, fields: dict[str, Any], log_path: str |
     from evalgate.inputs.thresholds import MAX_TRAFFIC_PROMPTS
 
     def refuse(fld: str, msg: str) -> None:
-        path, dotted = traffic_source(thresholds, config_name, fld, options)
+        path, dotted = traffic_source(policy, fld, options)
         raise ConfigError(msg, path=path, field=dotted)
 
     if log_path is None:
@@ -277,7 +274,7 @@ def log_profile(profile: TrafficProfile, fields: dict[str, Any], log_path: str |
     for key in ("input_len", "prompts"):
         if key in fields:
             refuse(key, "does not apply with traffic.from (the logged requests are sent as recorded); remove it")
-    base = Path(thresholds.path).parent if thresholds.path is not None else Path(".")
+    base = Path(policy.path).parent if policy.path is not None else Path(".")
     log = read_request_log(Path(os.path.normpath(base / str(log_path))), times=from_log)
     count = len(log.requests)
     n = fields.get("num_prompts")
@@ -299,8 +296,7 @@ def log_profile(profile: TrafficProfile, fields: dict[str, Any], log_path: str |
                                num_prompts=n if n is not None else count, requests=meta)
 
 
-def check_benchmark_code(mode: str, thresholds: Any, config_name: str, options: Any = None, *,
-                         replay: bool = False) -> None:
+def check_benchmark_code(mode: str, policy: ConfigPolicy, options: Any = None, *, replay: bool = False) -> None:
     """ConfigError (exit 2, naming the installed vLLM and ``traffic.mode``) when the installed vLLM lacks the
     benchmark code speed mode ``mode`` calls (``engine.argnames.missing_offline_benchmark`` /
     ``missing_serve_benchmark``: read from vLLM's source, no import), before any engine starts; with ``replay`` (a
@@ -311,44 +307,41 @@ def check_benchmark_code(mode: str, thresholds: Any, config_name: str, options: 
     if replay and not missing and argnames.missing_log_replay():
         missing, mode = argnames.missing_log_replay(), "offline (traffic.from)"
     if missing:
-        path, dotted = traffic_source(thresholds, config_name, "from" if mode.endswith("(traffic.from)") else "mode",
-                                      options)
+        path, dotted = traffic_source(policy, "from" if mode.endswith("(traffic.from)") else "mode", options)
         raise ConfigError(f"speed mode '{mode}' needs {'; '.join(missing)}, which the installed vLLM "
                           f"({argnames.installed_vllm_version()}) lacks", path=path, field=dotted)
 
 
-def traffic_source(thresholds: Any, config: str | None, fld: str, options: Any = None) -> tuple[Any, str]:
-    """``(file, dotted field)`` that set traffic field ``fld`` of ``config``'s profile, for an error message: the
-    command line (``--concurrency`` / ``--repeats`` / ``--precision`` / ``--max-repeats`` / ``--max-seconds``: no file), ``configs.<config>.traffic.<fld>``, else
-    ``traffic.<fld>`` (also when the value is the platform's default)."""
+def traffic_source(policy: ConfigPolicy, fld: str, options: Any = None) -> tuple[Path | None, str]:
+    """``(file, dotted field)`` that set traffic field ``fld`` of the policy's profile, for an error message: the
+    command line (``--concurrency`` / ``--repeats`` / ``--precision`` / ``--max-repeats`` / ``--max-seconds``: no
+    file), else the thresholds file and ``policy.traffic_field(fld)`` (``configs.<config>.traffic.<fld>``, else
+    ``traffic.<fld>``, also when the value is the platform's default)."""
     flag = fld if fld in ("concurrency", "repeats", "precision", "max_repeats", "max_seconds") else None
     if options is not None and flag and getattr(options, flag, None) not in (None, [], ()):
         return None, f"--{flag.replace('_', '-')}"
-    override = thresholds.configs.get(config) if config is not None else None
-    if override is not None and fld in override.traffic.fields():
-        return thresholds.path, f"configs.{config}.traffic.{fld}"
-    return thresholds.path, f"traffic.{fld}"
+    return policy.path, policy.traffic_field(fld)
 
 
-def check_profile(profile: Any, configs: dict[str, Any], limits: dict[str, dict[str, int]], thresholds: Any, *,
-                  config: str | None = None, options: Any = None) -> None:
+def check_profile(profile: Any, configs: dict[str, Any], limits: dict[str, dict[str, int]], policy: ConfigPolicy, *,
+                  options: Any = None) -> None:
     """ConfigError (exit 2) when an engine of ``configs`` (role -> config) cannot run ``profile`` (too long for its
     max_model_len, or more concurrent requests than its max_num_seqs); ``limits``: role -> the engine's limits
-    (``runner.check_engine_values``); ``config`` (the candidate's name) and ``options`` (the run options) let the
+    (``runner.check_engine_values``); ``policy`` (the candidate's) and ``options`` (the run options) let the
     message name where the field was set (``traffic_source``)."""
     from evalgate.speed.speedup import profile_problems
 
     for role, cfg in configs.items():
         for fld, msg in profile_problems(profile, limits.get(role, {})):
-            path, dotted = traffic_source(thresholds, config, fld, options)
+            path, dotted = traffic_source(policy, fld, options)
             raise ConfigError(f"{msg} of {role} config {cfg.name} ({cfg.path})", path=path, field=dotted)
 
 
-def check_speed_only_profile(profile: Any, thresholds: Any, config: str | None, options: Any = None) -> None:
+def check_speed_only_profile(profile: Any, policy: ConfigPolicy, options: Any = None) -> None:
     """ConfigError (exit 2) when a ``--speed-only`` run's ``profile`` needs the suites: ``prompts: suites`` takes
-    its prompts from the suites' items, and a speed-only run runs none."""
+    its prompts from the suites' items, and a speed-only run runs none. ``policy``: the candidate's."""
     if profile is not None and profile.prompts == "suites":
-        path, dotted = traffic_source(thresholds, config, "prompts", options)
+        path, dotted = traffic_source(policy, "prompts", options)
         raise ConfigError("is 'suites' (the suites' own prompts), but --speed-only runs no suite; use prompts: random "
                           "(or a request log, traffic.from)", path=path, field=dotted)
 

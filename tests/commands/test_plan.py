@@ -44,7 +44,7 @@ def _pilot() -> tuple[dict[str, TaskResult], dict[str, TaskResult]]:
 
 def test_plan_binary_task_closed_form() -> None:
     base, cand = _pilot()
-    plans = {p.task: p for p in plan_tasks(base, cand, Thresholds(alpha=0.05, default_margin=2.0), margin=1.0)}
+    plans = {p.task: p for p in plan_tasks(base, cand, Thresholds(alpha=0.05, default_margin=2.0).policy(None), margin=1.0)}
     a = plans["a"]
     assert (a.n, a.changed, a.n_clusters, a.clusters_needed) == (400, 12, 400, None)
     assert a.se == pytest.approx(100 * math.sqrt(12 / 400) / math.sqrt(400))
@@ -53,7 +53,7 @@ def test_plan_binary_task_closed_form() -> None:
 
 def test_plan_clustered_task_counts_documents() -> None:
     base, cand = _pilot()
-    b = plan_tasks(base, cand, Thresholds(alpha=0.05, default_margin=2.0), margin=1.0)[1]
+    b = plan_tasks(base, cand, Thresholds(alpha=0.05, default_margin=2.0).policy(None), margin=1.0)[1]
     d = np.array([-1.0] * 8 + [0.0] * 392)
     sums = np.bincount(np.arange(400) // 4, weights=d - d.mean())
     se = 100 * math.sqrt(100 / 99 * float(np.sum(sums**2))) / 400
@@ -135,7 +135,7 @@ def test_compare_uses_clusters_and_lists_differing_outputs() -> None:
     base, cand = _pilot()
     cand["a"] = _task("a", "s", [x.score for x in cand["a"].items], outputs=["out"] * 399 + ["other"])
     comps = {c.task: c for c in compare_tasks(base, cand, Thresholds(alpha=0.05, default_margin=2.0,
-                                                                       bootstrap_resamples=1000))}
+                                                                       bootstrap_resamples=1000).policy(None))}
     assert comps["b"].comparison.n_clusters == 100 and comps["a"].comparison.n_clusters == 400
     agree = comps["a"].agreement()
     assert (agree.identical, agree.n, agree.differing) == (399, 400, (399,))
@@ -147,10 +147,10 @@ def test_plan_without_any_change_reports_the_floor_not_an_estimate(tmp_path: Pat
     thr = Thresholds(alpha=0.05, default_margin=2.0)
     for n in (3, 40):
         base = {"a": _task("a", "s", [1.0] * n)}
-        (p,) = plan_tasks(base, base, thr, margin=2.0)
+        (p,) = plan_tasks(base, base, thr.policy(None), margin=2.0)
         assert (p.changed, p.items_needed, p.basis) == (0, math.ceil(100 * K / 2.0), "floor") == (0, 125, "floor")
     base, cand = _pilot()
-    assert {p.basis for p in plan_tasks(base, cand, thr, margin=1.0)} == {"discordance"}
+    assert {p.basis for p in plan_tasks(base, cand, thr.policy(None), margin=1.0)} == {"discordance"}
     run = tmp_path / "run"
     for role in ("baseline", "candidate"):
         write_json_atomic(run / f"{role}.json", {"config": role.replace("candidate", "x"), "effective": {},
@@ -174,14 +174,14 @@ def _tiny_suites(root: Path, n_items: int) -> Path:
 
 def test_plan_against_the_suite_size(tmp_path: Path) -> None:
     base, cand = _pilot()
-    plans = {p.task: p for p in plan_tasks(base, cand, Thresholds(alpha=0.05, default_margin=2.0), margin=1.0,
+    plans = {p.task: p for p in plan_tasks(base, cand, Thresholds(alpha=0.05, default_margin=2.0).policy(None), margin=1.0,
                                            available={"a": 200, "b": None})}
     a, b = plans["a"], plans["b"]
     assert (a.items_needed, a.available, a.exceeds_suite) == (1855, 200, True)
     # The whole suite's MDE at the pilot's 3 % discordance: K * 100 * sqrt(0.03 / 200) = 3.04 points.
     assert a.min_margin == pytest.approx(K * 100 * math.sqrt(0.03 / 200))
     assert (b.available, b.min_margin, b.exceeds_suite) == (None, None, False)
-    fits = plan_tasks(base, cand, Thresholds(alpha=0.05, default_margin=2.0), margin=1.0, available={"a": 1855})[0]
+    fits = plan_tasks(base, cand, Thresholds(alpha=0.05, default_margin=2.0).policy(None), margin=1.0, available={"a": 1855})[0]
     assert not fits.exceeds_suite
 
 

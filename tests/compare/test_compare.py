@@ -43,16 +43,16 @@ def test_different_or_duplicated_items_are_not_comparable() -> None:
     with pytest.raises(StoreError, match="duplicate items"):
         pair_items(base, dup)
     with pytest.raises(StoreError, match="different tasks"):
-        compare_tasks({"t": base}, {"u": _task([1], name="u")}, THR)
+        compare_tasks({"t": base}, {"u": _task([1], name="u")}, THR.policy(None))
     empty = TaskResult("t", "s", "m", ())
     with pytest.raises(StoreError, match="no items were evaluated"):
-        compare_tasks({"t": empty}, {"t": empty}, THR)
+        compare_tasks({"t": empty}, {"t": empty}, THR.policy(None))
 
 
 def test_comparison_counts_flips_and_identical_outputs() -> None:
     base = _task([1, 1, 0, 1, 0, 1], ["a", "b", "c", "d", "e", "f"])
     cand = _task([0, 1, 1, 0, 0, 1], ["x", "b", "y", "z", "e", "f2"])
-    (c,) = compare_tasks({"t": base}, {"t": cand}, THR)
+    (c,) = compare_tasks({"t": base}, {"t": cand}, THR.policy(None))
     assert (c.regressed, c.improved) == ((0, 3), (2,))
     assert c.identical_outputs == 2 and c.differing_outputs == (0, 2, 3, 5)
     # Δ in points: means 4/6 and 3/6.
@@ -64,8 +64,8 @@ def test_each_task_has_its_own_seeded_generator() -> None:
     rng = np.random.default_rng(7)
     b = [float(x) for x in rng.integers(0, 2, 40)]
     k = [float(x) for x in rng.integers(0, 2, 40)]
-    alone = compare_tasks({"t": _task(b)}, {"t": _task(k)}, THR)[0].comparison
-    both = compare_tasks({"t": _task(b), "a": _task(k, name="a")}, {"t": _task(k), "a": _task(b, name="a")}, THR)
+    alone = compare_tasks({"t": _task(b)}, {"t": _task(k)}, THR.policy(None))[0].comparison
+    both = compare_tasks({"t": _task(b), "a": _task(k, name="a")}, {"t": _task(k), "a": _task(b, name="a")}, THR.policy(None))
     assert [c.task for c in both] == ["a", "t"]
     assert (both[1].comparison.boot_low, both[1].comparison.boot_high) == (alone.boot_low, alone.boot_high)
 
@@ -76,7 +76,7 @@ def test_agreement_counts_near_tie_flips_and_the_decode_kl() -> None:
     far = {**near, "tie_gap": 3.0, "kl_mean": 1.0, "positions": 1, "kl_by_position": [1.0], "kl_max": 1.0}
     base = _task([1, 1, 1, 1], ["a", "b", "c", "d"])
     cand = _task([1, 1, 1, 1], ["a2", "b2", "c", "d"], decode={0: near, 1: far})
-    (c,) = compare_tasks({"t": base}, {"t": cand}, THR)
+    (c,) = compare_tasks({"t": base}, {"t": cand}, THR.policy(None))
     agree = c.agreement(near_tie=0.01)
     assert (agree.identical, agree.n, agree.differing, agree.tie_flips) == (2, 4, (0, 1), (0,))
     assert agree.share == 3 / 4
@@ -89,7 +89,7 @@ def test_plan_without_any_change_gives_the_floor() -> None:
     from scipy.stats import norm
 
     base = _task([1.0] * 20)
-    (p,) = plan_tasks({"t": base}, {"t": base}, THR, margin=2.0, available={"t": 500})
+    (p,) = plan_tasks({"t": base}, {"t": base}, THR.policy(None), margin=2.0, available={"t": 500})
     k = norm.ppf(0.95) + norm.ppf(0.8)
     assert (p.changed, p.basis, p.items_needed) == (0, "floor", math.ceil(100 * k / 2.0))
     assert p.available == 500 and not p.exceeds_suite

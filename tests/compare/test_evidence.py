@@ -237,7 +237,7 @@ def test_agreement_counts_tie_flips_by_tolerance() -> None:
     base = [item(0, "x"), item(1, "y"), item(2, "z")]
     cand = [replace(item(0, "x2"), decode=asdict(tie)), replace(item(1, "y2"), decode=asdict(far)), item(2, "z")]
     thr = Thresholds(alpha=0.05, default_margin=2.0)
-    (c,) = compare_tasks({"t": TaskResult("t", "s", "m", tuple(base))}, {"t": TaskResult("t", "s", "m", tuple(cand))}, thr)
+    (c,) = compare_tasks({"t": TaskResult("t", "s", "m", tuple(base))}, {"t": TaskResult("t", "s", "m", tuple(cand))}, thr.policy(None))
     assert c.agreement(0.03).tie_flips == (0,) and c.agreement(0.03).agreeing == 2
     assert c.agreement(0.02).tie_flips == () and c.agreement(0.02).share == pytest.approx(1 / 3)
     assert c.agreement(5.0).tie_flips == (0, 1)

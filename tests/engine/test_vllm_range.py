@@ -232,20 +232,21 @@ def test_serve_benchmark_detection_checks_every_flag_evalgate_passes() -> None:
 
 def test_speed_mode_without_its_benchmark_code_is_exit_2_naming_version_and_field(
         monkeypatch: pytest.MonkeyPatch) -> None:
+    from evalgate.inputs.thresholds import Thresholds
     from evalgate.speed.measure import check_benchmark_code
 
     monkeypatch.setattr(argnames, "installed_vllm_version", lambda: "vllm 0.40.0")
     monkeypatch.setattr(argnames, "vllm_source", _reader({"benchmarks/datasets/datasets.py": DATASETS_SRC}))
-    thresholds = SimpleNamespace(path=Path("thresholds.yaml"), configs={})
+    thresholds = Thresholds(alpha=0.05, default_margin=2.0, path=Path("thresholds.yaml"))
     with pytest.raises(ConfigError) as ei:
-        check_benchmark_code("offline", thresholds, "cand")
+        check_benchmark_code("offline", thresholds.policy("cand"))
     err = ei.value
     assert err.exit_code == ExitCode.USAGE and err.field == "traffic.mode" and Path(err.path).name == "thresholds.yaml"
     assert "vllm 0.40.0" in str(err) and "_run_vllm_requests" in str(err)
     monkeypatch.setattr(argnames, "vllm_source", _reader({"benchmarks/throughput.py": THROUGHPUT_SRC,
                                                           "benchmarks/datasets/datasets.py": DATASETS_SRC,
                                                           "v1/engine/llm_engine.py": CORE_SRC}))
-    check_benchmark_code("offline", thresholds, "cand")  # all there: no error
+    check_benchmark_code("offline", thresholds.policy("cand"))  # all there: no error
 
 
 def test_the_installed_vllm_has_everything_evalgate_detects() -> None:

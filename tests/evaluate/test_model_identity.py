@@ -49,7 +49,7 @@ def test_other_weights_under_the_same_engine_args_are_not_a_no_op(tmp_path: Path
     assert effective_diff(base, cand) == {"model.weights": (fa, fb)}
     assert base["model"]["architectures"] == ["NemotronHForCausalLM"]  # the read-back is kept beside it
     thr = Thresholds(alpha=0.05, default_margin=3.0)
-    d = decide(_same_items(), thr, baseline_effective=base, candidate_effective=cand)
+    d = decide(_same_items(), thr.policy(None), baseline_effective=base, candidate_effective=cand)
     assert d.verdict is Verdict.PASS  # identical scores on 200 items: gated, and non-inferior
 
 
@@ -62,7 +62,7 @@ def test_the_same_checkpoint_named_two_ways_is_still_a_no_op(tmp_path: Path) -> 
     base = with_requested_runtime(ENGINE, _cfg(str(a)), fa)
     cand = with_requested_runtime(ENGINE, _cfg(str(copy)), fc)
     assert effective_diff(base, cand) == {}
-    d = decide(_same_items(), Thresholds(alpha=0.05, default_margin=3.0), baseline_effective=base,
+    d = decide(_same_items(), Thresholds(alpha=0.05, default_margin=3.0).policy(None), baseline_effective=base,
                candidate_effective=cand)
     assert d.verdict is Verdict.NO_OP
 

@@ -48,7 +48,7 @@ def thresholds() -> Thresholds:
 
 
 def _decide(results: list, thr: Thresholds) -> Decision:
-    return decide(results, thr, baseline_effective=BASE_CFG, candidate_effective=CAND_CFG)
+    return decide(results, thr.policy(None), baseline_effective=BASE_CFG, candidate_effective=CAND_CFG)
 
 
 def _one(comparison: PairedComparison, thr: Thresholds) -> Decision:
@@ -137,7 +137,7 @@ def test_no_op_when_effective_configs_equal(thresholds: Thresholds) -> None:
     same = {"model": "m", "compilation_config": {"level": 0}}
     results = [("docparse", "fields", cmp(-10.0, p_loss=0.0)), ("coding", "humaneval", cmp(-1.0))]
     same_reordered = {"compilation_config": {"level": 0}, "model": "m"}
-    d = decide(results, thresholds, baseline_effective=same, candidate_effective=same_reordered)
+    d = decide(results, thresholds.policy(None), baseline_effective=same, candidate_effective=same_reordered)
     assert d.verdict is Verdict.NO_OP
     assert len(d.reasons) == 1
     assert "candidate's effective engine config equals the baseline's" in d.reasons[0]
@@ -145,7 +145,7 @@ def test_no_op_when_effective_configs_equal(thresholds: Thresholds) -> None:
 
 
 def test_nested_difference_is_not_a_no_op(thresholds: Thresholds) -> None:
-    d = decide([("s", "t", cmp(-1.0))], thresholds,
+    d = decide([("s", "t", cmp(-1.0))], thresholds.policy(None),
                baseline_effective={"c": {"level": 0}}, candidate_effective={"c": {"level": 3}})
     assert d.verdict is Verdict.PASS
 
@@ -246,7 +246,7 @@ def test_precedence_no_op_block_inconclusive_pass(thresholds: Thresholds) -> Non
     assert _decide(three, warn).verdict is Verdict.BLOCK
     assert _decide(three[1:], warn).verdict is Verdict.INCONCLUSIVE
     assert _decide(three[2:], warn).verdict is Verdict.PASS
-    same = decide(three, warn, baseline_effective=BASE_CFG, candidate_effective=dict(BASE_CFG))
+    same = decide(three, warn.policy(None), baseline_effective=BASE_CFG, candidate_effective=dict(BASE_CFG))
     assert same.verdict is Verdict.NO_OP
 
 
@@ -266,17 +266,17 @@ def test_holm_more_tasks_do_not_mean_more_false_blocks(thresholds: Thresholds) -
 
 def test_lossless_config_blocks_when_outputs_differ(thresholds: Thresholds) -> None:
     agree = {"fields": OutputAgreement(identical=36, n=40, differing=(3, 8, 12, 30))}
-    d = decide([("docparse", "fields", cmp(-1.0))], thresholds, baseline_effective=BASE_CFG,
+    d = decide([("docparse", "fields", cmp(-1.0))], thresholds.policy(None), baseline_effective=BASE_CFG,
                candidate_effective=CAND_CFG, expect="lossless", outputs=agree)
     t = d.tasks[0]
     assert t.verdict is Verdict.BLOCK and t.rule.startswith("lossless")
     assert "outputs differ on 4 of 40 items (90.0% agree < 95.0% required); differing items: 3, 8, 12, 30" in t.reason
     ok = {"fields": OutputAgreement(identical=39, n=40, differing=(7,))}
-    d = decide([("docparse", "fields", cmp(-1.0))], thresholds, baseline_effective=BASE_CFG,
+    d = decide([("docparse", "fields", cmp(-1.0))], thresholds.policy(None), baseline_effective=BASE_CFG,
                candidate_effective=CAND_CFG, expect="lossless", outputs=ok)
     assert d.tasks[0].verdict is Verdict.PASS and d.tasks[0].lossless == ok["fields"]
     with pytest.raises(ValueError, match="declared lossless but no output agreement"):
-        decide([("docparse", "fields", cmp(-1.0))], thresholds, baseline_effective=BASE_CFG,
+        decide([("docparse", "fields", cmp(-1.0))], thresholds.policy(None), baseline_effective=BASE_CFG,
                candidate_effective=CAND_CFG, expect="lossless")
 
 
@@ -284,12 +284,12 @@ def test_lossless_counts_near_tie_flips_as_agreeing(thresholds: Thresholds) -> N
     # 36 identical + 2 flips at a near-tie = 38/40 = 95 % agree: exactly the required share, so not blocked.
     agree = OutputAgreement(identical=36, n=40, differing=(3, 8, 12, 30), tie_flips=(8, 30), kl_mean=1e-6)
     assert agree.agreeing == 38 and agree.share == pytest.approx(0.95)
-    d = decide([("docparse", "fields", cmp(-1.0))], thresholds, baseline_effective=BASE_CFG,
+    d = decide([("docparse", "fields", cmp(-1.0))], thresholds.policy(None), baseline_effective=BASE_CFG,
                candidate_effective=CAND_CFG, expect="lossless", outputs={"fields": agree})
     assert d.tasks[0].verdict is Verdict.PASS
     # One tie-flip fewer: 37/40 = 92.5 % < 95 %; only the two real divergences are listed as differing.
     fewer = replace(agree, tie_flips=(8,))
-    d = decide([("docparse", "fields", cmp(-1.0))], thresholds, baseline_effective=BASE_CFG,
+    d = decide([("docparse", "fields", cmp(-1.0))], thresholds.policy(None), baseline_effective=BASE_CFG,
                candidate_effective=CAND_CFG, expect="lossless", outputs={"fields": fewer})
     t = d.tasks[0]
     assert t.verdict is Verdict.BLOCK and t.rule == "lossless: agreeing greedy outputs < min_identical_share"
@@ -300,14 +300,14 @@ def test_lossless_counts_near_tie_flips_as_agreeing(thresholds: Thresholds) -> N
 def test_lossless_blocks_on_decode_kl_even_with_identical_outputs(thresholds: Thresholds) -> None:
     # Every output identical, but the next-token distributions moved by more than max_kl_mean (0.001 nats).
     moved = OutputAgreement(identical=40, n=40, kl_mean=0.02)
-    d = decide([("docparse", "fields", cmp(0.0))], thresholds, baseline_effective=BASE_CFG,
+    d = decide([("docparse", "fields", cmp(0.0))], thresholds.policy(None), baseline_effective=BASE_CFG,
                candidate_effective=CAND_CFG, expect="lossless", outputs={"fields": moved})
     t = d.tasks[0]
     assert t.verdict is Verdict.BLOCK and t.rule == "lossless: decode-time KL > max_kl_mean"
     assert "KL 0.02 nats/token > 0.001 allowed" in t.reason
     # At the tolerance exactly it passes; unmeasured KL (None) gates identity only.
     for kl in (0.001, None):
-        d = decide([("docparse", "fields", cmp(0.0))], thresholds, baseline_effective=BASE_CFG,
+        d = decide([("docparse", "fields", cmp(0.0))], thresholds.policy(None), baseline_effective=BASE_CFG,
                    candidate_effective=CAND_CFG, expect="lossless",
                    outputs={"fields": OutputAgreement(identical=40, n=40, kl_mean=kl)})
         assert d.tasks[0].verdict is Verdict.PASS, kl
@@ -316,9 +316,9 @@ def test_lossless_blocks_on_decode_kl_even_with_identical_outputs(thresholds: Th
 def test_config_level_thresholds_apply(thresholds: Thresholds) -> None:
     thr = replace(thresholds, configs={"fp16-state": LevelOverride(margin=4.0, min_identical_share=0.5)})
     args = dict(baseline_effective=BASE_CFG, candidate_effective=CAND_CFG)
-    d = decide([("docparse", "fields", cmp(-3.5, p_loss=0.0))], thr, config="fp16-state", **args)
+    d = decide([("docparse", "fields", cmp(-3.5, p_loss=0.0))], thr.policy("fp16-state"), **args)
     assert d.tasks[0].verdict is Verdict.PASS and d.tasks[0].threshold.source == "configs.fp16-state"
-    d = decide([("coding", "humaneval", cmp(-4.5, p_loss=0.0))], thr, config="fp16-state", **args)
+    d = decide([("coding", "humaneval", cmp(-4.5, p_loss=0.0))], thr.policy("fp16-state"), **args)
     assert d.tasks[0].threshold.margin == 5.0  # the suite's margin beats the config's flat margin
 
 
@@ -378,9 +378,9 @@ def test_a_sampling_or_env_only_change_is_never_a_no_op(thresholds: Thresholds) 
     assert effective_diff(base, hot) == {"sampling.temperature": (0.0, 0.8)}
     assert effective_diff(base, env) == {"env.requested": ({}, {"VLLM_CPU_KVCACHE_SPACE": "2"})}
     for cand in (hot, env):
-        d = decide([("s", "t", cmp(0.0))], thresholds, baseline_effective=base, candidate_effective=cand)
+        d = decide([("s", "t", cmp(0.0))], thresholds.policy(None), baseline_effective=base, candidate_effective=cand)
         assert d.verdict is not Verdict.NO_OP
-    same = decide([("s", "t", cmp(0.0))], thresholds, baseline_effective=base,
+    same = decide([("s", "t", cmp(0.0))], thresholds.policy(None), baseline_effective=base,
                   candidate_effective=with_requested_runtime(engine, cfg(Sampling(), {})))
     assert same.verdict is Verdict.NO_OP
 

@@ -17,7 +17,7 @@ SHARES = {"degenerate": (0.0, 0.5), "empty": (0.1, 0.2), "truncated": (0.0, 0.0)
 def _passing() -> Decision:
     same = np.r_[np.ones(150), np.zeros(50)]
     cmp = paired_comparison(same, same, alpha=0.05, rng=np.random.default_rng(0), interval="auto")
-    d = decide([("s", "t", cmp)], THR, baseline_effective={"a": 1}, candidate_effective={"a": 2})
+    d = decide([("s", "t", cmp)], THR.policy(None), baseline_effective={"a": 1}, candidate_effective={"a": 2})
     assert d.verdict is Verdict.PASS
     return d
 

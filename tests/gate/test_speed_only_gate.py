@@ -28,27 +28,27 @@ def test_speed_only_is_inconclusive_with_its_reason_and_never_pass(tmp_path: Pat
     eff = {"baseline": {"engine_args": {"mamba_ssm_cache_dtype": "float32"}},
            "candidate": {"engine_args": {"mamba_ssm_cache_dtype": "float16"}}}
     for speed in (_speed(1.10, 1.30), _speed(0.97, 1.02), None, {"status": "failed", "error": "x"}):
-        j = judge_run([], th, MANIFEST, config="scale/fp16-state", expect="lossy", effective=eff, speed=speed)
+        j = judge_run([], th.policy("scale/fp16-state"), MANIFEST, expect="lossy", effective=eff, speed=speed)
         assert j.decision.verdict is Verdict.INCONCLUSIVE and j.decision.tasks == ()
         assert j.decision.reasons[0].startswith("speed only: no quality suite ran (--speed-only)")
     same = {"baseline": {"x": 1}, "candidate": {"x": 1}}
-    j = judge_run([], th, MANIFEST, config="scale/aa", expect="lossless", effective=same, speed=_speed(0.99, 1.01))
+    j = judge_run([], th.policy("scale/aa"), MANIFEST, expect="lossless", effective=same, speed=_speed(0.99, 1.01))
     assert j.decision.verdict is Verdict.INCONCLUSIVE and "an A/A run" in j.decision.reasons[0]
 
 
 def test_speed_only_blocks_on_a_missed_speed_floor(tmp_path: Path) -> None:
     th = _thresholds(tmp_path, "speed: {min_speedup: 1.05}\n")
     eff = {"baseline": {"a": 1}, "candidate": {"a": 2}}
-    j = judge_run([], th, MANIFEST, config="c", expect="lossy", effective=eff, speed=_speed(0.95, 1.04))
+    j = judge_run([], th.policy("c"), MANIFEST, expect="lossy", effective=eff, speed=_speed(0.95, 1.04))
     assert j.decision.verdict is Verdict.BLOCK and j.decision.reasons[0].startswith("speed:")
-    j = judge_run([], th, MANIFEST, config="c", expect="lossy", effective=eff, speed=_speed(1.06, 1.20))
+    j = judge_run([], th.policy("c"), MANIFEST, expect="lossy", effective=eff, speed=_speed(1.06, 1.20))
     assert j.decision.verdict is Verdict.INCONCLUSIVE
 
 
 def test_no_tasks_outside_a_speed_only_run_is_still_an_error(tmp_path: Path) -> None:
     th = _thresholds(tmp_path)
     with pytest.raises(ValueError, match="no evidence is never a pass"):
-        judge_run([], th, {**MANIFEST, "speed_only": None}, config="c", expect="lossy",
+        judge_run([], th.policy("c"), {**MANIFEST, "speed_only": None}, expect="lossy",
                   effective={"baseline": {"a": 1}, "candidate": {"a": 2}})
 
 

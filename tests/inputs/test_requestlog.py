@@ -179,7 +179,7 @@ def _profile(tmp_path: Path, traffic: str, configs: str = "", **options: object)
 
     thr = tmp_path / "thresholds.yaml"
     thr.write_text(f"alpha: 0.05\ndefault: {{margin: 2.0}}\ntraffic: {traffic}\n{configs}", encoding="utf-8")
-    return speed_profile(RunOptions(**options), load_thresholds(thr), "cand")
+    return speed_profile(RunOptions(**options), load_thresholds(thr).policy("cand"))
 
 
 def test_the_profile_of_a_log_with_from_log_concurrency(tmp_path: Path) -> None:
@@ -367,9 +367,9 @@ def _doc(path: str) -> dict:
 
     tasks = {"t": task("t", "s", ["ok"] * 40, [1.0] * 40)}
     thr = Thresholds(alpha=0.05, default_margin=10.0, bootstrap_resamples=1000)
-    comps = compare_tasks(tasks, tasks, thr)
+    comps = compare_tasks(tasks, tasks, thr.policy(None))
     b, c = side("baseline", "float32"), side("cand", "bfloat16")
-    decision = decide([(x.suite, x.task, x.comparison) for x in comps], thr, baseline_effective=b["effective"],
+    decision = decide([(x.suite, x.task, x.comparison) for x in comps], thr.policy(None), baseline_effective=b["effective"],
                       candidate_effective=c["effective"])
     calls: list = []
     workers = {r: _LogWorker(r, SENT, calls) for r in ("baseline", "candidate")}

@@ -355,3 +355,57 @@ def test_spec_decode_floor_errors(tmp_path: Path, text: str, field: str, message
     with pytest.raises(ConfigError) as err:
         load_thresholds(_write(tmp_path, text))
     assert err.value.field == field and message in str(err.value)
+
+
+POLICY = """\
+alpha: 0.05
+power: 0.9
+default: {margin: 2.0}
+lossless: {min_identical_share: 0.97}
+spec_decode: {min_acceptance_rate: 0.3, min_mean_acceptance_length: 1.5}
+speed: {min_speedup: 1.05, max_ttft_p99_ms: 800}
+traffic: {input_len: 128, repeats: 4}
+economics: {gpu_hour_usd: 2.5, api_usd_per_mtok: 1.5}
+replay: {from: requests.jsonl, json_margin: 3.0}
+tasks: {gsm8k: {margin: 1.0}}
+configs:
+  cand:
+    margin: 4.0
+    min_identical_share: 0.5
+    min_mean_acceptance_length: 2.0
+    max_slowdown: 0.1
+    max_ttft_p99_ms: 300
+    traffic: {repeats: 6, mode: serve}
+    economics: {gpus: 2}
+    tasks: {gsm8k: {alpha: 0.01}}
+"""
+
+
+def test_policy_resolves_every_per_config_key_once(tmp_path: Path) -> None:
+    """``Thresholds.policy(config)``: each key the config sets wins over the top level, key by key; the others are
+    the top level's; ``None`` (or a config without an entry) gets the top level alone."""
+    t = load_thresholds(_write(tmp_path, POLICY))
+    p = t.policy("cand")
+    assert (p.config, p.path, p.alpha, p.power) == ("cand", tmp_path / "thresholds.yaml", 0.05, 0.9)
+    assert p.task("math", "gsm8k") == TaskThreshold(1.0, 0.01, "tasks.gsm8k")  # tasks.<t> margin, config's alpha
+    assert p.task("math", "other") == TaskThreshold(4.0, 0.05, "configs.cand")
+    assert (p.identical_share, p.replay_share, p.json_margin) == (0.5, 0.5, 3.0)
+    assert (p.spec_floors.min_acceptance_rate, p.spec_floors.min_mean_acceptance_length) == (0.3, 2.0)
+    assert (p.speed_floors.min_speedup, p.speed_floors.max_slowdown) == (1.05, 0.1)
+    assert p.speed_floors.slos() == {"ttft_p99_ms": 300.0}
+    assert dict(p.traffic) == {"input_len": 128, "repeats": 6, "mode": "serve"}
+    assert dict(p.economics) == {"gpu_hour_usd": 2.5, "api_usd_per_mtok": 1.5, "gpus": 2}
+    # where each key was set, for an error message
+    assert (p.traffic_field("repeats"), p.traffic_field("input_len")) == ("configs.cand.traffic.repeats",
+                                                                          "traffic.input_len")
+    assert (p.speed_field("max_ttft_p99_ms"), p.speed_field("min_speedup")) == ("configs.cand.max_ttft_p99_ms",
+                                                                                "speed.min_speedup")
+    for top in (t.policy(None), t.policy("other")):
+        assert top.task("math", "other") == TaskThreshold(2.0, 0.05, "default")
+        assert (top.identical_share, top.speed_floors.max_slowdown, top.speed_floors.slos()) == (0.97, None,
+                                                                                                  {"ttft_p99_ms": 800.0})
+        assert dict(top.traffic) == {"input_len": 128, "repeats": 4}
+        assert dict(top.economics) == {"gpu_hour_usd": 2.5, "api_usd_per_mtok": 1.5}
+        assert top.traffic_field("repeats") == "traffic.repeats"
+    plain = load_thresholds(_write(tmp_path, "alpha: 0.05\ndefault: {margin: 2.0}\n", "plain.yaml")).policy("cand")
+    assert (plain.traffic, plain.economics, plain.replay, plain.json_margin) == (None, None, None, 5.0)

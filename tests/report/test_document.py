@@ -24,11 +24,11 @@ N, WORSE = 40, 6  # six items newly degenerate, none recovered: one-sided McNema
 def _verdict(tasks: list[str], same_config: bool = False) -> Verdict:
     base = {t: task(t, "s", ["fine"] * N, [1.0] * N) for t in tasks}
     cand = {t: task(t, "s", ["0 " * 20] * WORSE + ["fine"] * (N - WORSE), [1.0] * N) for t in tasks}
-    comps = compare_tasks(base, cand, THR)
+    comps = compare_tasks(base, cand, THR.policy(None))
     b, c = side("baseline", "float32"), side("cand", "float32" if same_config else "bfloat16")
     if same_config:
         c["requested"] = {"engine_args": {"dtype": "float32", "async_scheduling": True}, "sampling": b["requested"]["sampling"]}
-    decision = decide([(x.suite, x.task, x.comparison) for x in comps], THR, baseline_effective=b["effective"],
+    decision = decide([(x.suite, x.task, x.comparison) for x in comps], THR.policy(None), baseline_effective=b["effective"],
                       candidate_effective=c["effective"])
     return verdict_of(decision, comps, manifest(b, c, tasks))
 

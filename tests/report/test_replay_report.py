@@ -38,11 +38,11 @@ def _doc(redact: bool = False, n_same: int = 30, floor: float = 0.5):
     thr = Thresholds(alpha=0.05, default_margin=10.0, bootstrap_resamples=1000, on_inconclusive="warn",
                      replay=ReplaySection(**{"from": "r.jsonl", "min_identical_share": floor, "redact": redact}))
     sides = {"t": task("t", "s", ["ok"] * 40, [1.0] * 40)}
-    comps = compare_tasks(sides, sides, thr)
+    comps = compare_tasks(sides, sides, thr.policy(None))
     b, c = side("baseline", "float32"), side("cand", "bfloat16")
     m = manifest(b, c, ["t"])
     cmp = run.compare(near_tie=0.01, alpha=0.05, n_resamples=1000)
-    judgement = judge_run(comps, thr, m, config="cand", expect="lossy",
+    judgement = judge_run(comps, thr.policy("cand"), m, expect="lossy",
                           effective={"baseline": b["effective"], "candidate": c["effective"]}, replay=cmp)
     return build_verdict(judgement, comps, m, replay_run=run).to_dict()
 

@@ -25,8 +25,8 @@ def _doc(base_scores: list[float], cand_scores: list[float], cand_outputs: list[
     thr = Thresholds(alpha=0.05, default_margin=2.0, bootstrap_resamples=1000)
     base = {"t": _task(["ok"] * len(base_scores), base_scores)}
     cand = {"t": _task(cand_outputs, cand_scores)}
-    comps = compare_tasks(base, cand, thr)
-    decision = decide([(c.suite, c.task, c.comparison) for c in comps], thr,
+    comps = compare_tasks(base, cand, thr.policy(None))
+    decision = decide([(c.suite, c.task, c.comparison) for c in comps], thr.policy(None),
                       baseline_effective={"dtype": "float32"}, candidate_effective={"dtype": "bfloat16"})
     manifest = {"created": "now", "model": "m", "limit": None, "versions": {"vllm": "x"}, "thresholds": "t.yaml",
                 "timings": {"compare": 0.1}, "suites": [{"name": "s", "tasks": ["t"], "content_hash": "ab" * 32}],
@@ -95,9 +95,9 @@ def test_a_missed_acceptance_floor_blocks_the_run() -> None:
 
     thr = Thresholds(alpha=0.05, default_margin=2.0, bootstrap_resamples=1000, on_inconclusive="warn")
     same = {"t": _task(["ok"] * 4, [1, 1, 0, 1])}
-    comps = compare_tasks(same, same, thr)
+    comps = compare_tasks(same, same, thr.policy(None))
     spec = {"method": "mtp", "num_speculative_tokens": 3}
-    decision = decide([(c.suite, c.task, c.comparison) for c in comps], thr,
+    decision = decide([(c.suite, c.task, c.comparison) for c in comps], thr.policy(None),
                       baseline_effective={"engine_args": {"speculative_config": None}},
                       candidate_effective={"engine_args": {"speculative_config": spec}})
     # 100 verify steps, 300 draft tokens, 105 accepted: rate 35 %, mean acceptance length 2.05.
@@ -126,8 +126,8 @@ def test_tie_flips_are_listed_for_lossy_configs_too() -> None:
     items = list(_task(["a2", "b2", "c"], [1, 1, 1]).items)
     items[0], items[1] = replace(items[0], decode=asdict(tie)), replace(items[1], decode=asdict(far))
     cand = {"t": TaskResult(task="t", suite="s", metric="m", items=tuple(items))}
-    comps = compare_tasks(base, cand, thr)
-    decision = decide([(c.suite, c.task, c.comparison) for c in comps], thr,
+    comps = compare_tasks(base, cand, thr.policy(None))
+    decision = decide([(c.suite, c.task, c.comparison) for c in comps], thr.policy(None),
                       baseline_effective={"dtype": "float32"}, candidate_effective={"dtype": "bfloat16"})
     manifest = {"created": "now", "model": "m", "limit": None, "versions": {"vllm": "x"}, "thresholds": "t.yaml",
                 "timings": {}, "suites": [{"name": "s", "tasks": ["t"], "content_hash": "ab" * 32}],
@@ -142,9 +142,9 @@ def test_tie_flips_are_listed_for_lossy_configs_too() -> None:
 def test_a_no_op_names_the_requested_switch_and_what_the_engine_applied() -> None:
     thr = Thresholds(alpha=0.05, default_margin=2.0, bootstrap_resamples=1000)
     same = {"t": _task(["ok"] * 4, [1, 1, 0, 1])}
-    comps = compare_tasks(same, same, thr)
+    comps = compare_tasks(same, same, thr.policy(None))
     effective = {"engine_args": {"async_scheduling": False, "dtype": "float32"}}
-    decision = decide([(c.suite, c.task, c.comparison) for c in comps], thr,
+    decision = decide([(c.suite, c.task, c.comparison) for c in comps], thr.policy(None),
                       baseline_effective=effective, candidate_effective=effective)
     manifest = {"baseline": {"name": "b", "requested": {"engine_args": {"dtype": "float32"}}, "effective": effective},
                 "candidate": {"name": "async-sched", "effective": effective,

@@ -246,7 +246,7 @@ def test_stored_economics_text_is_escaped_in_html_and_markdown() -> None:
 
 
 def test_pipeline_passes_the_configs_economics(tmp_path: Path) -> None:
-    """``pipeline.decide_and_render`` takes ``economics_for(gate_name)``: the config's keys over the top level."""
+    """``pipeline.decide_and_render`` takes the gated config's ``policy.economics``: its keys over the top level."""
     from evalgate.commands import pipeline
     from evalgate.compare.pairing import compare_tasks
     from evalgate.evaluate.manifest import Manifest
@@ -261,7 +261,8 @@ def test_pipeline_passes_the_configs_economics(tmp_path: Path) -> None:
     sides = pipeline.Evaluated(tasks={"baseline": tasks, "candidate": tasks},
                                effective={"baseline": {}, "candidate": {}}, gate_name="cand", expect="lossy",
                                manifest=Manifest.model_validate(m), speed=_speed(_level(16, 1000.0, 1250.0, 1.1, 1.4)))
-    doc, _ = pipeline.decide_and_render(compare_tasks(tasks, tasks, thr), sides, thr, tmp_path / "run")
+    doc, _ = pipeline.decide_and_render(compare_tasks(tasks, tasks, thr.policy(None)), sides, thr.policy("cand"),
+                                        tmp_path / "run")
     # $7.20 (the config's) at 1,000 tok/s = $2.00/M.
     assert doc["economics"]["levels"][0]["baseline"]["usd_per_mtok"] == pytest.approx(2.0)
     assert (tmp_path / "run" / "verdict.json").is_file()

@@ -315,7 +315,7 @@ def _profile(tmp_path, text: str, **cli: Any) -> Any:
                               max_repeats=None, max_seconds=None)
     for k, v in cli.items():
         setattr(options, k, v)
-    return speed_profile(options, load_thresholds(path), "cand")
+    return speed_profile(options, load_thresholds(path).policy("cand"))
 
 
 def test_the_profile_takes_precision_from_file_config_and_command_line(tmp_path) -> None:

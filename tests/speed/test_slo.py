@@ -51,17 +51,17 @@ def test_objectives_reach_the_serve_profile_as_goodput_and_are_refused_offline(t
     serve_profile = TrafficProfile(input_len=16, output_len=8, concurrency=(2,), mode="serve")
     offline = TrafficProfile(input_len=16, output_len=8, concurrency=(2,))
     thr = _thresholds(tmp_path, "speed: {max_ttft_p99_ms: 500, max_tpot_p99_ms: 50}\n")
-    assert with_latency_slos(serve_profile, thr, "cand").goodput == {"ttft": 500.0, "tpot": 50.0}
-    assert with_latency_slos(serve_profile, thr, "cand").as_dict()["goodput"] == {"ttft": 500.0, "tpot": 50.0}
+    assert with_latency_slos(serve_profile, thr.policy("cand")).goodput == {"ttft": 500.0, "tpot": 50.0}
+    assert with_latency_slos(serve_profile, thr.policy("cand")).as_dict()["goodput"] == {"ttft": 500.0, "tpot": 50.0}
     with pytest.raises(ConfigError) as ei:
-        with_latency_slos(offline, thr, "cand")
+        with_latency_slos(offline, thr.policy("cand"))
     assert ei.value.field == "speed.max_ttft_p99_ms" and "serve mode only" in str(ei.value)
     thr = _thresholds(tmp_path, "configs: {cand: {max_itl_p50_ms: 9}}\n")
     with pytest.raises(ConfigError) as ei:
-        with_latency_slos(offline, thr, "cand")
+        with_latency_slos(offline, thr.policy("cand"))
     assert ei.value.field == "configs.cand.max_itl_p50_ms"
-    assert with_latency_slos(offline, thr, "other") is offline  # no objective for this config: nothing to measure
-    assert "goodput" not in with_latency_slos(serve_profile, thr, "cand").as_dict()  # ITL only: no goodput key
+    assert with_latency_slos(offline, thr.policy("other")) is offline  # no objective for this config: nothing to measure
+    assert "goodput" not in with_latency_slos(serve_profile, thr.policy("cand")).as_dict()  # ITL only: no goodput key
 
 
 def test_goodput_objectives_go_to_vllm_bench_serve_and_its_goodput_is_read(tmp_path: Path) -> None:
@@ -189,9 +189,9 @@ def test_an_objective_nobody_measured_fails_closed(tmp_path: Path) -> None:
     thr = _thresholds(tmp_path, "speed: {max_ttft_p99_ms: 500}\n")
     for options, words in ((RunOptions(), "no speed is measured"), (RunOptions(no_speed=True), "--no-speed")):
         with pytest.raises(ConfigError) as ei:
-            speed_profile(options, thr, "cand")
+            speed_profile(options, thr.policy("cand"))
         assert ei.value.field == "speed.max_ttft_p99_ms" and words in str(ei.value)
-    assert speed_profile(RunOptions(), _thresholds(tmp_path, "speed: {min_speedup: 1.1}\n"), "cand") is None
+    assert speed_profile(RunOptions(), _thresholds(tmp_path, "speed: {min_speedup: 1.1}\n").policy("cand")) is None
     blocked = gate.overrule(_passing_decision(), {}, expect="lossy", speed=None,
                             speed_floors=SpeedFloors(max_ttft_p99_ms=500.0))
     assert blocked.verdict is gate.Verdict.BLOCK

@@ -142,7 +142,7 @@ def test_the_profile_takes_the_thresholds_power(tmp_path: Path) -> None:
     path = tmp_path / "thresholds.yaml"
     path.write_text(BASE + "power: 0.9\ntraffic: {concurrency: 4}\n")
     options = SimpleNamespace(no_speed=False, wants_speed=False, concurrency=None, repeats=None)
-    profile = speed_profile(options, load_thresholds(path), "cand")
+    profile = speed_profile(options, load_thresholds(path).policy("cand"))
     assert profile.power == 0.9 and profile.as_dict()["power"] == 0.9
 
 

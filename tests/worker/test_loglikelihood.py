@@ -145,7 +145,7 @@ def test_mc_accuracy_takes_the_paired_binary_path() -> None:
         cand.append(_choice_item("mc", _mc_sample(i, flip, gold=1), "acc", {}))
     thr = load_thresholds(ROOT / "thresholds.yaml")
     (c,) = compare_tasks({"mc": TaskResult("mc", "s", "acc", tuple(base))},
-                         {"mc": TaskResult("mc", "s", "acc", tuple(cand))}, thr)
+                         {"mc": TaskResult("mc", "s", "acc", tuple(cand))}, thr.policy(None))
     b = np.array([i.score for i in base])
     k = np.array([i.score for i in cand])
     assert c.comparison.binary and not np.isnan(c.comparison.mcnemar_p)

@@ -75,8 +75,8 @@ def test_verdict_and_report_carry_the_position_table() -> None:
                   _decode(1100 if i == 0 else 1200, [0.01] * (1101 if i == 0 else 1200))) for i in range(4)]
     thr = Thresholds(alpha=0.05, default_margin=2.0, bootstrap_resamples=1000)
     comps = compare_tasks({"t": TaskResult("t", "longgen", "row_acc", tuple(base))},
-                          {"t": TaskResult("t", "longgen", "row_acc", tuple(cand))}, thr)
-    decision = decide([(c.suite, c.task, c.comparison) for c in comps], thr,
+                          {"t": TaskResult("t", "longgen", "row_acc", tuple(cand))}, thr.policy(None))
+    decision = decide([(c.suite, c.task, c.comparison) for c in comps], thr.policy(None),
                       baseline_effective={"x": 1}, candidate_effective={"x": 2})
     manifest = {"created": "now", "model": "m", "limit": None, "versions": {}, "thresholds": "t.yaml", "timings": {},
                 "suites": [], "baseline": {"name": "b", "requested": {}, "effective": {"x": 1}},
