@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalgate.errors import ConfigError
-from evalgate.inputs.thresholds import MAX_TRAFFIC_REPEATS
+from evalgate.inputs.thresholds import MAX_TRAFFIC_REPEATS, concurrency_problem
 
 
 class RunOptions(BaseModel):
@@ -62,7 +62,8 @@ class RunOptions(BaseModel):
         """Refuse values out of range, naming the option as the field (exit 2).
 
         Raises:
-            ConfigError: ``--limit`` < 1, ``--logprob-items`` < 0, ``--repeats`` outside 1..100, ``--precision``
+            ConfigError: ``--limit`` < 1, ``--logprob-items`` < 0, ``--concurrency`` not 1 to 16 distinct
+                integers >= 1 (``thresholds.concurrency_problem``), ``--repeats`` outside 1..100, ``--precision``
                 outside (0, 1), ``--max-repeats`` outside 2..100, ``--max-seconds`` not a finite number > 0,
                 ``--no-speed`` with a speed option, ``--speed-only`` with ``--no-speed``, ``--timeout`` not a finite
                 number > 0.
@@ -71,6 +72,8 @@ class RunOptions(BaseModel):
             raise ConfigError(f"must be >= 1, got {self.limit}", field="--limit")
         if self.logprob_items < 0:
             raise ConfigError(f"must be >= 0, got {self.logprob_items}", field="--logprob-items")
+        if self.concurrency is not None and (problem := concurrency_problem(self.concurrency, from_log=False)):
+            raise ConfigError(problem, field="--concurrency")  # the traffic.concurrency check: one validator
         if self.repeats is not None and self.repeats < 1:
             raise ConfigError(f"must be >= 1, got {self.repeats}", field="--repeats")
         if self.repeats is not None and self.repeats > MAX_TRAFFIC_REPEATS:  # as traffic.repeats in thresholds.yaml

@@ -35,7 +35,7 @@ from evalgate.inputs.requestlog import FROM_LOG
 from evalgate.inputs.schema import SCHEMA_VERSION, Schema, choice, problem, rule, show, suggest, validate
 from evalgate.inputs.yamlio import Wording, read_mapping
 
-__all__ = ["ConfigPolicy", "EconomicsSection", "LevelOverride", "ReplaySection", "SpecDecodeFloors", "SpeedFloors", "TaskThreshold", "Thresholds", "ThresholdsFile",
+__all__ = ["ConfigPolicy", "EconomicsSection", "concurrency_problem", "LevelOverride", "ReplaySection", "SpecDecodeFloors", "SpeedFloors", "TaskThreshold", "Thresholds", "ThresholdsFile",
            "load_thresholds"]
 
 MAX_MARGIN = 100.0  # points: a margin above the whole scale gates nothing
@@ -69,21 +69,33 @@ MAX_TRAFFIC_REPEATS = 100
 MAX_BOOTSTRAP_RESAMPLES = 1_000_000
 
 
-def _concurrency(value: Any) -> tuple[int, ...] | str:
-    """One integer >= 1 or a non-empty list of distinct ones (a sweep), as a tuple; or ``from-log``
-    (``requestlog.FROM_LOG``: the request log's typical and peak in-flight requests)."""
-    if value == FROM_LOG:
-        return value
-    values = value if isinstance(value, list) else [value]
+def concurrency_problem(value: Any, *, from_log: bool = True) -> str | None:
+    """The one check of a concurrency level or sweep, wherever it is written (``traffic.concurrency``,
+    ``configs.<config>.traffic.concurrency``, ``--concurrency`` through ``options.RunOptions.check``): one integer
+    >= 1 or a list of 1 to ``MAX_CONCURRENCY_LEVELS`` distinct ones; with ``from_log`` (the YAML keys) also
+    ``from-log`` (``requestlog.FROM_LOG``). Returns the problem in words (``must be ..., got ...``), None when
+    valid."""
+    if from_log and value == FROM_LOG:
+        return None
+    alt = f" or {FROM_LOG}" if from_log else ""
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
     if not values or len(values) > MAX_CONCURRENCY_LEVELS:
-        raise problem(f"must be an integer >= 1, a list of 1 to {MAX_CONCURRENCY_LEVELS} of them or {FROM_LOG}, got "
-                      f"{show(value)}")
+        return (f"must be an integer >= 1 or a list of 1 to {MAX_CONCURRENCY_LEVELS} distinct ones{alt}, got "
+                f"{show(value) if values else 'an empty list'}")
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise problem(f"must be an integer >= 1, a list of them or {FROM_LOG}, got {show(v)}")
+            return f"must be distinct integers >= 1{alt}, got {show(v)}"
     if len(set(values)) != len(values):
-        raise problem(f"repeats a level: {values}")
-    return tuple(values)
+        return f"must be distinct integers >= 1: repeats a level: {values}"
+    return None
+
+
+def _concurrency(value: Any) -> tuple[int, ...] | str:
+    """``traffic.concurrency`` (``concurrency_problem``) as a tuple of levels, or ``from-log``."""
+    message = concurrency_problem(value)
+    if message is not None:
+        raise problem(message)
+    return value if value == FROM_LOG else tuple(value if isinstance(value, list) else [value])
 
 
 Margin = Annotated[float, Field(strict=True, ge=0, le=MAX_MARGIN, allow_inf_nan=False),
