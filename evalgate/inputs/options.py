@@ -34,7 +34,8 @@ class RunOptions(BaseModel):
         "measure throughput only: no quality suite runs, the verdict is never PASS (INCONCLUSIVE: quality not "
         "measured, or BLOCK from the speed thresholds); the one way to gate a load_format: dummy config"))
     concurrency: list[int] | None = Field(
-        None, description="requests in flight, one level or a sweep, e.g. 1,16,256 (implies --speed)")
+        None, description="requests in flight, one level or a sweep of up to 16 distinct ones, e.g. 1,16,256 (implies "
+                                 "--speed; checked as traffic.concurrency)")
     repeats: int | None = Field(None, description="timed passes per side and level (default 3, at most 100; >= 2 for an interval)")
     precision: float | None = Field(None, description=(
         "target half-width of the speed-up's 95 percent interval as a share of it, 0 < P < 1 (0.02 = +-2 percent): "

@@ -201,7 +201,7 @@ class TrafficSection(Schema):
     output_len: _integer(1) = None  # type: ignore[valid-type]
     """Output tokens per request; with ``from``: the output budget of a record that records none."""
     concurrency: Annotated[tuple[int, ...] | Literal["from-log"], BeforeValidator(_concurrency)] = None  # type: ignore[assignment]
-    """Requests in flight: one integer >= 1 or a list of distinct ones (a sweep), each <= the engine's
+    """Requests in flight: one integer >= 1 or a list of 1 to 16 distinct ones (a sweep), each <= the engine's
     max_num_seqs; or ``from-log`` (with ``from``): a sweep of the log's typical (median) and peak in-flight
     requests, from each record's arrival and end time."""
     num_prompts: Annotated[int | None, Field(strict=True, ge=1, le=MAX_TRAFFIC_PROMPTS),
