@@ -22,6 +22,7 @@ from evalgate.errors import EvalgateError, ExitCode
 from evalgate.inputs.options import default as option_default
 from evalgate.inputs.options import describe as option_help
 from evalgate.inputs.project import builtin_dir
+from evalgate.inputs.thresholds import concurrency_problem
 
 log = logging.getLogger("evalgate")
 # The thresholds shipped with evalgate; a command uses its project's (project.layout) unless --thresholds is given.
@@ -178,12 +179,16 @@ def _suites_dir(args: argparse.Namespace) -> Path:
 
 
 def _concurrency_list(text: str) -> list[int]:
-    """``--concurrency 1,16,256`` as a list of integers (argparse type: the syntax only; the levels are checked by
-    ``RunOptions.check`` with ``traffic.concurrency``'s validator, ``thresholds.concurrency_problem``)."""
+    """``--concurrency 1,16,256`` as a list of integers (argparse type), its levels checked by ``traffic.concurrency``'s
+    validator (``thresholds.concurrency_problem``, which ``RunOptions.check`` applies to options built in code)."""
     try:
-        return [int(v) for v in text.split(",")]  # an empty element (",4", "1,,16") is an error too
+        values = [int(v) for v in text.split(",")]  # an empty element (",4", "1,,16") is an error too
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be integers separated by commas, e.g. 1,16,256; got {text!r}") from None
+    problem = concurrency_problem(values, from_log=False)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return values
 
 
 def _switch_list(text: str) -> list[str]:

@@ -30,7 +30,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evalgate.commands import jobs, pipeline
+from evalgate.commands.pipeline import load_suites
+from evalgate.engine.device import check_same_hardware
+from evalgate.engine.platform import check_platform
 from evalgate.errors import ConfigError, EngineError
+from evalgate.evaluate import runner
+from evalgate.evaluate.placement import Alternation, placement_record
+from evalgate.evaluate.placement import resolve as resolve_placement
+from evalgate.evaluate.preflight import check_suites
+from evalgate.gate.recommend import recommend, recommendation_lines
+from evalgate.inputs import config as config_mod
+from evalgate.inputs.chat import check_protocols
+from evalgate.inputs.speed_only import check_speed_only
+from evalgate.inputs.thresholds import load_thresholds
+from evalgate.models.embedded import check_home, evalgate_home
+from evalgate.paths import check_writable_dir
+from evalgate.report.outputs import pts
+from evalgate.report.plot import sweep_plot, tradeoff_plot
+from evalgate.report.wording import speed_mde_note
+from evalgate.results.store import ResultStore, write_json_atomic
+from evalgate.speed.economics import usd
+from evalgate.speed.measure import check_profile, check_speed_only_profile, speed_profile, traffic_source
+from evalgate.speed.precision import METHOD as PRECISION_METHOD
+from evalgate.speed.precision import precision_note
+from evalgate.speed.speedup import METHOD, repeats_note, repeats_words
+from evalgate.suites.discovery import check_datasets
 
 log = logging.getLogger("evalgate")
 
@@ -195,9 +220,6 @@ def render_table(rows: list[dict[str, Any]]) -> str:
     million output tokens with an ``economics`` section), Δ [interval] per task, verdict (a skipped or not-run row:
     why, on one line); then, when some speed was measured, the recommendation per concurrency
     (``recommend.recommend``)."""
-    from evalgate.gate.recommend import recommend, recommendation_lines
-    from evalgate.report.outputs import pts
-
     lines = []
     width = max((len(r["label"]) for r in rows), default=0)  # whole labels: cumulative ones differ at their ends
     for r in rows:
@@ -226,9 +248,6 @@ def _cost_at(economics: list[dict[str, Any]] | None, c: int) -> float | None:
 
 
 def _speed_cell(s: dict[str, Any], economics: list[dict[str, Any]] | None = None) -> str:
-    from evalgate.speed.economics import usd
-    from evalgate.speed.precision import precision_note
-
     lo, hi = s.get("ci_low"), s.get("ci_high")
     ci = f"[{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "[n/a]"
     prec = precision_note(s.get("precision"))
@@ -244,13 +263,6 @@ def render_html(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     rows are missing. Self-contained, no scripts, autoescaped."""
     from jinja2 import Environment, PackageLoader, select_autoescape
 
-    from evalgate.gate.recommend import recommend
-    from evalgate.report.outputs import pts
-    from evalgate.report.plot import sweep_plot, tradeoff_plot
-    from evalgate.report.wording import speed_mde_note
-    from evalgate.speed.economics import usd
-    from evalgate.speed.precision import precision_note
-    from evalgate.speed.speedup import repeats_note, repeats_words
 
     points, sweep = [], []
     for r in rows:
@@ -299,19 +311,6 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
         Anything else a variant's gate raises (KeyboardInterrupt, ...): re-raised once the partial ``ablation.json``
             and ``ablation.html`` are written.
     """
-    from evalgate.commands import jobs, pipeline
-    from evalgate.evaluate import runner
-    from evalgate.evaluate.placement import Alternation, placement_record
-    from evalgate.evaluate.placement import resolve as resolve_placement
-    from evalgate.evaluate.preflight import check_suites
-    from evalgate.models.embedded import check_home, evalgate_home
-    from evalgate.paths import check_writable_dir
-    from evalgate.results.store import ResultStore
-    from evalgate.speed.measure import check_profile, check_speed_only_profile, speed_profile, traffic_source
-    from evalgate.speed.precision import METHOD as PRECISION_METHOD
-    from evalgate.speed.speedup import METHOD
-    from evalgate.suites.discovery import check_datasets
-
     if out is not None:
         check_writable_dir(out, field="--out", what="the ablation's output directory")
     recipe, base, thresholds, suites, known = _load(config, configs_dir, suites_dir, thresholds_path, suite_names,
@@ -418,8 +417,6 @@ def _write_files(out: Path, variants: list[Variant], docs: dict[str, Any], faile
     ``pending``, is not gated yet) and a pending row ``not_run``: "pending" while the ablation runs, else (once
     ``meta["stopped"]`` says why it stopped) that it stopped first. ``ablation.json`` also holds the
     ``recommendation`` per concurrency (``recommend.recommend``) over the rows done so far."""
-    from evalgate.results.store import write_json_atomic
-
     variants = [dataclasses.replace(v, skipped=v.skipped or refused.get(v.config.name, "")) for v in variants]
     rows = ablation_rows(variants, docs)
     for r in rows:
@@ -428,7 +425,6 @@ def _write_files(out: Path, variants: list[Variant], docs: dict[str, Any], faile
         r["pending"] = not r["skipped"] and r["config"] in pending
         if r["pending"]:
             r["not_run"] = "the ablation stopped before this row finished" if meta["stopped"] else "pending"
-    from evalgate.gate.recommend import recommend
 
     write_json_atomic(out / "ablation.json", {"meta": meta, "rows": rows, "recommendation": recommend(rows)})
     html, tmp = out / "ablation.html", out / ".ablation.html.tmp"
@@ -444,8 +440,6 @@ def _slug(name: str) -> str:
 def _gate_variant(v: Variant, job: Any, docs: dict[str, Any], failed: dict[str, str], refused: dict[str, str]) -> None:
     """Gate one variant; its verdict document goes to ``docs``, a value vLLM refused to ``refused`` (skipped, as
     the platform check does), an engine or speed failure to ``failed`` (the ablation goes on)."""
-    from evalgate.commands import pipeline
-
     name = v.config.name
     log.info("ablate: %s %s (config %s)", v.kind, v.label, name)
     try:
@@ -465,14 +459,6 @@ def _load(config: str, configs_dir: Path, suites_dir: Path, thresholds_path: Pat
           suite_names: list[str] | None, *, speed_only: bool = False) -> tuple[Any, Any, Any, list[Any], dict[str, Any]]:
     """``(recipe, baseline, thresholds, suites, every known config by name)``; ConfigError for bad input (also
     ``inputs.speed_only.check_speed_only``'s refusals). ``speed_only`` (``--speed-only``): no suites."""
-    from evalgate.commands.pipeline import load_suites
-    from evalgate.engine.device import check_same_hardware
-    from evalgate.engine.platform import check_platform
-    from evalgate.inputs import config as config_mod
-    from evalgate.inputs.chat import check_protocols
-    from evalgate.inputs.speed_only import check_speed_only
-    from evalgate.inputs.thresholds import load_thresholds
-
     recipe = config_mod.load_config(config, configs_dir)
     base = config_mod.load_baseline(recipe, configs_dir)
     check_platform(base.engine_args, base.path, base.env)
@@ -496,8 +482,6 @@ def _load(config: str, configs_dir: Path, suites_dir: Path, thresholds_path: Pat
 
 def _refusal(cfg: Any) -> str:
     """Why this platform cannot run ``cfg`` (``engine.check_platform``'s reason), "" when it can."""
-    from evalgate.engine.platform import check_platform
-
     try:
         check_platform(cfg.engine_args, cfg.path, cfg.env)
     except ConfigError as exc:

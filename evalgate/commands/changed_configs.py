@@ -20,6 +20,8 @@ import subprocess
 from pathlib import Path
 
 from evalgate.errors import ConfigError
+from evalgate.inputs.config import list_configs, load_config
+from evalgate.inputs.speed_only import random_weights
 
 
 def git_changed_files(base: str, head: str = "HEAD", cwd: Path | None = None) -> tuple[Path, list[Path]]:
@@ -64,9 +66,6 @@ def affected_configs(changed: list[Path], configs_dir: Path, suites_dir: Path,
     Returns:
         ``{config name: reason}`` in config-name order.
     """
-    from evalgate.inputs.config import list_configs, load_config
-    from evalgate.inputs.speed_only import random_weights
-
     changed_set = {p.resolve() for p in changed}
     suites_root, thr = suites_dir.resolve(), thresholds_file.resolve()
     shared = sorted(p for p in changed_set if p == thr or p.is_relative_to(suites_root))

@@ -18,12 +18,38 @@ from pathlib import Path
 from typing import Any
 
 from evalgate.commands.pipeline import Evaluated, evaluated_runs, load_suites, run_manifest, stamp_now
+from evalgate.commands.plan import limit_notice
+from evalgate.commands.stored import (
+    candidate_tasks,
+    check_comparable,
+    merged,
+    read_side,
+    suite_hashes,
+    without_evidence,
+)
+from evalgate.compare.replay import ReplayOutput, ReplayRun
+from evalgate.engine.device import check_same_hardware
+from evalgate.engine.platform import check_platform
 from evalgate.errors import ConfigError, StoreError
+from evalgate.evaluate import runner
 from evalgate.evaluate.manifest import Manifest
-from evalgate.evaluate.placement import placement_record, summary_line
+from evalgate.evaluate.placement import Alternation, placement_record, summary_line
+from evalgate.evaluate.placement import resolve as resolve_placement
+from evalgate.evaluate.preflight import check_suites
+from evalgate.evaluate.progress import engine_progress
+from evalgate.evaluate.runner import SpeedError
+from evalgate.inputs import config as config_mod
+from evalgate.inputs.chat import check_protocols
 from evalgate.inputs.options import RunOptions
-from evalgate.results.store import write_json_atomic
+from evalgate.inputs.replay import check_lengths, load_replay
+from evalgate.inputs.speed_only import check_speed_only
+from evalgate.inputs.thresholds import load_thresholds
+from evalgate.models.embedded import check_home, evalgate_home
+from evalgate.paths import check_writable_dir
+from evalgate.results.store import ResultStore, tasks_to_json, write_json_atomic
 from evalgate.speed.measure import check_profile, check_speed_only_profile, measure_speed_safely, speed_profile
+from evalgate.speed.serve import measure_configs
+from evalgate.suites.discovery import check_datasets, list_suites
 
 log = logging.getLogger("evalgate")
 
@@ -54,19 +80,6 @@ class EngineJob:
         run directory and evalgate's home (and its store) checked writable; the traffic profile against both engines'
         limits. Returns the thresholds. Raises ConfigError (exit 2) for bad input, PreflightError (exit 3) when the
         pre-flight crashed or timed out, before the baseline's engine starts."""
-        from evalgate.engine.device import check_same_hardware
-        from evalgate.engine.platform import check_platform
-        from evalgate.evaluate.placement import resolve as resolve_placement
-        from evalgate.evaluate.preflight import check_suites
-        from evalgate.inputs import config as config_mod
-        from evalgate.inputs.chat import check_protocols
-        from evalgate.inputs.replay import load_replay
-        from evalgate.inputs.speed_only import check_speed_only
-        from evalgate.inputs.thresholds import load_thresholds
-        from evalgate.models.embedded import check_home
-        from evalgate.paths import check_writable_dir
-        from evalgate.suites.discovery import check_datasets, list_suites
-
         t0 = time.monotonic()
         if self.out:  # a given --out first: the cheapest check, and the one CI's error outputs need
             check_writable_dir(self.out, field="--out", what="the run directory")
@@ -112,8 +125,6 @@ class EngineJob:
     def _notice_unpowered(self) -> None:
         """One line on stderr, before any engine starts, when at ``--limit`` the run cannot PASS
         (``planner.limit_notice``); a notice, not a refusal: small limits are run on purpose."""
-        from evalgate.commands.plan import limit_notice
-
         if self.options.limit is None:
             return
         tasks = []
@@ -128,8 +139,6 @@ class EngineJob:
     def _check_values(self) -> None:
         """vLLM validates the candidate's values before the baseline runs (a refused value costs seconds, not a
         baseline); with a traffic profile, both engines' limits are checked against it."""
-        from evalgate.evaluate import runner
-
         replay = None if self.replay is None else self.replay.spec()
 
         def check(role: str, cfg: Any) -> dict[str, Any]:
@@ -141,7 +150,6 @@ class EngineJob:
         if self.profile is not None or replay is not None:  # the engines' limits, before any engine starts
             limits["baseline"] = check("baseline", self.base)
         if replay is not None:  # every replayed request must fit both engines (counted by the model's tokenizer)
-            from evalgate.inputs.replay import check_lengths
 
             for role, cfg in (("baseline", self.base), ("candidate", self.cand)):
                 got = limits[role]
@@ -159,8 +167,6 @@ class EngineJob:
         baseline sleeps before the candidate's worker starts and the speed phase wakes one side at a time
         (``placement.Alternation``: the one place that keeps the rule, and restarts a side whose sleep, wake or pass
         failed). The workers are killed on any error or interrupt."""
-        from evalgate.evaluate.placement import Alternation
-
         runs: dict[str, Any] = {}
         workers: dict[str, Any] = {}
         speed = replay = None
@@ -203,15 +209,12 @@ class EngineJob:
     def _replay(self, workers: dict[str, Any]) -> Any:
         """Both sides' greedy answers to the replayed requests (``worker.replay_gate``), on their warm workers (each
         woken first under ``placement: alternate``). Raises SpeedError (exit 3): a worker failed or died."""
-        from evalgate.compare.replay import ReplayOutput, ReplayRun
-
         plan, spec = self.replay, self.replay.spec()
         outputs = {}
         for role in ("baseline", "candidate"):
             log.info("replay: %s answers %d recorded requests", role, len(plan.requests))
             got = workers[role].measure({"replay": spec, "label": f"replay {role}"})["outputs"]
             if [o.get("line") for o in got] != spec["lines"]:  # fail closed: answers must pair with the requests
-                from evalgate.evaluate.runner import SpeedError
 
                 raise SpeedError(f"replay: the {role} engine answered {len(got)} requests, not the {len(spec['lines'])} "
                                  f"sent (lines {spec['lines'][:5]}...)")
@@ -224,10 +227,6 @@ class EngineJob:
     def _restart(self, role: str) -> Any:
         """A new worker for ``role`` after its engine failed in the speed phase: every suite result comes from the
         store (nothing is recomputed), its log ``logs/<role>.restart<n>.log``."""
-        from evalgate.evaluate import runner
-        from evalgate.models.embedded import evalgate_home
-        from evalgate.results.store import ResultStore
-
         cfg = self.base if role == "baseline" else self.cand
         n = self.alternation.stats.get(role, {}).get("restarts", 0)
         worker, _ = runner.start_config(
@@ -242,18 +241,12 @@ class EngineJob:
         ``vllm bench serve`` per config after the suites' engines stopped (``servespeed.measure_configs``)."""
         if self.profile.mode != "serve":
             return measure_speed_safely(workers, self.profile)
-        from evalgate.speed.serve import measure_configs
 
         return measure_configs(self.base, self.cand, self.profile, self.out / "logs", progress=log.info)
 
     def _evaluate_side(self, role: str, cfg: Any, reference: Any, workers: dict[str, Any]) -> Any:
         """One side's ``ConfigRun`` (its worker kept in ``workers`` when speed is measured), written to
         ``<role>.json`` at once."""
-        from evalgate.evaluate import runner
-        from evalgate.evaluate.progress import engine_progress
-        from evalgate.models.embedded import evalgate_home
-        from evalgate.results.store import ResultStore, tasks_to_json
-
         log_path = self.out / "logs" / f"{role}.log"
         log.info("%s '%s': %s (engine log: %s)", role, cfg.name,
                  ", ".join(s.name for s in self.suites) or "no suites (speed only)", log_path)
@@ -309,11 +302,6 @@ class VariantJob:
         the variant's worker is stopped either way. With ``alternation`` in ``alternate`` mode the baseline sleeps
         before the variant's worker starts and stays asleep between variants; each speed pass wakes its side only
         (``placement.Alternation``). Raises ConfigError (vLLM refused a value), EngineError."""
-        from evalgate.evaluate import runner
-        from evalgate.evaluate.placement import Alternation, placement_record
-        from evalgate.models.embedded import evalgate_home
-        from evalgate.results.store import ResultStore
-
         base_worker, base_run = self.baseline
         alt = self.alternation
         if alt is None:  # a caller without an alternation: both resident, as before placement existed
@@ -387,16 +375,6 @@ class StoredJob:
                 results), or the runs are not comparable.
             ConfigError (exit 2): bad thresholds, or an output directory that cannot be written.
         """
-        from evalgate.commands.stored import (
-            candidate_tasks,
-            check_comparable,
-            read_side,
-            suite_hashes,
-            without_evidence,
-        )
-        from evalgate.inputs.thresholds import load_thresholds
-        from evalgate.paths import check_writable_dir
-
         (self.res_a, self.man_a), (self.res_b, self.man_b) = read_side(self.run_a), read_side(self.run_b)
         for run, man in ((self.run_a, self.man_a), (self.run_b, self.man_b)):
             if man.get("speed_only"):  # no task results: nothing of quality to gate
@@ -417,8 +395,6 @@ class StoredJob:
     def evaluate(self, thresholds: Any) -> Evaluated:
         """Nothing is evaluated: the two candidates' stored items, and a manifest merging both runs' (``"a → b"``
         where they differ)."""
-        from evalgate.commands.stored import merged
-
         eff = {"baseline": self.res_a.get("effective", {}), "candidate": self.res_b.get("effective", {})}
         cand_a, cand_b = self.man_a.get("candidate", {}), self.man_b.get("candidate", {})
         vers_a, vers_b = self.man_a.get("versions", {}), self.man_b.get("versions", {})

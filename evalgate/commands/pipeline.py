@@ -22,13 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from evalgate.compare.pairing import compare_tasks
 from evalgate.errors import ConfigError, ExitCode, StoreError
 from evalgate.evaluate.manifest import Manifest, SuiteEntry, side
+from evalgate.evaluate.runner import SpeedError, versions
 from evalgate.gate import judge_run
 from evalgate.inputs.thresholds import ConfigPolicy
 from evalgate.report.document import build_verdict
 from evalgate.report.outputs import write_outputs
 from evalgate.results.store import write_json_atomic
+from evalgate.suites.discovery import list_suites, load_suite
 
 VERDICT_EXIT = {"PASS": ExitCode.PASS, "BLOCK": ExitCode.BLOCK, "NO-OP": ExitCode.NO_OP,
                 "INCONCLUSIVE": ExitCode.INCONCLUSIVE}
@@ -98,8 +101,6 @@ class Outcome:
     def check_speed(self) -> None:
         """Raise ``SpeedError`` (exit 3) when the speed measurement failed: the quality verdict is kept on disk, but
         the run as a whole failed."""
-        from evalgate.evaluate.runner import SpeedError
-
         if self.speed_failed is not None:
             raise SpeedError(f"quality verdict {self.doc['verdict']} (kept in {self.out / 'verdict.json'}), but the "
                              f"speed measurement failed: {self.speed_failed}")
@@ -114,8 +115,6 @@ def gate(job: Job) -> Outcome:
         ConfigError (exit 2): bad input, refused before any engine starts (or a value vLLM refuses).
         EngineError, StoreError (exit 3): an engine failed, a stored run is missing or the runs are not comparable.
     """
-    from evalgate.compare.pairing import compare_tasks
-
     thresholds = job.load()                     # 1. load: configs, thresholds, suites; bad input ends here
     sides = job.evaluate(thresholds)            # 2. evaluate both sides: engines, the store, or stored runs
     policy = thresholds.policy(sides.gate_name)  # the gated config's thresholds, resolved once
@@ -164,8 +163,6 @@ def run_manifest(runs: dict[str, Any], thresholds: Any, suites: list[Any], *, li
                  speed_only: bool = False) -> Manifest:
     """The manifest of two evaluated configs (``runs``: role -> ``runner.ConfigRun``); ``placement``: the
     ``placement.placement_record`` (None: not written); ``speed_only``: ``--speed-only`` (written only when set)."""
-    from evalgate.evaluate.runner import versions
-
     extra: dict[str, Any] = {} if placement is None else {"placement": placement}
     if speed_only:
         extra["speed_only"] = True
@@ -185,8 +182,6 @@ def evaluated_runs(runs: dict[str, Any], manifest: Manifest, *, gate_name: str |
 
 def load_suites(suites_dir: Path, names: list[str] | None) -> list[Any]:
     """The suites ``names`` (all under ``suites_dir`` when None). Raises ConfigError when there are none."""
-    from evalgate.suites.discovery import list_suites, load_suite
-
     twice = sorted({n for n in names or [] if (names or []).count(n) > 1})
     if twice:  # a suite listed twice (a typo for another?) would appear twice in the manifest and the runs: refuse
         raise ConfigError(f"suite {twice[0]!r} is named more than once", field="--suites")

@@ -8,8 +8,13 @@ import math
 from pathlib import Path
 from typing import Any
 
+from evalgate.compare.pairing import plan_tasks
+from evalgate.compare.power import items_floor, items_needed_at_discordance, mde_at_discordance, z_sum
 from evalgate.errors import ConfigError, EvalgateError
+from evalgate.inputs.config import _find, load_config
 from evalgate.inputs.thresholds import ConfigPolicy, load_thresholds
+from evalgate.results.store import read_json, tasks_from_json
+from evalgate.suites.discovery import count_items, default_suites_dir, list_suites, load_suite, task_notes
 
 
 def plan(config: str, margin: float, thresholds_path: Path, configs_dir: Path, from_dir: Path | None = None,
@@ -57,8 +62,6 @@ def limit_notice(tasks: list[tuple[str, float, float, int | None]], limit: int, 
     Raises:
         ValueError: a margin < 0, levels out of range (``power.items_floor``).
     """
-    from evalgate.compare.power import items_floor, z_sum
-
     blocked, needed, never = [], [], []
     for name, margin, alpha, suite_limit in tasks:
         floor = items_floor(margin, alpha, power)
@@ -91,9 +94,6 @@ def limit_notice(tasks: list[tuple[str, float, float, int | None]], limit: int, 
 def _plan_from_pilot(config: str, name: str, margin: float, policy: ConfigPolicy, configs_dir: Path,
                      pilot: Path) -> None:
     """``plan`` from the pilot run directory ``pilot``."""
-    from evalgate.compare.pairing import plan_tasks
-    from evalgate.results.store import read_json, tasks_from_json
-
     sides = {role: read_json(pilot / f"{role}.json", f"{role} results") for role in ("baseline", "candidate")}
     gated = sides["candidate"].get("config") if isinstance(sides["candidate"], dict) else None
     by_path = config.endswith((".yaml", ".yml"))  # a path names the config by its file's stem only
@@ -158,8 +158,6 @@ def _print_floors(plans: list[Any]) -> None:
 
 def _config_model(config: str, configs_dir: Path) -> str | None:
     """The model the planned config evaluates (None when the config cannot be loaded)."""
-    from evalgate.inputs.config import load_config
-
     try:
         return load_config(config, configs_dir, check_engine_args=False).model
     except EvalgateError:
@@ -169,9 +167,6 @@ def _config_model(config: str, configs_dir: Path) -> str | None:
 def _plan_assumed(p: float, margin: float, policy: ConfigPolicy, model: str | None) -> None:
     """``plan --assume-discordance P --margin M``: every task of every suite, the items it needs for ``margin``
     (points) at an assumed discordance ``p`` against its suite's size, then its MDE at full size."""
-    from evalgate.compare.power import items_needed_at_discordance, mde_at_discordance
-    from evalgate.suites.discovery import default_suites_dir, list_suites
-
     if not 0.0 <= p <= 1.0:
         raise ConfigError(f"must be a share in [0, 1], got {p}", field="--assume-discordance")
     rows, needs = [], []
@@ -209,8 +204,6 @@ def _print_full_size(rows: list[tuple[str, str, int | None, float | None]], mode
                      policy: ConfigPolicy) -> None:
     """One line per (suite, task, items at full size, MDE at full size): the FP32 baseline's accuracy that the task
     YAML records for ``model`` (``metadata.evalgate``; '-' when none), the items, the MDE and the gate's margin."""
-    from evalgate.suites.discovery import default_suites_dir, load_suite, task_notes
-
     print(f"{'suite/task':34} {'baseline':>8} {'items':>6} {'MDE':>6} {'margin':>6}  measured ({model or 'model unknown'})")
     loaded: dict[str, Any] = {}
     for suite, task, n, mde_full in rows:
@@ -229,8 +222,6 @@ def _print_full_size(rows: list[tuple[str, str, int | None, float | None]], mode
 def _suite_sizes(tasks: dict[str, Any]) -> tuple[dict[str, int], dict[str, str]]:
     """Items each task's suite holds (``suites.count_items``, from the current ``suites/``): ``(sizes, unknown)``,
     ``unknown`` mapping a task to why its size could not be had (suite gone, data not generated locally)."""
-    from evalgate.suites.discovery import count_items, default_suites_dir, load_suite
-
     sizes: dict[str, int] = {}
     unknown: dict[str, str] = {}
     loaded: dict[str, Any] = {}
@@ -246,8 +237,6 @@ def _suite_sizes(tasks: dict[str, Any]) -> tuple[dict[str, int], dict[str, str]]
 
 def _find_config(ref: str, configs_dir: Path) -> None:
     """ConfigError (exit 2, like ``run``: with the closest known name) when config ``ref`` does not exist."""
-    from evalgate.inputs.config import _find
-
     _find(ref, configs_dir, None, field="--config")
 
 

@@ -26,9 +26,20 @@ from pathlib import Path
 from typing import Any
 
 from evalgate.commands.pipeline import load_suites, stamp_now
+from evalgate.compare.intervals import cluster_codes, clustered_se, paired_t_interval, wilson_interval
+from evalgate.engine.platform import check_platform
+from evalgate.evaluate import runner
+from evalgate.evaluate.preflight import check_suites
+from evalgate.evaluate.progress import engine_progress
+from evalgate.evaluate.runner import versions
+from evalgate.inputs import config as config_mod
 from evalgate.inputs.options import RunOptions
+from evalgate.inputs.speed_only import check_speed_only
+from evalgate.models.embedded import check_home, evalgate_home
+from evalgate.paths import check_writable_dir
 from evalgate.results.records import TaskResult
-from evalgate.results.store import write_json_atomic
+from evalgate.results.store import ResultStore, write_json_atomic
+from evalgate.suites.discovery import check_datasets
 
 __all__ = ["INTERVAL_MEAN", "INTERVAL_WILSON", "SCORE_JSON", "SUMMARY_MD", "ScoreJob", "ScoreOutcome", "TaskScore",
            "render_markdown", "render_table", "run_score", "task_score"]
@@ -79,7 +90,6 @@ def task_score(result: TaskResult, *, confidence: float = CONFIDENCE) -> TaskSco
     """
     import numpy as np
 
-    from evalgate.compare.intervals import cluster_codes, clustered_se, paired_t_interval, wilson_interval
 
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
@@ -153,13 +163,6 @@ class ScoreJob:
         """
         import os
 
-        from evalgate.engine.platform import check_platform
-        from evalgate.evaluate.preflight import check_suites
-        from evalgate.inputs import config as config_mod
-        from evalgate.inputs.speed_only import check_speed_only
-        from evalgate.models.embedded import check_home
-        from evalgate.paths import check_writable_dir
-        from evalgate.suites.discovery import check_datasets
 
         t0 = time.monotonic()
         if self.out:
@@ -181,11 +184,6 @@ class ScoreJob:
     def evaluate(self) -> Any:
         """The config's ``runner.ConfigRun`` (from the store where it holds the suites, else from an engine worker),
         as the baseline side of ``evalgate run`` would be computed (no reference). Raises EngineError (exit 3)."""
-        from evalgate.evaluate import runner
-        from evalgate.evaluate.progress import engine_progress
-        from evalgate.models.embedded import evalgate_home
-        from evalgate.results.store import ResultStore
-
         log_path = self.out / "logs" / "score.log"
         log.info("score '%s': %s (engine log: %s)", self.cfg.name, ", ".join(s.name for s in self.suites), log_path)
         t0 = time.monotonic()
@@ -224,8 +222,6 @@ def run_score(job: ScoreJob) -> ScoreOutcome:
     Raises:
         ConfigError (exit 2), EngineError / PreflightError / StoreError (exit 3): as ``evalgate run``.
     """
-    from evalgate.evaluate.runner import versions
-
     job.load()
     run = job.evaluate()
     order = [t for s in job.suites for t in s.tasks]

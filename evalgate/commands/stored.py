@@ -17,9 +17,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from evalgate import gate
 from evalgate.engine.device import describe
 from evalgate.errors import StoreError
 from evalgate.evaluate.manifest import Manifest
+from evalgate.inputs.chat import describe_difference
+from evalgate.paths import check_writable_dir
 from evalgate.report.outputs import write_outputs
 from evalgate.report.verdict import VERSION, ManifestShape, SpeedShape, Verdict
 from evalgate.results.store import read_json, tasks_from_json
@@ -38,8 +41,6 @@ def rerender(run_dir: Path, out_dir: Path | None = None) -> tuple[Verdict, dict[
             (``read_verdict``).
         ConfigError (exit 2): the output directory cannot be written (a regular file, under one, a name too long).
     """
-    from evalgate.paths import check_writable_dir
-
     path = run_dir / "verdict.json"
     verdict = read_verdict(path)
     check_writable_dir(out_dir or run_dir, field="--out" if out_dir else "RUN_DIR", what="the report's directory")
@@ -119,8 +120,6 @@ def check_verdict_document(verdict: Verdict, path: Path) -> None:
     Raises:
         StoreError (exit 3): ``"<path>: not a consistent evalgate verdict: <field>: <why>"``, one line.
     """
-    from evalgate import gate
-
     def refuse(field: str, why: str) -> None:
         raise StoreError(f"{path}: not a consistent evalgate verdict: {field}: {why}")
 
@@ -267,7 +266,6 @@ def check_comparable(tasks: dict[str, dict[str, Any]], manifests: dict[str, dict
     if devices["a"] != devices["b"]:
         raise StoreError(f"runs are not comparable: {run_dirs['a']} ran on {describe(devices['a'])} and "
                          f"{run_dirs['b']} on {describe(devices['b'])} (candidate.device)")
-    from evalgate.inputs.chat import describe_difference
 
     diff = describe_difference(manifests["a"]["candidate"].get("protocol"), manifests["b"]["candidate"].get("protocol"))
     if diff:

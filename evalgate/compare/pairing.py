@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from evalgate.compare.agreement import OutputAgreement, is_near_tie
+from evalgate.compare.evidence import decode_summary
 from evalgate.compare.power import items_needed, items_needed_basis, mde, mde_at
 from evalgate.compare.stats import PairedComparison, flipped_items, paired_comparison, power_se
 from evalgate.errors import StoreError
@@ -55,8 +56,6 @@ class TaskComparison:
             near_tie: nats; a differing item whose candidate ``decode.tie_gap`` is at most this is a tie-flip.
         The decode-time KL is the task's token-weighted one (``evidence.decode_summary``; None if no item has it).
         """
-        from evalgate.compare.evidence import decode_summary
-
         differing = [self.pairs[i] for i in self.differing_outputs]
         ties = tuple(b.item_id for b, c in differing if c.decode and is_near_tie(c.decode.get("tie_gap"), near_tie))
         summary = decode_summary(self.pairs)

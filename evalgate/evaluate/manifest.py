@@ -14,6 +14,8 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evalgate.errors import StoreError
+from evalgate.inputs.chat import protocol
+from evalgate.results.store import read_json
 
 
 class SuiteEntry(BaseModel):
@@ -80,8 +82,6 @@ class Manifest(BaseModel):
         Raises:
             StoreError: missing, unreadable or not a manifest (naming the file and the first bad field).
         """
-        from evalgate.results.store import read_json
-
         return cls.checked(read_json(path, "run manifest"), path)
 
     @classmethod
@@ -105,8 +105,6 @@ class Manifest(BaseModel):
 def side(run: Any) -> Side:
     """The manifest side of a ``runner.ConfigRun`` (its ``protocol``: the run's, else the config's own
     ``chat.protocol``)."""
-    from evalgate.inputs.chat import protocol
-
     cfg = run.config
     return Side(name=cfg.name, path=str(cfg.path), expect=cfg.expect, requested=cfg.identity(), effective=run.effective,
                 spec_decode=run.spec_decode, evidence_sources=run.evidence_sources, cached_suites=run.cached,

@@ -20,7 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalgate.engine import platform  # read at call time: tests stand in for the hardware
 from evalgate.errors import ConfigError
+from evalgate.evaluate.runner import SpeedError
+from evalgate.models.embedded import resolve_model
 
 log = logging.getLogger("evalgate")
 
@@ -132,21 +135,19 @@ def resolve(base: Any, cand: Any, override: str | None = None) -> Placement:
         ConfigError (exit 2): ``alternate`` where sleep mode is unavailable, naming ``--placement`` or the config
             file's ``placement``.
     """
-    from evalgate.engine.platform import gpu_memory_bytes, has_cuda, sleep_mode_problem
-
     if override:
         requested, source, path, fld = override, "--placement", None, "--placement"
     else:
         requested, path, fld = cand.placement, cand.placement_from, "placement"
         source = str(path) if path is not None else "default"
-    cuda = has_cuda()
-    problem = sleep_mode_problem() if (requested != "together") else None
+    cuda = platform.has_cuda()
+    problem = platform.sleep_mode_problem() if (requested != "together") else None
     if requested == "together" or not cuda:  # nothing more to learn: no GPU to size against
         return decide(requested, source=source, cuda=cuda, sleep_problem=problem,
                       utilizations=(utilization(base.engine_args), utilization(cand.engine_args)), path=path, fld=fld)
     return decide(requested, source=source, cuda=cuda, sleep_problem=problem,
                   utilizations=(utilization(base.engine_args), utilization(cand.engine_args)),
-                  weight_bytes=(_model_bytes(base), _model_bytes(cand)), gpu_bytes=gpu_memory_bytes(
+                  weight_bytes=(_model_bytes(base), _model_bytes(cand)), gpu_bytes=platform.gpu_memory_bytes(
                       cand.env.get("CUDA_VISIBLE_DEVICES")), kv_bytes=(_kv_bytes(base), _kv_bytes(cand)),
                   path=path, fld=fld)
 
@@ -160,8 +161,6 @@ def _kv_bytes(cfg: Any) -> int | None:
 def _model_bytes(cfg: Any) -> int | None:
     """``weight_bytes`` of ``cfg``'s checkpoint (an embedded alias resolved to its packaged directory); None for a
     hub name or ``load_format: dummy`` (random weights: nothing on disk says their size)."""
-    from evalgate.models.embedded import resolve_model
-
     if str(cfg.engine_args.get("load_format", "")) == "dummy":
         return None
     try:
@@ -295,8 +294,6 @@ class Alternation:
             old.kill()
         self.stopped(role)
         if stat["restarts"] >= self.max_restarts:
-            from evalgate.evaluate.runner import SpeedError
-
             raise SpeedError(f"{role}: {why} (after {stat['restarts']} restart(s) of that side, the most allowed)") from None
         stat["restarts"] += 1
         stat["restart_reasons"].append(why[:300])

@@ -46,6 +46,8 @@ from types import TracebackType
 from typing import Any
 
 from evalgate.errors import ConfigError, EvalgateError, ExitCode
+from evalgate.evaluate.procs import _die_with_parent, kill_group
+from evalgate.suites.discovery import load_suite, task_manager
 
 __all__ = ["PreflightError", "check_suites", "run_checks"]
 
@@ -92,8 +94,6 @@ def check_suites(suites: list[Any], *, limit: int | None, timeout: float = 3 * 3
         ConfigError (exit 2): a task fails the pre-flight; one line naming the suite YAML, the field and the task.
         PreflightError (exit 3): the pre-flight crashed (its last stderr line is given) or timed out.
     """
-    from evalgate.evaluate.procs import _die_with_parent, kill_group
-
     if not suites:
         return {"seconds": 0.0, "tasks": {}}
     t0 = time.monotonic()
@@ -144,8 +144,6 @@ def run_checks(suites_dir: Path | str, names: list[str], limit: int | None) -> d
     Raises:
         ConfigError: the first task that fails, naming its suite YAML, the field and the task.
     """
-    from evalgate.suites.discovery import load_suite, task_manager
-
     suites = [load_suite(n, suites_dir) for n in names]
     specs = {spec.name: spec for s in suites for spec in s.specs}
     for spec in specs.values():

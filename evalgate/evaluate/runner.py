@@ -23,6 +23,7 @@ from evalgate.engine.protocol import JOURNAL_FORMAT, LIMITS_TAG, LOGPROBS_K, ver
 from evalgate.engine.readback import READBACK_VERSION
 from evalgate.errors import EngineError
 from evalgate.evaluate.procs import exit_error, kill_group, spawn, tail
+from evalgate.inputs.chat import check_model_template, protocol
 from evalgate.inputs.config import EngineConfig
 from evalgate.inputs.options import LOGPROB_ITEMS
 from evalgate.models.embedded import model_fingerprint, resolve_model
@@ -148,8 +149,6 @@ def start_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, s
 
 def _plan(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: ResultStore,
           reference: ConfigRun | None, logprob_items: int) -> _Plan:
-    from evalgate.inputs.chat import check_model_template, protocol
-
     model_path = resolve_model(cfg.model)
     model_template = check_model_template(cfg.chat, model_path, cfg.path)
     proto = protocol(cfg.chat, model_template)  # chat and completion prompts score differently: part of every key

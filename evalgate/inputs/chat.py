@@ -24,7 +24,9 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field
 
 from evalgate.errors import ConfigError
-from evalgate.inputs.schema import Schema, problem, rule
+from evalgate.inputs.schema import Schema, problem, rule, validate
+from evalgate.models import embedded as models
+from evalgate.models import hybrid
 
 __all__ = ["COMPLETION", "Chat", "ChatSpec", "Thought", "check_jinja", "check_model_template", "check_protocols",
            "check_template_inputs", "check_think_end", "describe_difference", "local_model_dir", "model_template",
@@ -114,8 +116,6 @@ def resolve_chat(data: Any, path: Path, origin: Path | None) -> ChatSpec:
         ConfigError (exit 2): an unknown key, a wrong type, a template file that is missing or not valid Jinja,
             ``system`` / ``template_kwargs`` / ``fewshot_as_multiturn`` without a template, an empty ``think_end``.
     """
-    from evalgate.inputs.schema import validate
-
     chat = validate(Chat, data, path, prefix="chat.")
     if chat.think_end is not None and not chat.think_end.strip():
         raise ConfigError("must be a non-empty end-of-thinking marker such as '</think>' (the tokenizer cannot "
@@ -280,12 +280,8 @@ def local_model_dir(model: str) -> str | None:
     """The local checkpoint directory a config's ``model`` names, without preparing anything: the packaged hybrid,
     an embedded model already converted, or a local path; None for a hub name or an embedded model not yet prepared
     (the worker then checks the tokenizer)."""
-    from evalgate.models import embedded as models
-
     if model == models.HYBRID_MODEL:
-        from evalgate.models.hybrid import CHECKPOINT_DIR
-
-        return str(CHECKPOINT_DIR)
+        return str(hybrid.CHECKPOINT_DIR)
     try:  # a broken home or path is not this check's to report (check_home and the model check say it)
         if model == models.EMBEDDED_MODEL:
             d = models.embedded_model_dir()

@@ -28,6 +28,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
 
+from evalgate.engine.argnames import both_names_set, missing_engine_api, missing_spec_decode_evidence, rename_hint
 from evalgate.errors import ConfigError
 from evalgate.inputs.chat import Chat, ChatSpec, protocol, resolve_chat
 from evalgate.inputs.project import builtin_dir
@@ -246,8 +247,6 @@ def check_engine_arg_names(engine_args: dict[str, Any], origin: dict[str, Path])
     Raises:
         ConfigError: naming the file that set the offending key (``origin`` maps key -> file) and the field.
     """
-    from evalgate.engine.argnames import both_names_set, missing_engine_api, missing_spec_decode_evidence, rename_hint
-
     valid = engine_arg_names()
     for key in engine_args:
         if key in _RESERVED_ENGINE_ARGS:

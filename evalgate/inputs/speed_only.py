@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from evalgate.engine import argnames  # read at call time: tests stand in for the installed vLLM
 from evalgate.errors import ConfigError
 
 DUMMY = "dummy"
@@ -58,13 +59,12 @@ def _check_spec_decode(cfg: Any) -> None:
     spec = (cfg.engine_args or {}).get("speculative_config")
     if not spec:
         return
-    from evalgate.engine.argnames import installed_vllm_version, missing_synthetic_acceptance
 
-    gone = missing_synthetic_acceptance()
+    gone = argnames.missing_synthetic_acceptance()
     if gone:
         raise ConfigError(f"speculative decoding on random weights ({DUMMY}) rejects every draft, so its speed says "
                           f"nothing; measuring it needs vLLM's synthetic acceptance, which the installed "
-                          f"{installed_vllm_version()} lacks ({', '.join(gone)})", path=cfg.path,
+                          f"{argnames.installed_vllm_version()} lacks ({', '.join(gone)})", path=cfg.path,
                           field="engine_args.speculative_config")
     if not isinstance(spec, dict) or spec.get("rejection_sample_method") != "synthetic" or not (
             spec.get("synthetic_acceptance_length") is not None or spec.get("synthetic_acceptance_rates") is not None):

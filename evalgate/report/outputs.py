@@ -39,7 +39,7 @@ from evalgate.report.wording import (
 )
 from evalgate.speed.economics import economics_lines, economics_properties
 from evalgate.speed.precision import precision_note
-from evalgate.speed.speedup import profile_words, repeats_note, repeats_words
+from evalgate.speed.speedup import headline, profile_words, repeats_note, repeats_words
 
 __all__ = ["FLOOR_NOTE", "HTML_NAME", "JUNIT_NAME", "MARKDOWN_NAME", "NO_OP_NOTE", "SPEC_SOURCE_NOTE", "floor_note",
            "items_needed_short", "pts", "render_error_junit", "render_error_markdown", "render_junit",
@@ -154,8 +154,6 @@ def speed_properties(speed: SpeedBlock | None) -> list[tuple[str, Any]]:
 def _speed_junit(root: ET.Element, doc: Verdict, totals: dict[str, int], cand: str) -> None:
     """A ``evalgate.speed.speedup`` test suite with one case: a failure when a speed threshold or a latency objective
     BLOCKed (reasons ``speed: ...`` and ``latency: ...``, as ``gate.overrule`` files them)."""
-    from evalgate.speed.speedup import headline
-
     speed = doc.speed
     ts = ET.SubElement(root, "testsuite", name="evalgate.speed.speedup", tests="1", errors="0", skipped="0", time="0")
     props = ET.SubElement(ts, "properties")

@@ -33,7 +33,7 @@ from evalgate.report.wording import (
 )
 from evalgate.speed.economics import economics_lines, pct, usd, utilisation
 from evalgate.speed.precision import precision_note
-from evalgate.speed.speedup import repeats_note, repeats_words
+from evalgate.speed.speedup import headline, repeats_note, repeats_words
 
 Doc = Verdict | Mapping[str, Any]
 
@@ -128,8 +128,6 @@ def render_terminal(doc: Doc) -> str:
         if t.reasoning is not None:
             lines.append(f"  {reasoning_line(t.reasoning)}")
     if doc.speed is not None:
-        from evalgate.speed.speedup import headline
-
         dumped = doc.speed.model_dump(exclude_unset=True)
         lines.extend(x for x in (headline(dumped), latency_headline(dumped)) if x)
     if doc.economics is not None:

@@ -16,6 +16,8 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evalgate.compare import power
+
 VERSION = 1
 Number = Union[int, float]  # smart union: an int stays an int, a float (also NaN) a float
 VerdictName = Literal["PASS", "BLOCK", "NO-OP", "INCONCLUSIVE"]
@@ -258,8 +260,6 @@ class TaskVerdict(_Record):
         A document written before ``items_needed_basis`` existed stored the extrapolated SE floor when no item
         changed; its figure is recomputed from its own statistics (``power.items_needed``).
         """
-        from evalgate.compare import power
-
         need, basis = self.items_needed, self.items_needed_basis
         if need is not None and basis is None:
             try:

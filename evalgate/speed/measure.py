@@ -15,10 +15,35 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from evalgate.engine import argnames
+from evalgate.engine.platform import has_cuda
 from evalgate.errors import ConfigError
-from evalgate.inputs.requestlog import FROM_LOG
-from evalgate.inputs.thresholds import SLO_KEYS, ConfigPolicy
-from evalgate.speed.speedup import TrafficProfile, compare_speed, speed_block
+from evalgate.evaluate.runner import SpeedError
+from evalgate.inputs.requestlog import FROM_LOG, concurrency_from_log, read_request_log
+from evalgate.inputs.thresholds import MAX_TRAFFIC_PROMPTS, SLO_KEYS, ConfigPolicy
+from evalgate.speed.precision import (
+    BY_REPEATS,
+    BY_SECONDS,
+    MET,
+    pair_cap,
+    precision_problems,
+    precision_record,
+    stein_interval,
+    stein_plan,
+)
+from evalgate.speed.serve import serve_problems
+from evalgate.speed.speedup import (
+    UNMEASURABLE,
+    TrafficProfile,
+    compare_speed,
+    describe,
+    profile_problems,
+    profile_words,
+    repeats_needed,
+    repeats_words,
+    resolve_profile,
+    speed_block,
+)
 
 log = logging.getLogger("evalgate")
 WARMUP_OUTPUT_LEN = 16  # tokens: enough to run the decode path at the level's batch size
@@ -109,16 +134,6 @@ def _second_stage(first: Any, profile: TrafficProfile, out: dict[str, list[float
     with Stein's interval, its reading and the ``precision`` record."""
     import dataclasses
 
-    from evalgate.speed.precision import (
-        BY_REPEATS,
-        BY_SECONDS,
-        MET,
-        pair_cap,
-        precision_record,
-        stein_interval,
-        stein_plan,
-    )
-    from evalgate.speed.speedup import UNMEASURABLE, describe, repeats_needed
 
     plan = stein_plan(out["baseline"], out["candidate"], profile.precision, profile.level)
     cap = pair_cap(profile.repeats, profile.max_repeats)
@@ -173,9 +188,6 @@ def speed_profile(options: Any, policy: ConfigPolicy, *, default_on: bool = Fals
             (``servespeed.serve_problems``), or the installed vLLM lacks the benchmark code the mode calls
             (``check_benchmark_code``).
     """
-    from evalgate.engine.platform import has_cuda
-    from evalgate.speed.speedup import resolve_profile
-
     fields = policy.traffic
     if options.no_speed or not (default_on or options.wants_speed or fields is not None):
         refuse_unmeasured_slos(policy, "--no-speed" if options.no_speed else None)
@@ -190,7 +202,6 @@ def speed_profile(options: Any, policy: ConfigPolicy, *, default_on: bool = Fals
                               precision=getattr(options, "precision", None),
                               max_repeats=getattr(options, "max_repeats", None),
                               max_seconds=getattr(options, "max_seconds", None))
-    from evalgate.speed.precision import precision_problems
 
     for fld, msg in precision_problems(profile.repeats, profile.precision, profile.max_repeats, profile.max_seconds):
         path, dotted = traffic_source(policy, fld, options)
@@ -198,8 +209,6 @@ def speed_profile(options: Any, policy: ConfigPolicy, *, default_on: bool = Fals
     if log_path is not None or from_log:
         profile = log_profile(profile, fields, log_path, from_log and not options.concurrency, policy, options)
     if profile.mode == "serve":
-        from evalgate.speed.serve import serve_problems
-
         for fld, msg in serve_problems(profile):
             path, dotted = traffic_source(policy, fld, options)
             raise ConfigError(msg, path=path, field=dotted)
@@ -262,8 +271,6 @@ def log_profile(profile: TrafficProfile, fields: dict[str, Any], log_path: str |
     """
     import dataclasses
 
-    from evalgate.inputs.requestlog import concurrency_from_log, read_request_log
-    from evalgate.inputs.thresholds import MAX_TRAFFIC_PROMPTS
 
     def refuse(fld: str, msg: str) -> None:
         path, dotted = traffic_source(policy, fld, options)
@@ -301,8 +308,6 @@ def check_benchmark_code(mode: str, policy: ConfigPolicy, options: Any = None, *
     benchmark code speed mode ``mode`` calls (``engine.argnames.missing_offline_benchmark`` /
     ``missing_serve_benchmark``: read from vLLM's source, no import), before any engine starts; with ``replay`` (a
     request log), also its custom-dataset loader (``missing_log_replay``, naming ``traffic.from``)."""
-    from evalgate.engine import argnames
-
     missing = argnames.missing_serve_benchmark() if mode == "serve" else argnames.missing_offline_benchmark()
     if replay and not missing and argnames.missing_log_replay():
         missing, mode = argnames.missing_log_replay(), "offline (traffic.from)"
@@ -329,8 +334,6 @@ def check_profile(profile: Any, configs: dict[str, Any], limits: dict[str, dict[
     max_model_len, or more concurrent requests than its max_num_seqs); ``limits``: role -> the engine's limits
     (``runner.check_engine_values``); ``policy`` (the candidate's) and ``options`` (the run options) let the
     message name where the field was set (``traffic_source``)."""
-    from evalgate.speed.speedup import profile_problems
-
     for role, cfg in configs.items():
         for fld, msg in profile_problems(profile, limits.get(role, {})):
             path, dotted = traffic_source(policy, fld, options)
@@ -349,9 +352,6 @@ def check_speed_only_profile(profile: Any, policy: ConfigPolicy, options: Any = 
 def measure_speed_safely(workers: dict[str, Any], profile: Any) -> dict[str, Any]:
     """The speed block (``speedrun.measure_speed``), or ``{"status": "failed", "error", "profile"}`` when a
     measurement failed: the quality verdict is still written (the run then exits 3)."""
-    from evalgate.evaluate.runner import SpeedError
-    from evalgate.speed.speedup import profile_words, repeats_words
-
     log.info("speed: %s, concurrency %s, %s per side, interleaved", profile_words(profile.as_dict()),
              ",".join(map(str, profile.concurrency)), repeats_words(profile.as_dict()))
     try:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from evalgate.engine.device import cpu_info
+from evalgate.engine.platform import has_cuda
 from evalgate.engine.serve import (
     STARTUP_TIMEOUT_S,
     ServeError,
@@ -32,6 +34,7 @@ from evalgate.engine.serve import (
     vllm_version,
 )
 from evalgate.errors import EvalgateError
+from evalgate.models.embedded import resolve_model
 from evalgate.speed.speedup import (
     SpeedComparison,
     TrafficProfile,
@@ -209,11 +212,7 @@ def measure_configs(base: Any, cand: Any, profile: TrafficProfile, log_dir: Path
         The ``speed`` block, or ``{"status": "failed", "error": one line, "profile": ...}`` when a server or a
         benchmark failed (the run keeps its quality results and exits 3, as for the offline measurement).
     """
-    from evalgate.models.embedded import resolve_model
-
     if cuda is None:
-        from evalgate.engine.platform import has_cuda
-
         cuda = has_cuda()
     sides = {role: ServeSide(resolve_model(cfg.model), dict(cfg.engine_args), dict(cfg.env),
                              Path(log_dir) / f"{role}-serve.log") for role, cfg in (("baseline", base), ("candidate", cand))}
@@ -278,8 +277,6 @@ def logged_args(log_path: Path) -> dict[str, str]:
 
 def _device(cuda: bool) -> dict[str, Any]:
     """The device the servers ran on, without importing torch here: the GPU's name (nvidia-smi) or the CPU's."""
-    from evalgate.engine.device import cpu_info
-
     if cuda:
         import subprocess
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from evalgate.speed.precision import METHOD as PRECISION_METHOD
-from evalgate.speed.precision import precision_note
+from evalgate.speed.precision import pair_cap, precision_note
 
 __all__ = ["CPU_PROFILE", "CUDA_PROFILE", "SpeedComparison", "TrafficProfile", "compare_speed", "coefficient_of_variation",
            "describe", "detectable_ratio", "paired_t_power", "repeats_needed", "speed_block"]
@@ -356,8 +356,6 @@ def repeats_words(p: dict[str, Any], interleaved: bool = False) -> str:
     """The profile's repeats in words: ``3 repeats`` (with ``interleaved``: ``3 interleaved repeats per side``); with
     ``traffic.precision`` ``3 to 10 pairs, target ±2 %`` (``3 to 10 interleaved pairs, ...``): Stein's first stage,
     then up to the cap (``precision.pair_cap``), and the ``max_seconds`` budget when set."""
-    from evalgate.speed.precision import pair_cap
-
     n = p.get("repeats")
     if p.get("precision") is None or not isinstance(n, int):
         return f"{n} interleaved repeats per side" if interleaved else f"{n} repeats"

@@ -16,6 +16,7 @@ from typing import Any
 
 from evalgate.errors import ConfigError
 from evalgate.inputs.project import builtin_dir, layout
+from evalgate.inputs.schema import suggest
 from evalgate.inputs.yamlio import Wording, read_mapping
 
 SUITES_ENV = "EVALGATE_SUITES"
@@ -194,7 +195,6 @@ def check_function_ref(ref: str, path: Path, where: str) -> None:
             return  # an if/try/with/for at module level may define it: do not guess
     if "__getattr__" in defined or name in defined:
         return
-    from evalgate.inputs.schema import suggest
 
     hint = suggest(name, sorted(n for n in defined if not n.startswith("_")), list_all=False)
     raise ConfigError(f"!function {ref}: {file.name} defines no {name!r}{hint}", path=path, field=where or None)

@@ -9,7 +9,7 @@ from typing import Any
 
 from evalgate.errors import ConfigError
 from evalgate.inputs.yamlio import read_mapping
-from evalgate.suites.files import WORDING, Suite, suite_yamls
+from evalgate.suites.files import WORDING, Suite, flat_files, resolve_files, suite_yamls
 
 
 def _find_task_yaml(suite: Suite, task: str) -> tuple[Path, dict[str, Any]] | None:
@@ -133,7 +133,6 @@ def _count_local(path: Path, cfg: dict[str, Any], split: Any) -> int:
     """Rows of ``split`` in a local-files task's ``data_files`` (``count_items``); ConfigError naming the YAML."""
     import glob
 
-    from evalgate.suites.files import flat_files, resolve_files
 
     builder = cfg.get("dataset_path")
     kwargs = cfg.get("dataset_kwargs") if isinstance(cfg.get("dataset_kwargs"), dict) else {}

@@ -205,10 +205,10 @@ def test_report_refuses_a_task_decided_on_no_items(tmp_path: Path, capsys: pytes
 def test_compare_refuses_a_speed_only_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A --speed-only run has no quality results: comparing it is exit 3 naming the run, before anything is read
     further."""
-    from evalgate.commands import jobs, stored
+    from evalgate.commands import jobs
     from evalgate.errors import StoreError
 
-    monkeypatch.setattr(stored, "read_side", lambda run: ({}, {"speed_only": True} if run.name == "b" else {}))
+    monkeypatch.setattr(jobs, "read_side", lambda run: ({}, {"speed_only": True} if run.name == "b" else {}))
     job = jobs.StoredJob(tmp_path / "a", tmp_path / "b", tmp_path / "t.yaml", tmp_path / "out")
     with pytest.raises(StoreError, match=r"/b: a --speed-only run \(manifest.json speed_only\) holds no quality"):
         job.load()

@@ -75,7 +75,7 @@ def _stub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tasks: dict[str, Task
                                          cached=["s2"], device={"platform": "cpu"})
 
     monkeypatch.setattr(evalgate.evaluate.runner, "evaluate_config", evaluate_config)
-    monkeypatch.setattr("evalgate.evaluate.preflight.check_suites", lambda suites, **kw: {"seconds": 0.0, "tasks": {}})
+    monkeypatch.setattr("evalgate.commands.score.check_suites", lambda suites, **kw: {"seconds": 0.0, "tasks": {}})
     monkeypatch.setenv("EVALGATE_HOME", str(tmp_path / "home"))
     return calls
 

@@ -215,9 +215,9 @@ def test_a_synthetic_profile_keeps_its_keys(tmp_path: Path) -> None:
 
 
 def test_a_log_larger_than_a_repeat_needs_num_prompts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import evalgate.inputs.thresholds
+    import evalgate.speed.measure
 
-    monkeypatch.setattr(evalgate.inputs.thresholds, "MAX_TRAFFIC_PROMPTS", 2)
+    monkeypatch.setattr(evalgate.speed.measure, "MAX_TRAFFIC_PROMPTS", 2)  # the bound where the log is read
     (tmp_path / "r.jsonl").write_text('{"prompt": "a"}\n' * 3, encoding="utf-8")
     with pytest.raises(ConfigError, match=r"traffic.from: the request log holds 3 requests, more than 2 per repeat"):
         _profile(tmp_path, "{from: r.jsonl}")
