@@ -33,23 +33,26 @@ from evalgate.engine.platform import check_platform
 from evalgate.errors import ConfigError, StoreError
 from evalgate.evaluate import runner
 from evalgate.evaluate.manifest import Manifest
-from evalgate.evaluate.placement import Alternation, placement_record, summary_line
+from evalgate.evaluate.placement import Alternation, Placement, placement_record, summary_line
 from evalgate.evaluate.placement import resolve as resolve_placement
 from evalgate.evaluate.preflight import check_suites
 from evalgate.evaluate.progress import engine_progress
 from evalgate.evaluate.runner import SpeedError
 from evalgate.inputs import config as config_mod
 from evalgate.inputs.chat import check_protocols
+from evalgate.inputs.config import EngineConfig
 from evalgate.inputs.options import RunOptions
 from evalgate.inputs.replay import check_lengths, load_replay
 from evalgate.inputs.speed_only import check_speed_only
-from evalgate.inputs.thresholds import load_thresholds
+from evalgate.inputs.thresholds import Thresholds, load_thresholds
 from evalgate.models.embedded import check_home, evalgate_home
 from evalgate.paths import check_writable_dir
 from evalgate.results.store import ResultStore, tasks_to_json, write_json_atomic
 from evalgate.speed.measure import check_profile, check_speed_only_profile, measure_speed_safely, speed_profile
 from evalgate.speed.serve import measure_configs
+from evalgate.speed.speedup import TrafficProfile
 from evalgate.suites.discovery import check_datasets, list_suites
+from evalgate.suites.files import Suite
 
 log = logging.getLogger("evalgate")
 
@@ -75,7 +78,7 @@ class EngineJob:
     announce: Callable[[Path], None] = lambda out: None
     stamp: str = field(default_factory=stamp_now)
 
-    def load(self) -> Any:
+    def load(self) -> Thresholds:
         """Configs, thresholds and suites, checked (each task by the suite pre-flight, ``evalgate.evaluate.preflight``); the
         run directory and evalgate's home (and its store) checked writable; the traffic profile against both engines'
         limits. Returns the thresholds. Raises ConfigError (exit 2) for bad input, PreflightError (exit 3) when the
@@ -141,7 +144,7 @@ class EngineJob:
         baseline); with a traffic profile, both engines' limits are checked against it."""
         replay = None if self.replay is None else self.replay.spec()
 
-        def check(role: str, cfg: Any) -> dict[str, Any]:
+        def check(role: str, cfg: EngineConfig) -> dict[str, Any]:
             extra = {} if replay is None else {"replay": replay}  # the plain check's call stays as it was
             return runner.check_engine_values(cfg, self.out / "logs" / f"{role}-check.log", self.options.timeout,
                                               **extra)
@@ -161,7 +164,7 @@ class EngineJob:
             check_profile(self.profile, {"baseline": self.base, "candidate": self.cand}, limits, self.policy,
                           options=self.options)
 
-    def evaluate(self, thresholds: Any) -> Evaluated:
+    def evaluate(self, thresholds: Thresholds) -> Evaluated:
         """Baseline, then candidate (with the baseline as reference), each side's results written as it finishes;
         then the speed phase on both warm workers. With ``placement: alternate`` both start in sleep mode, the
         baseline sleeps before the candidate's worker starts and the speed phase wakes one side at a time
@@ -206,7 +209,7 @@ class EngineJob:
         sides.replay = replay
         return sides
 
-    def _replay(self, workers: dict[str, Any]) -> Any:
+    def _replay(self, workers: dict[str, Any]) -> ReplayRun:
         """Both sides' greedy answers to the replayed requests (``worker.replay_gate``), on their warm workers (each
         woken first under ``placement: alternate``). Raises SpeedError (exit 3): a worker failed or died."""
         plan, spec = self.replay, self.replay.spec()
@@ -224,7 +227,7 @@ class EngineJob:
                 "max_tokens": plan.section.max_tokens, "sampling": plan.section.sampling}
         return ReplayRun(requests=plan.requests, outputs=outputs, log=meta, redact=plan.section.redact)
 
-    def _restart(self, role: str) -> Any:
+    def _restart(self, role: str) -> runner.Worker:
         """A new worker for ``role`` after its engine failed in the speed phase: every suite result comes from the
         store (nothing is recomputed), its log ``logs/<role>.restart<n>.log``."""
         cfg = self.base if role == "baseline" else self.cand
@@ -244,7 +247,8 @@ class EngineJob:
 
         return measure_configs(self.base, self.cand, self.profile, self.out / "logs", progress=log.info)
 
-    def _evaluate_side(self, role: str, cfg: Any, reference: Any, workers: dict[str, Any]) -> Any:
+    def _evaluate_side(self, role: str, cfg: EngineConfig, reference: runner.ConfigRun | None,
+                       workers: dict[str, Any]) -> runner.ConfigRun:
         """One side's ``ConfigRun`` (its worker kept in ``workers`` when speed is measured), written to
         ``<role>.json`` at once."""
         log_path = self.out / "logs" / f"{role}.log"
@@ -280,24 +284,24 @@ class VariantJob:
         (``placement.Alternation`` holding the baseline's worker, and its ``Placement``); None: both resident.
     """
 
-    variant: Any
-    baseline: tuple[Any, Any]
-    thresholds: Any
-    suites: list[Any]
+    variant: EngineConfig
+    baseline: tuple[runner.Worker, runner.ConfigRun]
+    thresholds: Thresholds
+    suites: list[Suite]
     options: RunOptions
-    profile: Any
+    profile: TrafficProfile | None
     stamp: str
     gate_name: str
     out: Path
     log_path: Path
-    alternation: Any = None  # placement.Alternation of the ablation (None: both resident)
-    placement: Any = None    # placement.Placement of the ablation (None: not recorded)
+    alternation: Alternation | None = None  # of the ablation (None: both resident)
+    placement: Placement | None = None  # of the ablation (None: not recorded)
 
-    def load(self) -> Any:
+    def load(self) -> Thresholds:
         """Nothing to load: the ablation loaded and checked everything; returns its thresholds."""
         return self.thresholds
 
-    def evaluate(self, thresholds: Any) -> Evaluated:
+    def evaluate(self, thresholds: Thresholds) -> Evaluated:
         """The variant's suites (the baseline's run as reference), then its speed against the baseline's worker;
         the variant's worker is stopped either way. With ``alternation`` in ``alternate`` mode the baseline sleeps
         before the variant's worker starts and stays asleep between variants; each speed pass wakes its side only
@@ -364,7 +368,7 @@ class StoredJob:
     thresholds_path: Path
     out: Path
 
-    def load(self) -> Any:
+    def load(self) -> Thresholds:
         """Both run directories (candidate results and complete, well-typed manifests; run B's log-prob evidence
         dropped: it was measured against run B's own baseline), the thresholds and the output directory (writable);
         refuses runs whose tasks' suites are not listed in both manifests under the same content hash
@@ -392,7 +396,7 @@ class StoredJob:
         check_writable_dir(self.out, field="--out", what="the comparison's run directory")
         return thresholds
 
-    def evaluate(self, thresholds: Any) -> Evaluated:
+    def evaluate(self, thresholds: Thresholds) -> Evaluated:
         """Nothing is evaluated: the two candidates' stored items, and a manifest merging both runs' (``"a → b"``
         where they differ)."""
         eff = {"baseline": self.res_a.get("effective", {}), "candidate": self.res_b.get("effective", {})}

@@ -22,16 +22,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from evalgate.compare.pairing import compare_tasks
+from evalgate.compare.pairing import TaskComparison, compare_tasks
+from evalgate.compare.replay import ReplayComparison, ReplayRun
 from evalgate.errors import ConfigError, ExitCode, StoreError
 from evalgate.evaluate.manifest import Manifest, SuiteEntry, side
-from evalgate.evaluate.runner import SpeedError, versions
+from evalgate.evaluate.runner import ConfigRun, SpeedError, versions
 from evalgate.gate import judge_run
-from evalgate.inputs.thresholds import ConfigPolicy
+from evalgate.inputs.thresholds import ConfigPolicy, Thresholds
 from evalgate.report.document import build_verdict
 from evalgate.report.outputs import write_outputs
+from evalgate.results.records import TaskResult
 from evalgate.results.store import write_json_atomic
 from evalgate.suites.discovery import list_suites, load_suite
+from evalgate.suites.files import Suite
 
 VERDICT_EXIT = {"PASS": ExitCode.PASS, "BLOCK": ExitCode.BLOCK, "NO-OP": ExitCode.NO_OP,
                 "INCONCLUSIVE": ExitCode.INCONCLUSIVE}
@@ -54,7 +57,7 @@ class Evaluated:
         replay: the replay gate's answers of both sides (``compare.replay.ReplayRun``), None when no replay ran.
     """
 
-    tasks: dict[str, dict[str, Any]]
+    tasks: dict[str, dict[str, TaskResult]]
     effective: dict[str, dict[str, Any]]
     gate_name: str | None
     expect: str
@@ -62,7 +65,7 @@ class Evaluated:
     speed: dict[str, Any] | None = None
     files: dict[str, Any] = field(default_factory=dict)
     pair: str | None = None
-    replay: Any = None
+    replay: ReplayRun | None = None
 
 
 class Job(Protocol):
@@ -71,9 +74,9 @@ class Job(Protocol):
 
     out: Path
 
-    def load(self) -> Any: ...
+    def load(self) -> Thresholds: ...
 
-    def evaluate(self, thresholds: Any) -> Evaluated: ...
+    def evaluate(self, thresholds: Thresholds) -> Evaluated: ...
 
 
 @dataclass
@@ -132,8 +135,8 @@ def gate(job: Job) -> Outcome:
     return Outcome(doc, job.out, sides.speed, paths["html"])
 
 
-def decide_and_render(comparisons: list[Any], sides: Evaluated, policy: ConfigPolicy,
-                      out: Path, replay: Any = None) -> tuple[dict[str, Any], dict[str, Path]]:
+def decide_and_render(comparisons: list[TaskComparison], sides: Evaluated, policy: ConfigPolicy,
+                      out: Path, replay: ReplayComparison | None = None) -> tuple[dict[str, Any], dict[str, Path]]:
     """The verdict: the gate's one decision over the comparisons (``gate.judge_run``: the accuracy rule, then health,
     speculative-decoding and speed floors and latency objectives, then the replay gate over ``replay``, the
     ``compare.replay.ReplayComparison`` of ``sides.replay``), laid out by ``document.build_verdict``, then
@@ -158,7 +161,7 @@ def stamp_now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
-def run_manifest(runs: dict[str, Any], thresholds: Any, suites: list[Any], *, limit: int | None, stamp: str,
+def run_manifest(runs: dict[str, ConfigRun], thresholds: Thresholds, suites: list[Suite], *, limit: int | None, stamp: str,
                  timings: dict[str, float], placement: dict[str, Any] | None = None,
                  speed_only: bool = False) -> Manifest:
     """The manifest of two evaluated configs (``runs``: role -> ``runner.ConfigRun``); ``placement``: the
@@ -172,7 +175,7 @@ def run_manifest(runs: dict[str, Any], thresholds: Any, suites: list[Any], *, li
                     baseline=side(runs["baseline"]), candidate=side(runs["candidate"]))
 
 
-def evaluated_runs(runs: dict[str, Any], manifest: Manifest, *, gate_name: str | None = None,
+def evaluated_runs(runs: dict[str, ConfigRun], manifest: Manifest, *, gate_name: str | None = None,
                    speed: dict[str, Any] | None = None) -> Evaluated:
     """``Evaluated`` of two ``runner.ConfigRun``s; ``gate_name`` defaults to the candidate's config name."""
     cand = runs["candidate"].config
@@ -180,7 +183,7 @@ def evaluated_runs(runs: dict[str, Any], manifest: Manifest, *, gate_name: str |
                      gate_name=gate_name or cand.name, expect=cand.expect, manifest=manifest, speed=speed)
 
 
-def load_suites(suites_dir: Path, names: list[str] | None) -> list[Any]:
+def load_suites(suites_dir: Path, names: list[str] | None) -> list[Suite]:
     """The suites ``names`` (all under ``suites_dir`` when None). Raises ConfigError when there are none."""
     twice = sorted({n for n in names or [] if (names or []).count(n) > 1})
     if twice:  # a suite listed twice (a typo for another?) would appear twice in the manifest and the runs: refuse

@@ -14,10 +14,11 @@ from typing import Any
 
 from evalgate.compare.evidence import HEALTH_INDICATORS, HealthShift, SpecDecodeHealth, spec_decode_health, task_facts
 from evalgate.compare.pairing import TaskComparison
+from evalgate.compare.replay import ReplayComparison
 from evalgate.gate.accuracy import Decision, decide, speed_only_decision
 from evalgate.gate.overrides import health_alpha, health_failures, overrule
 from evalgate.gate.replay import ReplayDecision, combine, decide_replay
-from evalgate.inputs.thresholds import ConfigPolicy
+from evalgate.inputs.thresholds import ConfigPolicy, SpecDecodeFloors, SpeedFloors
 from evalgate.results.records import ItemResult
 
 __all__ = ["Judgement", "judge", "judge_run", "task_evidence"]
@@ -66,7 +67,8 @@ def task_evidence(pairs: Sequence[tuple[ItemResult, ItemResult]], spec: SpecDeco
 
 
 def judge(decision: Decision, comparisons: Sequence[TaskComparison], manifest: Mapping[str, Any], *,
-          spec_floors: Any = None, speed: Mapping[str, Any] | None = None, speed_floors: Any = None) -> Judgement:
+          spec_floors: SpecDecodeFloors | None = None, speed: Mapping[str, Any] | None = None,
+          speed_floors: SpeedFloors | None = None) -> Judgement:
     """``decision`` (from :func:`decide`) with the overrides applied to the run's evidence.
 
     Args:
@@ -97,7 +99,7 @@ def judge(decision: Decision, comparisons: Sequence[TaskComparison], manifest: M
 
 def judge_run(comparisons: Sequence[TaskComparison], policy: ConfigPolicy, manifest: Mapping[str, Any], *,
               expect: str, effective: Mapping[str, Any],
-              speed: Mapping[str, Any] | None = None, replay: Any = None) -> Judgement:
+              speed: Mapping[str, Any] | None = None, replay: ReplayComparison | None = None) -> Judgement:
     """The whole decision of one gate run: :func:`decide` over the comparisons, then :func:`judge`, then the replay
     gate's verdict joined (``gate.replay.combine``).
 

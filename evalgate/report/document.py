@@ -16,7 +16,10 @@ from evalgate.compare.evidence import (
 from evalgate.compare.pairing import TaskComparison
 from evalgate.compare.power import items_needed_basis
 from evalgate.compare.reasoning import reasoning_summary
+from evalgate.compare.replay import ReplayRun
 from evalgate.fmt import json_number as _num
+from evalgate.gate.replay import ReplayDecision
+from evalgate.inputs.thresholds import SpeedFloors
 from evalgate.report.verdict import VERSION, Verdict
 from evalgate.speed.economics import economics_block
 
@@ -24,8 +27,9 @@ __all__ = ["build_verdict", "gate_document"]
 
 
 def build_verdict(judgement: gate.Judgement, comparisons: list[TaskComparison], manifest: dict[str, Any], *,
-                  near_tie: float = 0.0, speed: dict[str, Any] | None = None, speed_floors: Any = None,
-                  economics: Mapping[str, Any] | None = None, replay_run: Any = None) -> Verdict:
+                  near_tie: float = 0.0, speed: dict[str, Any] | None = None,
+                  speed_floors: SpeedFloors | None = None,
+                  economics: Mapping[str, Any] | None = None, replay_run: ReplayRun | None = None) -> Verdict:
     """The verdict of a run: the gate's judgement (``gate.judge``: final decision, judged evidence per task) with
     every task's statistics, changed items and evidence.
 
@@ -78,7 +82,7 @@ def build_verdict(judgement: gate.Judgement, comparisons: list[TaskComparison], 
     return Verdict.model_validate(doc)
 
 
-def _replay_block(rd: Any, run: Any) -> dict[str, Any]:
+def _replay_block(rd: ReplayDecision, run: ReplayRun) -> dict[str, Any]:
     """The verdict's ``replay`` block: the decision (``gate.replay.ReplayDecision``), the summary and every changed
     request side by side; with ``run.redact`` a request's text and outputs are left out (hash and lengths only)."""
     import hashlib

@@ -19,6 +19,7 @@ from evalgate.engine import argnames
 from evalgate.engine.platform import has_cuda
 from evalgate.errors import ConfigError
 from evalgate.evaluate.runner import SpeedError
+from evalgate.inputs.options import RunOptions
 from evalgate.inputs.requestlog import FROM_LOG, concurrency_from_log, read_request_log
 from evalgate.inputs.thresholds import MAX_TRAFFIC_PROMPTS, SLO_KEYS, ConfigPolicy
 from evalgate.speed.precision import (
@@ -34,6 +35,7 @@ from evalgate.speed.precision import (
 from evalgate.speed.serve import serve_problems
 from evalgate.speed.speedup import (
     UNMEASURABLE,
+    SpeedComparison,
     TrafficProfile,
     compare_speed,
     describe,
@@ -125,9 +127,9 @@ def measure_speed(workers: Mapping[str, Any], profile: TrafficProfile,
     return speed_block(levels, profile, sides)
 
 
-def _second_stage(first: Any, profile: TrafficProfile, out: dict[str, list[float]], total: dict[str, list[float]],
+def _second_stage(first: SpeedComparison, profile: TrafficProfile, out: dict[str, list[float]], total: dict[str, list[float]],
                   pair: Callable[[int, int, int | None], None], pair_seconds: list[float], deadline: float | None,
-                  clock: Callable[[], float], say: Callable[[str], None]) -> Any:
+                  clock: Callable[[], float], say: Callable[[str], None]) -> SpeedComparison:
     """Stein's second stage at one level (``measure_speed``): plan from the first stage's pairs, measure the pairs it
     asks for (``pair(i, planned, 2)`` appends one interleaved pair to ``out``/``total``) within the pair cap and the
     level's ``deadline``, and return ``first`` (a ``SpeedComparison`` of the first stage) recomputed over all pairs
@@ -177,7 +179,7 @@ def with_sent_requests(profile: TrafficProfile, sent: Mapping[str, dict[str, Any
     return dataclasses.replace(profile, requests=meta)
 
 
-def speed_profile(options: Any, policy: ConfigPolicy, *, default_on: bool = False) -> TrafficProfile | None:
+def speed_profile(options: RunOptions, policy: ConfigPolicy, *, default_on: bool = False) -> TrafficProfile | None:
     """The traffic profile to measure, or None: speed is measured when the candidate's policy has traffic keys
     (``policy.traffic``: the thresholds' ``traffic`` section or ``configs.<name>.traffic``), the command line asks
     for it (``--speed``/``--concurrency``/``--repeats``/``--precision``/...) or ``default_on`` (ablate), and never
@@ -256,7 +258,7 @@ def with_latency_slos(profile: TrafficProfile, policy: ConfigPolicy) -> TrafficP
 
 
 def log_profile(profile: TrafficProfile, fields: dict[str, Any], log_path: str | None, from_log: bool,
-                policy: ConfigPolicy, options: Any) -> TrafficProfile:
+                policy: ConfigPolicy, options: RunOptions) -> TrafficProfile:
     """``profile`` turned into the replay of the request log ``log_path`` (``traffic.from``, relative to the
     thresholds file): the log read and checked (``requestlog.read_request_log``), ``num_prompts`` its request count
     (or the first ``traffic.num_prompts``), and with ``from_log`` the concurrency levels the log's timestamps imply
@@ -303,7 +305,7 @@ def log_profile(profile: TrafficProfile, fields: dict[str, Any], log_path: str |
                                num_prompts=n if n is not None else count, requests=meta)
 
 
-def check_benchmark_code(mode: str, policy: ConfigPolicy, options: Any = None, *, replay: bool = False) -> None:
+def check_benchmark_code(mode: str, policy: ConfigPolicy, options: RunOptions | None = None, *, replay: bool = False) -> None:
     """ConfigError (exit 2, naming the installed vLLM and ``traffic.mode``) when the installed vLLM lacks the
     benchmark code speed mode ``mode`` calls (``engine.argnames.missing_offline_benchmark`` /
     ``missing_serve_benchmark``: read from vLLM's source, no import), before any engine starts; with ``replay`` (a
@@ -317,7 +319,7 @@ def check_benchmark_code(mode: str, policy: ConfigPolicy, options: Any = None, *
                           f"({argnames.installed_vllm_version()}) lacks", path=path, field=dotted)
 
 
-def traffic_source(policy: ConfigPolicy, fld: str, options: Any = None) -> tuple[Path | None, str]:
+def traffic_source(policy: ConfigPolicy, fld: str, options: RunOptions | None = None) -> tuple[Path | None, str]:
     """``(file, dotted field)`` that set traffic field ``fld`` of the policy's profile, for an error message: the
     command line (``--concurrency`` / ``--repeats`` / ``--precision`` / ``--max-repeats`` / ``--max-seconds``: no
     file), else the thresholds file and ``policy.traffic_field(fld)`` (``configs.<config>.traffic.<fld>``, else
@@ -328,8 +330,8 @@ def traffic_source(policy: ConfigPolicy, fld: str, options: Any = None) -> tuple
     return policy.path, policy.traffic_field(fld)
 
 
-def check_profile(profile: Any, configs: dict[str, Any], limits: dict[str, dict[str, int]], policy: ConfigPolicy, *,
-                  options: Any = None) -> None:
+def check_profile(profile: TrafficProfile, configs: dict[str, Any], limits: dict[str, dict[str, int]], policy: ConfigPolicy, *,
+                  options: RunOptions | None = None) -> None:
     """ConfigError (exit 2) when an engine of ``configs`` (role -> config) cannot run ``profile`` (too long for its
     max_model_len, or more concurrent requests than its max_num_seqs); ``limits``: role -> the engine's limits
     (``runner.check_engine_values``); ``policy`` (the candidate's) and ``options`` (the run options) let the
@@ -340,7 +342,8 @@ def check_profile(profile: Any, configs: dict[str, Any], limits: dict[str, dict[
             raise ConfigError(f"{msg} of {role} config {cfg.name} ({cfg.path})", path=path, field=dotted)
 
 
-def check_speed_only_profile(profile: Any, policy: ConfigPolicy, options: Any = None) -> None:
+def check_speed_only_profile(profile: TrafficProfile | None, policy: ConfigPolicy,
+                             options: RunOptions | None = None) -> None:
     """ConfigError (exit 2) when a ``--speed-only`` run's ``profile`` needs the suites: ``prompts: suites`` takes
     its prompts from the suites' items, and a speed-only run runs none. ``policy``: the candidate's."""
     if profile is not None and profile.prompts == "suites":
@@ -349,7 +352,7 @@ def check_speed_only_profile(profile: Any, policy: ConfigPolicy, options: Any = 
                           "(or a request log, traffic.from)", path=path, field=dotted)
 
 
-def measure_speed_safely(workers: dict[str, Any], profile: Any) -> dict[str, Any]:
+def measure_speed_safely(workers: dict[str, Any], profile: TrafficProfile) -> dict[str, Any]:
     """The speed block (``speedrun.measure_speed``), or ``{"status": "failed", "error", "profile"}`` when a
     measurement failed: the quality verdict is still written (the run then exits 3)."""
     log.info("speed: %s, concurrency %s, %s per side, interleaved", profile_words(profile.as_dict()),
