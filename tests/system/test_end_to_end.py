@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -25,16 +26,38 @@ from evalgate.suites.discovery import list_suites  # noqa: E402
 pytestmark = pytest.mark.engine
 LIMIT = 2
 # Teacher-forced scoring costs a full-vocabulary log-softmax per prompt position (Gemma: 262k entries; the real-data
-# tasks' prompts run to ~1,800 tokens), so only the first item of each task gets it here: CI time, not coverage.
-LOGPROB_ITEMS = 1
-SMALL = ["--limit", str(LIMIT), "--logprob-items", str(LOGPROB_ITEMS)]
+# tasks' prompts run to ~1,800 tokens): one item per task took 306 s of the BF16 candidate's run on a 2-core CI host
+# (2026-12-05). It runs on the hybrid instead, where tests/system/test_hybrid_gate.py asserts its KL values.
+LOGPROB_ITEMS = 0
 ROOT = Path(__file__).resolve().parents[2]
+# Gemma 3 270M in FP32 decodes slowly on a 2-core CI host (its 262k-entry vocabulary): every suite at the dense
+# family's 256-token budget took 1,207 s here (2026-12-05). The verdicts below follow from n = 2 whatever the outputs
+# say, so the family runs from a copy of configs/ whose dense baseline's budget is MAX_TOKENS (candidates inherit it;
+# thresholds.yaml names configs of every family, so the whole folder is copied).
+MAX_TOKENS = 16
 
 
 @pytest.fixture(scope="module")
-def bf16_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
+def configs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """configs/ copied, with dense/baseline's ``sampling.max_tokens`` lowered to ``MAX_TOKENS``."""
+    root = tmp_path_factory.mktemp("e2e") / "configs"
+    shutil.copytree(ROOT / "configs", root)
+    base = root / "dense" / "baseline.yaml"
+    text = base.read_text()
+    assert text.count("max_tokens: 256") == 1
+    base.write_text(text.replace("max_tokens: 256", f"max_tokens: {MAX_TOKENS}"))
+    return root
+
+
+@pytest.fixture(scope="module")
+def small(configs_dir: Path) -> list[str]:
+    return ["--limit", str(LIMIT), "--logprob-items", str(LOGPROB_ITEMS), "--configs-dir", str(configs_dir)]
+
+
+@pytest.fixture(scope="module")
+def bf16_run(tmp_path_factory: pytest.TempPathFactory, small: list[str]) -> tuple[int, Path]:
     out = tmp_path_factory.mktemp("bf16")
-    code = main(["run", "--config", "dense/bf16", *SMALL, "--out", str(out)])
+    code = main(["run", "--config", "dense/bf16", *small, "--out", str(out)])
     return code, out
 
 
@@ -104,14 +127,11 @@ def test_stored_items_reproduce_the_verdict(bf16_run: tuple[int, Path]) -> None:
         # No NaN/inf log-probs (the one health rule that could block at this size); a rise in degenerate, empty or
         # truncated outputs is at most a warning: its one-sided McNemar p is >= 0.25 at two items.
         cand_items = list(c_items.values())
-        assert t["evidence"]["decode"]["nonfinite_items"] == 0 and t["evidence"]["logit"]["nonfinite_items"] == 0
+        assert t["evidence"]["decode"]["nonfinite_items"] == 0
         assert t["evidence"]["failures"] == []
         assert len(t["flipped"]) == t["n_regressed"] + t["n_improved"]
-        # Every candidate item was scored along the baseline's tokens, with finite log-probs in float32/bfloat16.
-        scored = [i for i in cand_items if i["n_tokens"] and i["item_id"] < LOGPROB_ITEMS]
-        assert t["evidence"]["logit"]["items"] == sum(
-            1 for i in b_items.values() if i["n_tokens"] and i["item_id"] < LOGPROB_ITEMS)
-        assert all(i["divergence"] and i["divergence"]["kl_mean"] >= 0 for i in scored)
+        # --logprob-items 0: no item is teacher-forced, and the document says so (no logit summary, no divergence).
+        assert t["evidence"]["logit"] is None and not any(i.get("divergence") for i in cand_items)
     # Holm (equal alphas): nothing is rejected when even the smallest p-value exceeds alpha / K.
     assert min(p_floor.values()) > thresholds.alpha / len(p_floor)
     assert all(not t["loss_shown"] and t["verdict"] == "INCONCLUSIVE" for t in doc["tasks"])
@@ -130,9 +150,10 @@ def test_report_is_written_and_self_contained(bf16_run: tuple[int, Path]) -> Non
         assert t["task"] in html
 
 
-def test_switch_the_cpu_engine_ignores_is_no_op(tmp_path: Path, bf16_run: tuple[int, Path]) -> None:
-    """An SSM-state dtype cannot act on Gemma (no Mamba layers): NO-OP, exit 4, never a silent PASS."""
-    code = main(["run", "--config", "dense/fp16-state", *SMALL, "--out", str(tmp_path)])
+def test_switch_the_cpu_engine_ignores_is_no_op(tmp_path: Path, bf16_run: tuple[int, Path], small: list[str]) -> None:
+    """An SSM-state dtype cannot act on Gemma (no Mamba layers): NO-OP, exit 4, never a silent PASS. (One suite:
+    the verdict comes from the effective configs, and the baseline's docparse is in the store from bf16_run.)"""
+    code = main(["run", "--config", "dense/fp16-state", *small, "--suites", "docparse", "--out", str(tmp_path)])
     doc = json.loads((tmp_path / "verdict.json").read_text())
     assert (code, doc["verdict"]) == (4, "NO-OP")
     manifest = json.loads((tmp_path / "manifest.json").read_text())
@@ -143,12 +164,12 @@ def test_switch_the_cpu_engine_ignores_is_no_op(tmp_path: Path, bf16_run: tuple[
 
 
 def test_engine_that_cannot_start_is_a_runtime_error(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                     bf16_run: tuple[int, Path]) -> None:
+                                                     bf16_run: tuple[int, Path], small: list[str]) -> None:
     """An engine that cannot allocate its KV cache (1 TiB asked) dies at start: exit 3 with vLLM's reason."""
     cfg = tmp_path / "huge-kv.yaml"
     cfg.write_text("extends: dense/baseline\nengine_args:\n  kv_cache_memory_bytes: 1099511627776\n")
     out = tmp_path / "run"
-    code = main(["run", "--config", str(cfg), *SMALL, "--out", str(out)])
+    code = main(["run", "--config", str(cfg), *small, "--out", str(out)])
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert code == 3
     assert err.startswith("evalgate: error: engine for huge-kv exited with code 1")
