@@ -56,7 +56,7 @@ def evalgate_extras(engine_args: dict[str, Any],
         # declared dtype), not the engine's dtype, and a dict hf_overrides never reaches the draft's config; only
         # a callable does. Without this, an FP32 engine on a checkpoint declaring bfloat16 crashes in the drafter
         # on CUDA ("expected mat1 and mat2 to have the same dtype"; vLLM 0.26.0 and 0.32 alike), and on vLLM-CPU
-        # wherever its GEMM dispatch falls back to torch linear (seen on an AVX-512 BF16 host, 2026-12-05); where
+        # wherever its GEMM dispatch falls back to torch linear (seen on an AVX2-only host, 2026-12-05); where
         # it prepacks the bf16 weight for oneDNN it runs a mixed-dtype GEMM no other layer runs. Every platform
         # gets the drafter in the engine dtype; what vLLM-CPU's MTP then does is measured in
         # tests/system/test_hybrid_gate.py.
