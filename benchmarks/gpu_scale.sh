@@ -9,17 +9,20 @@
 # report.html, logs/); a step that fails is recorded and the next one runs.
 #
 # Steps (STEPS overrides the list, e.g. STEPS="aa fp16-state"):
-#   aa               scale/aa --precision 0.03 at 512/512, concurrency 256 (Stein's two-stage rule; at most
-#                    MAX_REPEATS pairs or MAX_SECONDS of speed phase): the A/A half-width and whether it covers 1
+#   aa               scale/aa --precision 0.03 at 512/512, concurrency 256 (Stein's two-stage rule, a first stage
+#                    of AA_REPEATS pairs; at most MAX_REPEATS pairs or MAX_SECONDS of speed phase): the A/A
+#                    half-width and whether it covers 1
 #   fp16-state       scale/fp16-state vs scale/baseline, concurrency 16 and 256, REPEATS pairs
 #   flashinfer-mamba scale/flashinfer-mamba vs scale/baseline, concurrency 16 and 256, REPEATS pairs
 #   (also possible: fp16-state-sr, async-sched, omp1, moe-fp16-state: the 30B-A3B shape at c=16/256, and
 #   ablate: scale/recipe's switches alone at c=256, one baseline engine asleep between variants, ~4 min per switch)
 # Expected time on an H200 (vLLM 0.26.0; engine start with CUDA graphs 90-160 s, first sleep 10-16 s, a
 # 512/512 pass at c=256 ~16 s, at c=16 ~6-8 s, sleep + wake ~1 s per switch):
-#   aa ~10-12 min (2 starts ~5 min; speed phase capped at MAX_SECONDS=360 s: 3 pairs, then Stein's pairs at
-#   ~35 s each, about 8-10 pairs in all: at a per-pass CV of 3 % a half-width near 3 %), fp16-state ~7 min,
-#   flashinfer-mamba ~7 min: ~25 min for the default list; STEPS="aa fp16-state" ~18 min, STEPS=aa ~11 min.
+#   aa ~12-13 min (2 starts ~5 min; speed phase capped at MAX_SECONDS=480 s, pairs ~35 s each), fp16-state
+#   ~7 min, flashinfer-mamba ~7 min: ~27 min for the default list; STEPS="aa fp16-state" ~20 min, STEPS=aa ~13 min.
+# Why the A/A's first stage is 8 pairs, not REPEATS' 3: Stein's rule asks for n = t²(n0-1) s0² / ln(1.03)² pairs
+# in all, and t_{0.975,2} = 4.30 is large. At a per-pass CV of 3 % per side (s0 ≈ 4.2 % on the log ratio) that is
+# 39 pairs (~23 min) after a first stage of 3, 14 after 6 and 12 after 8 (~7 min); at a CV of 2 %, 17 / 7 / 8.
 #
 # On CPU (SCALE_CPU=1) the same steps run the CPU-sized family (configs/scale/cpu/: the embedded hybrid's layers
 # with the 8B shape's 131,072-token vocabulary, random weights, both engines resident) at a tiny profile, to try the
@@ -34,8 +37,9 @@ export PYTHONPATH=$REPO:/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages${PYT
 PY=${PY:-python3}
 STEPS=${STEPS:-aa fp16-state flashinfer-mamba}
 REPEATS=${REPEATS:-3}
-MAX_REPEATS=${MAX_REPEATS:-12}
-MAX_SECONDS=${MAX_SECONDS:-360}
+AA_REPEATS=${AA_REPEATS:-8}
+MAX_REPEATS=${MAX_REPEATS:-16}
+MAX_SECONDS=${MAX_SECONDS:-480}
 mkdir -p "$R"
 cd "$REPO" || exit 1
 
@@ -135,7 +139,7 @@ PYEOF
 
 for s in $STEPS; do
   case $s in
-    aa) step aa --config "$FAMILY/aa" --concurrency "$HIGH" --precision 0.03 --repeats "$REPEATS" \
+    aa) step aa --config "$FAMILY/aa" --concurrency "$HIGH" --precision 0.03 --repeats "$AA_REPEATS" \
           --max-repeats "$MAX_REPEATS" --max-seconds "$MAX_SECONDS" ;;
     fp16-state|async-sched|omp1) step "$s" --config "$FAMILY/$s" --concurrency "$LOW,$HIGH" --repeats "$REPEATS" ;;
     flashinfer-mamba|fp16-state-sr)
