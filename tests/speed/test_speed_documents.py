@@ -1,0 +1,133 @@
+"""The ``speed`` block of ``verdict.json`` in each speed mode, as evalgate writes it: key for key, in key order.
+
+``tests/verdicts/speed/*.json`` were written by ``document.build_verdict`` (through ``runfixtures``) from the
+fixtures below before the speed block was typed (issue 24), while it still travelled as a dict: an offline sweep
+with a precision target, economics and a missed speed floor; a serve-mode block with latency, goodput and a latency
+objective; and a failed measurement. Today's builder must write the same keys, in the same order, with the same
+values and JSON types, and a stored document must dump back byte-identical.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from evalgate.evaluate.runner import SpeedError  # noqa: E402
+from evalgate.inputs.thresholds import SpeedFloors  # noqa: E402
+from evalgate.report.verdict import Verdict  # noqa: E402
+from evalgate.speed import serve as servespeed  # noqa: E402
+from evalgate.speed.measure import measure_speed, measure_speed_safely  # noqa: E402
+from evalgate.speed.speedup import TrafficProfile  # noqa: E402
+from runfixtures import equal_sides_document  # noqa: E402
+
+GOLDEN = Path(__file__).parents[1] / "verdicts" / "speed"
+NAMES = ("failed", "offline_precision", "serve")
+
+
+class _Worker:
+    """Answers measurement commands with the given output tok/s in order (warm-ups excluded)."""
+
+    def __init__(self, values: list[float], *, fail: bool = False) -> None:
+        self.values, self.fail = list(values), fail
+        self.info = {"event": "ready", "device": "test CPU", "isa": ["avx2"], "versions": {"vllm": "x"}}
+
+    def measure(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        if cmd["label"] == "warm-up":
+            return {"output_tok_s": 1.0, "total_tok_s": 2.0}
+        if self.fail:
+            raise SpeedError("the engine died in the speed phase")
+        v = self.values.pop(0)
+        return {"output_tok_s": v, "total_tok_s": 2 * v, "elapsed_s": 1.5, "request_s": v / 8}
+
+
+def _offline_precision() -> dict[str, Any]:
+    """Two levels, Stein's rule capped at 5 pairs; a missed min_speedup (BLOCK) and economics with an API price."""
+    base = [100.0, 104.0, 98.0, 101.0, 99.0]
+    cand = [150.0, 140.0, 160.0, 152.0, 148.0]
+    workers = {"baseline": _Worker(base + [200.0, 205.0, 198.0, 202.0, 199.0]),
+               "candidate": _Worker(cand + [210.0, 190.0, 220.0, 205.0, 200.0])}
+    profile = TrafficProfile(8, 8, (2, 4), repeats=3, precision=0.01, max_repeats=5)
+    block = measure_speed(workers, profile, progress=lambda _: None)
+    return equal_sides_document(speed=block, speed_floors=SpeedFloors(min_speedup=1.2),
+                                economics={"gpu_hour_usd": 3.6, "api_usd_per_mtok": 2.0})
+
+
+def _serve() -> dict[str, Any]:
+    """One level, 3 repeats: the candidate halves every latency, with goodput and a met TTFT p99 objective."""
+    def run(i: int, f: float, tok: float, ms: float, good: float) -> servespeed.ServeRun:
+        return servespeed.ServeRun(2, i, 1.0, 8, 128, 64, tok * f, 3 * tok * f, tok * f / 8, ms / f, 2 * ms / f,
+                                   ms / 4 / f, ms / 2 / f, ms / 4 / f, 3 * ms / 4 / f, good * f)
+
+    b = [run(i, f, 64.0, 40.0, 6.0) for i, f in enumerate([1.0, 1.1, 0.9])]
+    c = [run(i, f, 96.0, 20.0, 10.0) for i, f in enumerate([1.0, 1.05, 0.95])]
+    profile = TrafficProfile(input_len=16, output_len=8, concurrency=(2,), num_prompts=8, repeats=3, mode="serve",
+                             goodput={"ttft": 50.0})
+    info = {role: {"device": "test CPU", "isa": [], "versions": {"vllm": "x"},
+                   "server": {"argv": ["serve", "m"], "startups_s": [1.5]}} for role in ("baseline", "candidate")}
+    block = servespeed.serve_block({"baseline": b, "candidate": c}, profile, info)
+    return equal_sides_document(speed=block, speed_floors=SpeedFloors(min_speedup=1.0, max_ttft_p99_ms=90.0))
+
+
+def _failed() -> dict[str, Any]:
+    """A measurement that failed (no floors: ``thresholds`` null)."""
+    workers = {"baseline": _Worker([100.0] * 3), "candidate": _Worker([], fail=True)}
+    block = measure_speed_safely(workers, TrafficProfile(8, 8, (4,), repeats=3))
+    return equal_sides_document(speed=block)
+
+
+BUILD = {"failed": _failed, "offline_precision": _offline_precision, "serve": _serve}
+
+
+def _dumps(obj: object) -> str:
+    """As ``store.write_json_atomic`` writes JSON."""
+    return json.dumps(obj, indent=1, ensure_ascii=False, allow_nan=True)
+
+
+def _same(new: object, old: object, where: str = "") -> None:
+    """``new`` equals ``old`` key for key and in key order, with the same JSON types; floats to 1e-12 relative
+    (scipy's quantiles may differ in the last bits between versions)."""
+    if isinstance(old, float) and isinstance(new, float):
+        assert new == pytest.approx(old, rel=1e-12, abs=1e-12), where
+    elif isinstance(old, dict):
+        assert isinstance(new, dict) and list(new) == list(old), where
+        for k in old:
+            _same(new[k], old[k], f"{where}.{k}")
+    elif isinstance(old, list):
+        assert isinstance(new, list) and len(new) == len(old), where
+        for i, (a, b) in enumerate(zip(new, old)):
+            _same(a, b, f"{where}.{i}")
+    else:
+        assert type(new) is type(old) and new == old, where
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_todays_builder_writes_the_speed_document_it_wrote_before(name: str) -> None:
+    doc = json.loads(_dumps(BUILD[name]()))
+    _same(doc, json.loads((GOLDEN / f"{name}.json").read_text(encoding="utf-8")))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_stored_speed_document_dumps_back_byte_identical(name: str) -> None:
+    text = (GOLDEN / f"{name}.json").read_text(encoding="utf-8")
+    assert _dumps(Verdict.model_validate(json.loads(text)).to_dict()) == text
+
+
+def test_the_golden_speed_documents_cover_each_mode() -> None:
+    docs = {name: json.loads((GOLDEN / f"{name}.json").read_text(encoding="utf-8")) for name in NAMES}
+    assert docs["failed"]["speed"] == {"status": "failed", "error": "the engine died in the speed phase",
+                                       "profile": TrafficProfile(8, 8, (4,), repeats=3).as_dict(), "thresholds": None}
+    offline = docs["offline_precision"]
+    assert [lv["precision"]["pairs"] for lv in offline["speed"]["levels"]] == [5, 5]
+    assert offline["verdict"] == "BLOCK" and offline["economics"]["levels"]
+    serve = docs["serve"]["speed"]
+    assert list(serve)[-3:] == ["thresholds", "latency_method", "latency"]
+    assert serve["thresholds"] == {"min_speedup": 1.0, "max_slowdown": None, "slos_ms": {"ttft_p99_ms": 90.0}}
+    row = serve["levels"][0]
+    assert list(row)[-4:] == ["baseline", "candidate", "latency", "goodput"]
+    assert list(row["baseline"]) == ["output_tok_s", "median", "total_tok_s", "cv", "request_s"]
+    assert serve["latency"] == row["latency"] and row["goodput"]["objectives_ms"] == {"ttft": 50.0}
