@@ -7,34 +7,43 @@ written (``version`` 1). A document only ever gained keys, so every field has a 
 (a missing verdict reads as BLOCK: fail closed); an old document reads as it was written and dumps back to the
 same keys and values, and unknown keys are kept. Numbers keep their JSON type (an integer margin stays ``2``,
 not ``2.0``). Points are percentage points (0-100 scale); shares are 0..1; KL is in nats.
+
+Every part is a ``results.document.Record``. The ``speed`` block's parts are the speed stage's own records
+(``evalgate.speed.block``: ``SpeedBlock`` and its levels, sides, latencies, goodput, precision and thresholds), which
+the gate and the economics read before the verdict exists; they are re-exported here under the same names.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from evalgate.compare import power
+from evalgate.results.document import Number
+from evalgate.results.document import Record as _Record
+from evalgate.results.document import described as _f
+from evalgate.results.document import described_list as _list
+from evalgate.speed.block import (
+    SpeedBlock,
+    SpeedGoodput,
+    SpeedLatency,
+    SpeedLevel,
+    SpeedPrecision,
+    SpeedSide,
+    SpeedThresholds,
+)
+
+__all__ = ["Choice", "CrossCheck", "DecodeSummary", "DiffRow", "Divergence", "EconomicsBlock", "EconomicsLevel",
+           "EconomicsSide", "Evidence", "Flip", "HealthShares", "HealthShift", "Lossless", "ManifestShape", "Number",
+           "PositionBucket", "PrefillSummary", "Reasoning", "ReplayBlock", "ReplayRequest", "ReplayRuleRow",
+           "SpecDecodeCounts", "SpeedBlock", "SpeedGoodput", "SpeedLatency", "SpeedLevel", "SpeedPrecision",
+           "SpeedShape", "SpeedSide", "SpeedThresholds", "TaskVerdict", "TokenDiff", "VERSION", "Verdict",
+           "VerdictName", "as_task", "as_verdict"]
 
 VERSION = 1
-Number = Union[int, float]  # smart union: an int stays an int, a float (also NaN) a float
 VerdictName = Literal["PASS", "BLOCK", "NO-OP", "INCONCLUSIVE"]
-
-
-class _Record(BaseModel):
-    """Base of every part of the document: unknown keys are kept (documents from newer versions still read)."""
-
-    model_config = ConfigDict(extra="allow")
-
-
-def _f(description: str, default: Any = None) -> Any:
-    return Field(default=default, description=description)
-
-
-def _list(description: str) -> Any:
-    return Field(default_factory=list, description=description)
 
 
 class DiffRow(_Record):
@@ -279,72 +288,6 @@ class SpecDecodeCounts(_Record):
     accepted_tokens: Number = _f("``spec_decode_num_accepted_tokens``", 0.0)
     acceptance_rate: Number | None = _f("accepted / draft tokens, 0..1")
     mean_acceptance_length: Number | None = _f("1 + accepted / drafts (tokens per target step)")
-
-
-class SpeedSide(_Record):
-    """One side's throughput at one concurrency level (``speed.speed_block``)."""
-
-    output_tok_s: list[Number] = _list("output tokens/s of each repeat")
-    median: Number | None = _f("their median, output tok/s")
-    total_tok_s: list[Number] = _list("prompt + output tokens/s of each repeat")
-    cv: Number | None = _f("coefficient of variation of the repeats")
-
-
-class SpeedPrecision(_Record):
-    """A level's precision target and what Stein's two-stage rule reached (``precision.precision_record``)."""
-
-    target: Number | None = _f("``traffic.precision``: the wanted half-width of the interval, share of the ratio")
-    achieved_half_width: Number | None = _f("the interval's half-width reached (upper half, share of the ratio)")
-    pairs: int | None = _f("interleaved pairs measured in all (first stage included)")
-    stopped: str | None = _f("``met`` (target reached), ``max_repeats`` or ``max_seconds`` (capped short of it)")
-    pairs_needed: int | None = _f("pairs in all Stein's rule asked for: max(n0, ceil(t\u00b2 s0\u00b2 / h\u00b2))")
-
-
-class SpeedLevel(_Record):
-    """Speed-up at one concurrency level."""
-
-    concurrency: int = _f("concurrent requests", 0)
-    ratio: Number | None = _f("candidate / baseline output tok/s (medians)")
-    ci_low: Number | None = _f("interval of the ratio, low end; None with fewer than 2 repeats")
-    ci_high: Number | None = _f("interval of the ratio, high end")
-    level: Number | None = _f("the interval's level")
-    verdict: str = _f("``faster``, ``slower`` or ``no measurable speed-up``", "")
-    mde_ratio: Number | None = Field(default=None, ge=1, description=(
-        "minimum detectable speed-up at these repeats and spread, at the profile's power (>= 1; "
-        "``speed.detectable_ratio``); None with fewer than 2 repeats or no spread"))
-    repeats_needed: int | None = Field(default=None, ge=2, description=(
-        "an unresolved level's repeats in all that would resolve the observed ratio at this spread "
-        "(``speed.repeats_needed``; 101 = more than 100); None otherwise"))
-    precision: SpeedPrecision | None = _f("with ``traffic.precision``: target, half-width reached, pairs, why it "
-                                          "stopped, pairs needed (the interval is then Stein's); None otherwise")
-    baseline: SpeedSide = Field(default_factory=SpeedSide, description="the baseline's throughput")
-    candidate: SpeedSide = Field(default_factory=SpeedSide, description="the candidate's throughput")
-
-
-class SpeedThresholds(_Record):
-    """The speed floors the candidate was gated on (``thresholds.SpeedFloors``)."""
-
-    min_speedup: Number | None = _f("a lossy candidate's interval must lie at or above this ratio")
-    max_slowdown: Number | None = _f("a lossless candidate's interval must reach 1 − this share")
-    slos_ms: dict[str, Number] | None = _f("latency objectives (serve mode): latency field, e.g. ``ttft_p99_ms`` -> "
-                                           "ceiling in ms on the candidate's median over repeats; absent when none")
-
-
-class SpeedBlock(_Record):
-    """Speed measured beside the quality delta (``speed.speed_block``, or a failed measurement)."""
-
-    status: str = _f("``measured`` or ``failed``", "measured")
-    error: str | None = _f("why the measurement failed (``failed`` only)")
-    method: str = _f("how the speed-up and its interval are computed", "")
-    profile: dict[str, Any] = Field(default_factory=dict, description="the traffic profile (``TrafficProfile``)")
-    levels: list[SpeedLevel] = _list("one row per concurrency level")
-    ratio: Number | None = _f("the headline (first level) speed-up")
-    ci_low: Number | None = _f("its interval, low end")
-    ci_high: Number | None = _f("its interval, high end")
-    verdict: str | None = _f("its reading")
-    concurrency: int | None = _f("its concurrency")
-    sides: dict[str, Any] = Field(default_factory=dict, description="per side: device, ISA, versions, raw repeats")
-    thresholds: SpeedThresholds | None = _f("the speed floors; None when none apply")
 
 
 class EconomicsSide(_Record):

@@ -1,5 +1,6 @@
-"""The records that flow between stages (``records``: items, tasks) and the content-addressed result store with
+"""The records that flow between stages (``records``: items, tasks), the base of the typed parts of the documents
+evalgate writes and reads back (``document``: ``Record``, ``Number``), and the content-addressed result store with
 its generation journal (``store``).
 
-Modules: ``records``, ``store``.
+Modules: ``document``, ``records``, ``store``.
 """

@@ -1,5 +1,6 @@
 """What a switch buys: the traffic profile and speed-up statistics (``speedup``), the offline and serve-mode
-measurement (``measure``, ``serve``), the precision rule (``precision``) and the cost per token (``economics``).
+measurement (``measure``, ``serve``), the precision rule (``precision``) and the cost per token (``economics``); the
+measured ``speed`` block they hand to the gate and the report is typed (``block.SpeedBlock``).
 
-Modules: ``economics``, ``measure``, ``precision``, ``serve``, ``speedup``.
+Modules: ``block``, ``economics``, ``measure``, ``precision``, ``serve``, ``speedup``.
 """
