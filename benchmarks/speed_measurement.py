@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             runs = []
             for i in range(args.aa_runs):
                 block = measure_speed(workers, profile, progress=quiet)
-                row = block["levels"][0]
+                row = block.levels[0].model_dump(exclude_unset=True)  # the level as verdict.json writes it
                 runs.append(row)
                 print(f"A/A {i + 1}/{args.aa_runs}: ratio {row['ratio']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}] "
                       f"base {row['baseline']['output_tok_s']} cand {row['candidate']['output_tok_s']}", flush=True)
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 for w in workers.values():
                     w.close()
-            row = block["levels"][0]
+            row = block.levels[0].model_dump(exclude_unset=True)  # the level as verdict.json writes it
             result["pair"] = {"baseline": names[0], "candidate": names[1], "row": row, "profile": pair_profile.as_dict(),
                               "wall_s": time.monotonic() - t1}
             print(f"{names[1]} vs {names[0]}: \u00d7{row['ratio']:.2f} [{row['ci_low']:.2f}, {row['ci_high']:.2f}] "

@@ -25,7 +25,7 @@ import dataclasses
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,8 +48,10 @@ from evalgate.models.embedded import check_home, evalgate_home
 from evalgate.paths import check_writable_dir
 from evalgate.report.outputs import pts
 from evalgate.report.plot import sweep_plot, tradeoff_plot
+from evalgate.report.verdict import Verdict, as_verdict
 from evalgate.report.wording import speed_mde_note
 from evalgate.results.store import ResultStore, write_json_atomic
+from evalgate.speed.block import SpeedBlock, SpeedLevel
 from evalgate.speed.economics import usd
 from evalgate.speed.measure import check_profile, check_speed_only_profile, speed_profile, traffic_source
 from evalgate.speed.precision import METHOD as PRECISION_METHOD
@@ -197,20 +199,30 @@ def plan_variants(base: Any, recipe: Any, known: dict[str, Any], refuse: Any) ->
     return out
 
 
-def ablation_rows(variants: list[Variant], docs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per variant: ``label``, ``kind``, ``config``, ``verdict``, ``speed`` rows, ``economics`` rows (the
-    verdict's cost per concurrency level; empty without an ``economics`` section) and the per-task Δ."""
+def ablation_rows(variants: list[Variant], docs: Mapping[str, Verdict | Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per variant (the JSON-able rows of ``ablation.json``): ``label``, ``kind``, ``config``, ``verdict``,
+    ``speed`` rows (each level of the verdict's ``SpeedBlock`` as written in ``verdict.json``; empty when speed was
+    not measured or failed), ``speed_status`` and ``speed_error`` (None when not measured), ``economics`` rows (the
+    verdict's cost per concurrency level; empty without an ``economics`` section) and the per-task Δ (points).
+    ``docs``: config name -> its verdict (``Outcome.doc``, read through ``verdict.as_verdict``).
+
+    Raises:
+        pydantic.ValidationError: a document is not a verdict document.
+    """
     rows = []
     for v in variants:
         doc = docs.get(v.config.name) if not v.skipped else None
         row: dict[str, Any] = {"label": v.label, "kind": v.kind, "config": v.config.name, "skipped": v.skipped,
                                "switches": [dataclasses.asdict(s) for s in v.switches]}
         if doc is not None:
-            sp = doc.get("speed") or {}
-            row.update(verdict=doc["verdict"], speed=sp.get("levels", []), speed_status=sp.get("status"),
-                       speed_error=sp.get("error"), economics=(doc.get("economics") or {}).get("levels", []),
-                       tasks=[{k: t.get(k) for k in ("suite", "task", "delta", "ci_low", "ci_high", "verdict")}
-                              for t in doc["tasks"]])
+            verdict = as_verdict(doc)
+            sp, cost = verdict.speed, verdict.economics
+            row.update(verdict=verdict.verdict,
+                       speed=[lv.model_dump(exclude_unset=True) for lv in sp.levels] if sp is not None else [],
+                       speed_status=None if sp is None else sp.status, speed_error=None if sp is None else sp.error,
+                       economics=[lv.model_dump(exclude_unset=True) for lv in cost.levels] if cost is not None else [],
+                       tasks=[{k: getattr(t, k) for k in ("suite", "task", "delta", "ci_low", "ci_high", "verdict")}
+                              for t in verdict.tasks])
         rows.append(row)
     return rows
 
@@ -283,8 +295,9 @@ def render_html(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return env.get_template("ablation.html.j2").render(
         rows=rows, meta=meta, recommendation=recommend(rows), tradeoff=tradeoff_plot(points, title="each switch: speed-up against each task's \u0394"),
         sweep=sweep_plot(sweep) if len(levels) > 1 else "", levels=levels,
-        mde_note=speed_mde_note({"levels": [s for r in rows for s in r.get("speed") or []],
-                                 "profile": meta.get("profile") or {}}))
+        mde_note=speed_mde_note(SpeedBlock(
+            levels=[SpeedLevel.model_validate(s) for r in rows for s in r.get("speed") or []],
+            profile=meta.get("profile") or {})))
 
 
 def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_path: Path, suite_names: list[str] | None,

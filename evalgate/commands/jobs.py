@@ -48,6 +48,7 @@ from evalgate.inputs.thresholds import Thresholds, load_thresholds
 from evalgate.models.embedded import check_home, evalgate_home
 from evalgate.paths import check_writable_dir
 from evalgate.results.store import ResultStore, tasks_to_json, write_json_atomic
+from evalgate.speed.block import SpeedBlock
 from evalgate.speed.measure import check_profile, check_speed_only_profile, measure_speed_safely, speed_profile
 from evalgate.speed.serve import measure_configs
 from evalgate.speed.speedup import TrafficProfile
@@ -239,9 +240,10 @@ class EngineJob:
             logprob_items=self.options.logprob_items, sleep_mode=True)
         return worker
 
-    def _measure(self, workers: dict[str, Any]) -> dict[str, Any]:
-        """The speed block: offline on the two warm workers, or (``traffic.mode: serve``) ``vllm serve`` +
-        ``vllm bench serve`` per config after the suites' engines stopped (``servespeed.measure_configs``)."""
+    def _measure(self, workers: dict[str, Any]) -> SpeedBlock:
+        """The speed block, measured or failed: offline on the two warm workers (``measure.measure_speed_safely``),
+        or (``traffic.mode: serve``) ``vllm serve`` + ``vllm bench serve`` per config after the suites' engines
+        stopped (``servespeed.measure_configs``)."""
         if self.profile.mode != "serve":
             return measure_speed_safely(workers, self.profile)
 

@@ -33,6 +33,7 @@ from evalgate.report.document import build_verdict
 from evalgate.report.outputs import write_outputs
 from evalgate.results.records import TaskResult
 from evalgate.results.store import write_json_atomic
+from evalgate.speed.block import SpeedBlock
 from evalgate.suites.discovery import list_suites, load_suite
 from evalgate.suites.files import Suite
 
@@ -50,7 +51,8 @@ class Evaluated:
         effective: role -> the engine config as applied (read back; ``{}`` when unknown).
         gate_name: the config whose ``configs.<name>`` thresholds apply. expect: ``lossy`` or ``lossless``.
         manifest: the run manifest (``timings["compare"]`` is added by ``gate``).
-        speed: the speed block (``speedrun.measure_speed``), None when speed was not measured.
+        speed: the speed block (``speed.block.SpeedBlock``: ``measure.measure_speed_safely`` or serve mode's
+            ``serve.measure_configs``, measured or failed), None when speed was not measured.
         files: JSON files to write into the run directory with the verdict (name -> object), e.g. a compare's
             ``baseline.json``; a run writes its sides' files as each side finishes instead.
         pair: for two stored runs, ``"A vs B"``: a comparison that fails is then "not comparable".
@@ -62,7 +64,7 @@ class Evaluated:
     gate_name: str | None
     expect: str
     manifest: Manifest
-    speed: dict[str, Any] | None = None
+    speed: SpeedBlock | None = None
     files: dict[str, Any] = field(default_factory=dict)
     pair: str | None = None
     replay: ReplayRun | None = None
@@ -86,7 +88,7 @@ class Outcome:
 
     doc: dict[str, Any]
     out: Path
-    speed: dict[str, Any] | None
+    speed: SpeedBlock | None
     report: Path | None = None
 
     @property
@@ -96,10 +98,10 @@ class Outcome:
 
     @property
     def speed_failed(self) -> str | None:
-        """Why the speed measurement failed, None when it was measured or not asked for."""
-        if self.speed is None or self.speed.get("status") == "measured":
+        """Why the speed measurement failed (its ``error``), None when it was measured or not asked for."""
+        if self.speed is None or self.speed.measured:
             return None
-        return str(self.speed.get("error"))
+        return str(self.speed.error)
 
     def check_speed(self) -> None:
         """Raise ``SpeedError`` (exit 3) when the speed measurement failed: the quality verdict is kept on disk, but
@@ -176,8 +178,9 @@ def run_manifest(runs: dict[str, ConfigRun], thresholds: Thresholds, suites: lis
 
 
 def evaluated_runs(runs: dict[str, ConfigRun], manifest: Manifest, *, gate_name: str | None = None,
-                   speed: dict[str, Any] | None = None) -> Evaluated:
-    """``Evaluated`` of two ``runner.ConfigRun``s; ``gate_name`` defaults to the candidate's config name."""
+                   speed: SpeedBlock | None = None) -> Evaluated:
+    """``Evaluated`` of two ``runner.ConfigRun``s; ``gate_name`` defaults to the candidate's config name; ``speed``:
+    the speed block (None: not measured)."""
     cand = runs["candidate"].config
     return Evaluated(tasks={r: runs[r].tasks for r in ROLES}, effective={r: runs[r].effective for r in ROLES},
                      gate_name=gate_name or cand.name, expect=cand.expect, manifest=manifest, speed=speed)

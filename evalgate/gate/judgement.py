@@ -20,6 +20,7 @@ from evalgate.gate.overrides import health_alpha, health_failures, overrule
 from evalgate.gate.replay import ReplayDecision, combine, decide_replay
 from evalgate.inputs.thresholds import ConfigPolicy, SpecDecodeFloors, SpeedFloors
 from evalgate.results.records import ItemResult
+from evalgate.speed.block import SpeedBlock
 
 __all__ = ["Judgement", "judge", "judge_run", "task_evidence"]
 
@@ -67,7 +68,7 @@ def task_evidence(pairs: Sequence[tuple[ItemResult, ItemResult]], spec: SpecDeco
 
 
 def judge(decision: Decision, comparisons: Sequence[TaskComparison], manifest: Mapping[str, Any], *,
-          spec_floors: SpecDecodeFloors | None = None, speed: Mapping[str, Any] | None = None,
+          spec_floors: SpecDecodeFloors | None = None, speed: SpeedBlock | None = None,
           speed_floors: SpeedFloors | None = None) -> Judgement:
     """``decision`` (from :func:`decide`) with the overrides applied to the run's evidence.
 
@@ -77,8 +78,8 @@ def judge(decision: Decision, comparisons: Sequence[TaskComparison], manifest: M
         manifest: run metadata with ``baseline``/``candidate`` (``expect``, ``spec_decode`` counters, ``effective``
             engine args: speculative decoding on or off).
         spec_floors: ``thresholds.SpecDecodeFloors`` for the candidate (None: no floors); a missed floor BLOCKs.
-        speed: the ``speed`` block (only a measured one is checked); speed_floors: ``thresholds.SpeedFloors`` (speed
-            floors and latency objectives; None: none).
+        speed: the ``speed`` block (``speed.block.SpeedBlock``; only a measured one is checked; None: speed was not
+            measured); speed_floors: ``thresholds.SpeedFloors`` (speed floors and latency objectives; None: none).
     Returns:
         The :class:`Judgement`.
     Raises:
@@ -99,7 +100,7 @@ def judge(decision: Decision, comparisons: Sequence[TaskComparison], manifest: M
 
 def judge_run(comparisons: Sequence[TaskComparison], policy: ConfigPolicy, manifest: Mapping[str, Any], *,
               expect: str, effective: Mapping[str, Any],
-              speed: Mapping[str, Any] | None = None, replay: ReplayComparison | None = None) -> Judgement:
+              speed: SpeedBlock | None = None, replay: ReplayComparison | None = None) -> Judgement:
     """The whole decision of one gate run: :func:`decide` over the comparisons, then :func:`judge`, then the replay
     gate's verdict joined (``gate.replay.combine``).
 
@@ -110,7 +111,7 @@ def judge_run(comparisons: Sequence[TaskComparison], policy: ConfigPolicy, manif
         manifest: as in :func:`judge`.
         expect: ``"lossy"`` or ``"lossless"``.
         effective: ``{"baseline": ..., "candidate": ...}`` effective engine configs (the NO-OP rule's input).
-        speed: the ``speed`` block, None when not measured.
+        speed: the ``speed`` block (``speed.block.SpeedBlock``, measured or failed), None when not measured.
         replay: the replayed requests compared (``compare.replay.ReplayComparison``), None when no replay ran.
     Returns:
         The :class:`Judgement`; with ``manifest["speed_only"]`` and no comparisons (``--speed-only``) the accuracy

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from evalgate.gate.accuracy import Decision, Verdict
+from evalgate.speed.block import SpeedBlock, SpeedLevel
 
 __all__ = ["escalate", "health_alpha", "health_failures", "overrule", "spec_decode_floor_failures",
            "slo_failures", "speed_floor_failures"]
@@ -112,13 +113,13 @@ def escalate(decision: Decision, failures: Mapping[str, Sequence[str]]) -> Decis
     return dataclasses.replace(decision, verdict=Verdict.BLOCK, reasons=(*found, *decision.reasons))
 
 
-def speed_floor_failures(levels: Sequence[Mapping[str, Any]], *, expect: str, min_speedup: float | None,
+def speed_floor_failures(levels: Sequence[SpeedLevel], *, expect: str, min_speedup: float | None,
                          max_slowdown: float | None) -> list[str]:
     """Sentences for each speed threshold the candidate misses (empty when none is set or none is missed).
 
     Args:
-        levels: the ``speed`` block's rows (``speed.speed_block``): ``concurrency``, ``ratio``, ``ci_low``,
-            ``ci_high`` (candidate / baseline throughput; None where undefined).
+        levels: the ``speed`` block's rows (``SpeedBlock.levels``, from ``speed.speed_block``): ``concurrency``,
+            ``ratio``, ``ci_low``, ``ci_high`` (candidate / baseline throughput; None where undefined).
         expect: the candidate's ``expect``. ``min_speedup`` applies to a lossy candidate: each level's interval must
             lie at or above it (the speed it costs quality for must be shown). ``max_slowdown`` applies to a lossless
             one: each level's interval must reach ``1 - max_slowdown`` (BLOCK only when a slowdown beyond it is shown).
@@ -126,7 +127,7 @@ def speed_floor_failures(levels: Sequence[Mapping[str, Any]], *, expect: str, mi
     """
     out = []
     for row in levels:
-        c, lo, hi, ratio = row.get("concurrency"), row.get("ci_low"), row.get("ci_high"), row.get("ratio")
+        c, lo, hi, ratio = row.concurrency, row.ci_low, row.ci_high, row.ratio
         shown = f"\u00d7{ratio:.2f}" if isinstance(ratio, (int, float)) else "n/a"
         interval = f"[{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "no interval (< 2 repeats)"
         if expect == "lossy" and min_speedup is not None and not (lo is not None and lo >= min_speedup):
@@ -141,13 +142,14 @@ def speed_floor_failures(levels: Sequence[Mapping[str, Any]], *, expect: str, mi
 SLO_WORDS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL"}
 
 
-def slo_failures(levels: Sequence[Mapping[str, Any]], slos: Mapping[str, float]) -> list[str]:
+def slo_failures(levels: Sequence[SpeedLevel], slos: Mapping[str, float]) -> list[str]:
     """Sentences for each latency objective the candidate misses (rule 4; empty when none is set or none missed).
 
     Args:
-        levels: the serve-mode ``speed`` block's rows (``servespeed.serve_block``): ``concurrency`` and ``latency``
-            (field, e.g. ``ttft_p99_ms`` -> ``{"baseline_median", "candidate_median", ...}``: per side the median
-            over the level's repeats of each pass's percentile, ms).
+        levels: the serve-mode ``speed`` block's rows (``SpeedBlock.levels``, from ``servespeed.serve_block``):
+            ``concurrency`` and ``latency`` (field, e.g. ``ttft_p99_ms`` -> ``block.SpeedLatency`` with
+            ``baseline_median`` and ``candidate_median``: per side the median over the level's repeats of each
+            pass's percentile, ms; None offline).
         slos: latency field -> ceiling in ms (``thresholds.LatencySlos.slos``), e.g. ``{"ttft_p99_ms": 500.0}``.
     The candidate misses a ceiling when its median exceeds it (the baseline's value is named beside it: an objective
     the baseline misses too is still missed: the config cannot serve this load within it). A level without that
@@ -155,13 +157,14 @@ def slo_failures(levels: Sequence[Mapping[str, Any]], slos: Mapping[str, float])
     """
     out = []
     for row in levels:
-        c = row.get("concurrency")
-        latency = row.get("latency") if isinstance(row.get("latency"), Mapping) else {}
+        c = row.concurrency
+        latency = row.latency or {}
         for fld, ceiling in slos.items():
             metric, pct = fld.split("_")[:2]
             words = f"{SLO_WORDS.get(metric, metric)} {pct}"
-            entry = latency.get(fld) if isinstance(latency.get(fld), Mapping) else {}
-            cand, base = entry.get("candidate_median"), entry.get("baseline_median")
+            entry = latency.get(fld)
+            cand = None if entry is None else entry.candidate_median
+            base = None if entry is None else entry.baseline_median
             if not isinstance(cand, (int, float)) or not math.isfinite(cand):
                 out.append(f"latency SLO: {words} at concurrency {c} was not measured, so max_{fld} {ceiling:g} ms "
                            f"cannot be checked")
@@ -175,7 +178,7 @@ def slo_failures(levels: Sequence[Mapping[str, Any]], slos: Mapping[str, float])
 
 def overrule(decision: Decision, task_failures: Mapping[str, Sequence[str]], *, expect: str,
              spec: Any = None, speculative: bool = False, spec_floors: Any = None,
-             speed: Mapping[str, Any] | None = None, speed_floors: Any = None) -> Decision:
+             speed: SpeedBlock | None = None, speed_floors: Any = None) -> Decision:
     """The final decision: ``decision`` with every rule of the module docstring applied (:func:`escalate`).
 
     Args:
@@ -185,8 +188,8 @@ def overrule(decision: Decision, task_failures: Mapping[str, Sequence[str]], *, 
         spec: the candidate's ``evidence.SpecDecodeHealth`` (None: no counters recorded).
         speculative: the candidate's effective engine config runs speculative decoding.
         spec_floors: ``thresholds.SpecDecodeFloors`` (None: no floors).
-        speed: the ``speed`` block (only a ``"measured"`` one is checked); speed_floors: ``thresholds.SpeedFloors``
-            (speed floors and latency objectives).
+        speed: the ``speed`` block (``speed.block.SpeedBlock``; only a measured one is checked; None: speed was
+            not measured); speed_floors: ``thresholds.SpeedFloors`` (speed floors and latency objectives).
     Returns:
         The decision, BLOCK with the failures first among its reasons when any rule fails (NO-OP stays NO-OP).
     """
@@ -198,12 +201,12 @@ def overrule(decision: Decision, task_failures: Mapping[str, Sequence[str]], *, 
             min_mean_acceptance_length=spec_floors.min_mean_acceptance_length, speculative=speculative)
         if missed:
             failures["speculative decoding"] = missed
-    if speed is not None and speed.get("status") == "measured" and speed_floors is not None:
-        slow = speed_floor_failures(speed.get("levels", []), expect=expect, min_speedup=speed_floors.min_speedup,
+    if speed is not None and speed.measured and speed_floors is not None:
+        slow = speed_floor_failures(speed.levels, expect=expect, min_speedup=speed_floors.min_speedup,
                                     max_slowdown=speed_floors.max_slowdown)
         if slow:
             failures["speed"] = slow
-        missed = slo_failures(speed.get("levels", []), speed_floors.slos())
+        missed = slo_failures(speed.levels, speed_floors.slos())
         if missed:
             failures["latency"] = missed
     elif speed is None and speed_floors is not None and speed_floors.slos():

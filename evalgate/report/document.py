@@ -21,13 +21,14 @@ from evalgate.fmt import json_number as _num
 from evalgate.gate.replay import ReplayDecision
 from evalgate.inputs.thresholds import SpeedFloors
 from evalgate.report.verdict import VERSION, Verdict
+from evalgate.speed.block import SpeedBlock, SpeedThresholds
 from evalgate.speed.economics import economics_block
 
 __all__ = ["build_verdict", "gate_document"]
 
 
 def build_verdict(judgement: gate.Judgement, comparisons: list[TaskComparison], manifest: dict[str, Any], *,
-                  near_tie: float = 0.0, speed: dict[str, Any] | None = None,
+                  near_tie: float = 0.0, speed: SpeedBlock | None = None,
                   speed_floors: SpeedFloors | None = None,
                   economics: Mapping[str, Any] | None = None, replay_run: ReplayRun | None = None) -> Verdict:
     """The verdict of a run: the gate's judgement (``gate.judge``: final decision, judged evidence per task) with
@@ -40,10 +41,12 @@ def build_verdict(judgement: gate.Judgement, comparisons: list[TaskComparison], 
             evidence_sources), suites, versions, timings.
         near_tie: nats (``ConfigPolicy.near_tie_logprob``); each task lists as ``tie_flips`` the differing items whose
             first flip was within it (numerics), for lossy configs too.
-        speed: the measured ``speed`` block (``speed.speed_block``, or a failed one), None when speed was not
-            measured (the verdict then has no ``speed``).
-        speed_floors: ``ConfigPolicy.speed_floors`` of the candidate, shown beside the speed block (the gate has
-            already applied them).
+        speed: the ``speed`` block (``speed.block.SpeedBlock``: measured by ``speed.speed_block``, or a failed
+            one), None when speed was not measured (the verdict then has no ``speed``). The verdict gets a copy with
+            ``thresholds`` set; ``speed`` itself is not changed.
+        speed_floors: ``ConfigPolicy.speed_floors`` of the candidate, shown beside the speed block as its
+            ``thresholds`` (``SpeedThresholds``: ``min_speedup``, ``max_slowdown`` and, when set, ``slos_ms``; None
+            without floors); the gate has already applied them.
         economics: ``ConfigPolicy.economics`` (None: not set): the verdict gets an ``economics``
             block (``economics.economics_block``) when speed was measured. It is computed after the decision and
             never changes it.
@@ -70,9 +73,9 @@ def build_verdict(judgement: gate.Judgement, comparisons: list[TaskComparison], 
         "manifest": manifest,
     }
     if speed is not None:
-        doc["speed"] = {**speed, "thresholds": None if speed_floors is None else {
-            "min_speedup": speed_floors.min_speedup, "max_slowdown": speed_floors.max_slowdown,
-            **({"slos_ms": speed_floors.slos()} if speed_floors.slos() else {})}}
+        doc["speed"] = speed.model_copy(update={"thresholds": None if speed_floors is None else SpeedThresholds(
+            min_speedup=speed_floors.min_speedup, max_slowdown=speed_floors.max_slowdown,
+            **({"slos_ms": speed_floors.slos()} if speed_floors.slos() else {}))})
     cost = economics_block(speed, economics, {role: (manifest[role].get("requested") or {}).get("engine_args")
                                               for role in ("baseline", "candidate")})
     if cost is not None:

@@ -130,7 +130,7 @@ def speed_properties(speed: SpeedBlock | None) -> list[tuple[str, Any]]:
     """JUnit ``<property>`` pairs of the speed block (none when speed was not measured)."""
     if speed is None:
         return []
-    if speed.status != "measured":
+    if not speed.measured:
         return [("speed", f"failed: {speed.error}")]
     p = speed.profile
     out: list[tuple[str, Any]] = [("speed_profile", f"{profile_words(p)}, "
@@ -147,7 +147,7 @@ def speed_properties(speed: SpeedBlock | None) -> list[tuple[str, Any]]:
             out.append((f"speed_c{c}_repeats_needed", row.repeats_needed))
         if row.precision is not None:
             out.append((f"speed_c{c}_precision", precision_note(row.precision)))
-    out += latency_properties(speed.model_dump(exclude_unset=True))
+    out += latency_properties(speed)
     return out
 
 
@@ -161,10 +161,9 @@ def _speed_junit(root: ET.Element, doc: Verdict, totals: dict[str, int], cand: s
     for k, v in [*speed_properties(speed), *economics_properties(cost)]:
         ET.SubElement(props, "property", name=k, value=str(v))
     case = ET.SubElement(ts, "testcase", classname=f"evalgate.{cand}.speed", name="throughput", time="0")
-    dumped = speed.model_dump(exclude_unset=True)
-    line = "\n".join(x for x in (headline(dumped), latency_headline(dumped), *economics_lines(cost)) if x)
+    line = "\n".join(x for x in (headline(speed), latency_headline(speed), *economics_lines(cost)) if x)
     missed = [r for r in doc.reasons if r.startswith(("speed: ", "latency: "))]
-    failed = speed.status != "measured"
+    failed = not speed.measured
     if failed:
         ET.SubElement(case, "error", type="speed", message=line).text = line
     elif missed:
@@ -294,7 +293,7 @@ def render_markdown(doc: Doc, report_link: str = HTML_NAME) -> str:
 
 def speed_markdown(speed: SpeedBlock) -> list[str]:
     """Markdown lines of the speed block: a table of speed-up per concurrency level with its interval."""
-    if speed.status != "measured":
+    if not speed.measured:
         return [f"**Speed**: not measured: {_md(speed.error)}"]
     p = speed.profile
     device = speed.sides.get("candidate", {}).get("device", "?")
@@ -312,10 +311,9 @@ def speed_markdown(speed: SpeedBlock) -> list[str]:
         need = "; ".join(x for x in (repeats_note(r.repeats_needed), precision_note(r.precision)) if x)
         out.append(f"| {r.concurrency} | {r.baseline.median:,.0f} | {r.candidate.median:,.0f} | "
                    f"\u00d7{r.ratio:.2f} | {ci} | {mde} | {cv} | {_md(r.verdict)}{'; ' + _md(need) if need else ''} |")
-    dumped = speed.model_dump(exclude_unset=True)
-    note = speed_mde_note(dumped)
+    note = speed_mde_note(speed)
     out += ["", f"_{_md(note)}._"] if note else []
-    latency = latency_headline(dumped)
+    latency = latency_headline(speed)
     return [*out, "", _md(latency)] if latency else out
 
 

@@ -128,8 +128,7 @@ def render_terminal(doc: Doc) -> str:
         if t.reasoning is not None:
             lines.append(f"  {reasoning_line(t.reasoning)}")
     if doc.speed is not None:
-        dumped = doc.speed.model_dump(exclude_unset=True)
-        lines.extend(x for x in (headline(dumped), latency_headline(dumped)) if x)
+        lines.extend(x for x in (headline(doc.speed), latency_headline(doc.speed)) if x)
     if doc.economics is not None:
         cost = economics_lines(doc.economics.model_dump())
         lines += cost[:1] + [f"  {x}" for x in cost[1:]]

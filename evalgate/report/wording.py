@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from evalgate.report.verdict import TaskVerdict, Verdict, as_task, as_verdict
+from evalgate.report.verdict import SpeedBlock, SpeedGoodput, TaskVerdict, Verdict, as_task, as_verdict
 from evalgate.speed.speedup import PLANNING_POWER
 
 Doc = Verdict | Mapping[str, Any]
@@ -23,12 +23,12 @@ FLOOR_NOTE = ("\u2265N (floor): no item changed in this run, so there is no disc
               "below 100/N), enough only if (almost) no item changes")
 
 
-def speed_mde_note(speed: Mapping[str, Any]) -> str:
+def speed_mde_note(speed: SpeedBlock) -> str:
     """The note under a speed table that explains its MDE column and "needs N repeats", at the block's power
     (``profile.power``; 0.8 in a document written before it was recorded); "" when no level has an MDE."""
-    if not any(row.get("mde_ratio") is not None for row in speed.get("levels") or []):
+    if not any(row.mde_ratio is not None for row in speed.levels):
         return ""
-    power = (speed.get("profile") or {}).get("power", PLANNING_POWER)
+    power = speed.profile.get("power", PLANNING_POWER)
     return (f"MDE \u00d7M: the smallest speed-up (or slowdown to \u00d71/M) that these repeats detect with "
             f"{100 * power:.0f} % power at the spread they showed (paired t test); \u201cneeds \u2248N repeats in "
             "all\u201d: the repeats at which that spread would resolve the geometric mean of the paired ratios (an "
@@ -89,76 +89,77 @@ def spec_decode_line(doc: Doc) -> str | None:
             f"acceptance length {sd.mean_acceptance_length:.2f} ({note}).")
 
 
-def latency_headline(speed: Mapping[str, Any]) -> str:
+def latency_headline(speed: SpeedBlock) -> str:
     """One line per serve-mode block for terminal, Markdown and JUnit (beside ``speed.headline``), e.g.
     ``latency c=2: TTFT p50 ×0.81 [0.74, 0.89] faster (40.1 → 32.5 ms); TPOT p50 ...``; empty without latency."""
     parts = []
-    for row in speed.get("levels", []):
-        lat = row.get("latency") or {}
+    for row in speed.levels:
+        lat = row.latency or {}
         items = []
         for name, key in (("TTFT p50", "ttft_p50_ms"), ("TPOT p50", "tpot_p50_ms")):
             m = lat.get(key)
-            if not m or m.get("ratio") is None:
+            if m is None or m.ratio is None:
                 continue
-            ci = f" [{m['ci_low']:.2f}, {m['ci_high']:.2f}]" if m.get("ci_low") is not None else ""
-            items.append(f"{name} \u00d7{m['ratio']:.2f}{ci} {m['verdict']} ({m['baseline_median']:.1f} \u2192 "
-                         f"{m['candidate_median']:.1f} ms)")
-        gp = goodput_words(row.get("goodput"))
+            ci = f" [{m.ci_low:.2f}, {m.ci_high:.2f}]" if m.ci_low is not None else ""
+            items.append(f"{name} \u00d7{m.ratio:.2f}{ci} {m.verdict} ({m.baseline_median:.1f} \u2192 "
+                         f"{m.candidate_median:.1f} ms)")
+        gp = goodput_words(row.goodput)
         if gp:
             items.append(gp)
         if items:
-            parts.append(f"c={row['concurrency']}: " + ", ".join(items))
+            parts.append(f"c={row.concurrency}: " + ", ".join(items))
     return "latency " + "; ".join(parts) if parts else ""
 
 
-def goodput_words(goodput: Any) -> str:
+def goodput_words(goodput: SpeedGoodput | None) -> str:
     """``goodput 3.10 → 2.95 req/s ×0.95 [0.90, 1.01] (TTFT ≤ 500 ms, TPOT ≤ 50 ms per request)`` for one level's
-    ``goodput`` entry (``servespeed.compare_goodput``); "" without one."""
-    if not isinstance(goodput, Mapping) or goodput.get("baseline_median") is None:
+    ``goodput`` entry (``servespeed.compare_goodput``); "" without one (None, or no baseline median)."""
+    if goodput is None or goodput.baseline_median is None:
         return ""
-    objectives = ", ".join(f"{k.upper()} \u2264 {v:g} ms" for k, v in (goodput.get("objectives_ms") or {}).items())
-    ratio = f" \u00d7{goodput['ratio']:.2f}" if goodput.get("ratio") is not None else ""
-    ci = f" [{goodput['ci_low']:.2f}, {goodput['ci_high']:.2f}]" if goodput.get("ci_low") is not None else ""
-    return (f"goodput {goodput['baseline_median']:.2f} \u2192 {goodput['candidate_median']:.2f} req/s{ratio}{ci} "
+    objectives = ", ".join(f"{k.upper()} \u2264 {v:g} ms" for k, v in goodput.objectives_ms.items())
+    ratio = f" \u00d7{goodput.ratio:.2f}" if goodput.ratio is not None else ""
+    ci = f" [{goodput.ci_low:.2f}, {goodput.ci_high:.2f}]" if goodput.ci_low is not None else ""
+    return (f"goodput {goodput.baseline_median:.2f} \u2192 {goodput.candidate_median:.2f} req/s{ratio}{ci} "
             f"({objectives} per request)")
 
 
-def slo_rows(speed: Mapping[str, Any]) -> list[dict[str, Any]]:
+def slo_rows(speed: SpeedBlock) -> list[dict[str, Any]]:
     """The report's latency-objective table: per measured level and objective set (``speed.thresholds.slos_ms``)
-    ``{"concurrency", "objective" ("TTFT p99"), "ceiling_ms", "baseline_ms", "candidate_ms", "met"}``; ``met`` is
-    False when the candidate's median exceeds the ceiling or was not measured (as ``gate.slo_failures`` decides)."""
-    slos = (speed.get("thresholds") or {}).get("slos_ms") or {}
+    ``{"concurrency", "objective" ("TTFT p99"), "ceiling_ms", "baseline_ms", "candidate_ms", "met"}`` (ms); ``met``
+    is False when the candidate's median exceeds the ceiling or was not measured (as ``gate.slo_failures`` decides).
+    Empty for a failed block or without objectives."""
+    slos = (speed.thresholds.slos_ms if speed.thresholds is not None else None) or {}
     rows = []
-    for row in speed.get("levels", []) if speed.get("status") == "measured" else []:
-        latency = row.get("latency") or {}
+    for row in speed.levels if speed.measured else []:
+        latency = row.latency or {}
         for fld, ceiling in slos.items():
-            entry = latency.get(fld) or {}
-            cand = entry.get("candidate_median")
+            entry = latency.get(fld)
+            cand = None if entry is None else entry.candidate_median
             metric, pct = fld.split("_")[:2]
-            rows.append({"concurrency": row.get("concurrency"), "objective": f"{metric.upper()} {pct}",
-                         "ceiling_ms": ceiling, "baseline_ms": entry.get("baseline_median"), "candidate_ms": cand,
-                         "met": isinstance(cand, (int, float)) and cand <= ceiling})
+            rows.append({"concurrency": row.concurrency, "objective": f"{metric.upper()} {pct}",
+                         "ceiling_ms": ceiling, "baseline_ms": None if entry is None else entry.baseline_median,
+                         "candidate_ms": cand, "met": isinstance(cand, (int, float)) and cand <= ceiling})
     return rows
 
 
-def latency_properties(speed: Mapping[str, Any]) -> list[tuple[str, str]]:
+def latency_properties(speed: SpeedBlock) -> list[tuple[str, str]]:
     """JUnit properties of a serve-mode block (beside ``outputs.speed_properties``): per level and latency field
-    ``<field>_ratio_c<N>`` (candidate / baseline), ``<field>_ratio_c<N>_ci`` and both medians in ms; empty
-    without latency (offline mode, a failed measurement)."""
+    ``<field>_ratio_c<N>`` (candidate / baseline), ``<field>_ratio_c<N>_ci`` and both medians in ms, and with
+    goodput both sides' median req/s and their ratio; empty without latency (offline mode, a failed measurement)."""
     out: list[tuple[str, str]] = []
-    for row in speed.get("levels", []) if speed.get("status") == "measured" else []:
-        c = row["concurrency"]
-        for f, m in (row.get("latency") or {}).items():
+    for row in speed.levels if speed.measured else []:
+        c = row.concurrency
+        for f, m in (row.latency or {}).items():
             name = f.removesuffix("_ms")
-            out += [(f"{name}_ratio_c{c}", f"{m['ratio']:.4f}" if m.get("ratio") is not None else "undefined"),
-                    (f"{name}_ratio_c{c}_ci", f"[{m.get('ci_low')}, {m.get('ci_high')}]"),
-                    (f"{name}_ms_c{c}_baseline", f"{m['baseline_median']:.2f}"),
-                    (f"{name}_ms_c{c}_candidate", f"{m['candidate_median']:.2f}")]
-        gp = row.get("goodput")
-        if isinstance(gp, Mapping) and gp.get("baseline_median") is not None:
-            out += [(f"goodput_req_s_c{c}_baseline", f"{gp['baseline_median']:.4f}"),
-                    (f"goodput_req_s_c{c}_candidate", f"{gp['candidate_median']:.4f}"),
-                    (f"goodput_ratio_c{c}", f"{gp['ratio']:.4f}" if gp.get("ratio") is not None else "undefined")]
+            out += [(f"{name}_ratio_c{c}", f"{m.ratio:.4f}" if m.ratio is not None else "undefined"),
+                    (f"{name}_ratio_c{c}_ci", f"[{m.ci_low}, {m.ci_high}]"),
+                    (f"{name}_ms_c{c}_baseline", f"{m.baseline_median:.2f}"),
+                    (f"{name}_ms_c{c}_candidate", f"{m.candidate_median:.2f}")]
+        gp = row.goodput
+        if gp is not None and gp.baseline_median is not None:
+            out += [(f"goodput_req_s_c{c}_baseline", f"{gp.baseline_median:.4f}"),
+                    (f"goodput_req_s_c{c}_candidate", f"{gp.candidate_median:.4f}"),
+                    (f"goodput_ratio_c{c}", f"{gp.ratio:.4f}" if gp.ratio is not None else "undefined")]
     return out
 
 

@@ -1,8 +1,8 @@
 """What the measured throughput costs: dollars per million output tokens per side, the switch's saving, and the
 utilisation below which an API is cheaper (issue 27, item 4). Pure computation, no I/O.
 
-Inputs are the verdict's ``speed`` block (``speed.speed_block``: per concurrency level the median output tok/s of each
-side and the speed-up's interval) and the ``economics`` keys of ``thresholds.yaml`` (``ConfigPolicy.economics``).
+Inputs are the ``speed`` block (``block.SpeedBlock`` from ``speed.speed_block``: per concurrency level the median output
+tok/s of each side and the speed-up's interval) and the ``economics`` keys of ``thresholds.yaml`` (``ConfigPolicy.economics``).
 Formulas (units: US dollars, GPU-hours, output tokens per second):
 
 * cost per million output tokens of one side at full load (the GPUs busy the whole hour at the measured throughput)::
@@ -26,6 +26,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from typing import Any
+
+from evalgate.speed.block import SpeedBlock
 
 __all__ = ["SECONDS_PER_HOUR", "TOKENS_PER_MILLION", "break_even_utilisation", "cost_ratio_interval",
            "economics_block", "economics_lines", "economics_properties", "engine_gpus", "pct", "usd", "usd_per_mtok",
@@ -93,14 +95,14 @@ def _side(cost: float, tok_s: float, api: float | None) -> dict[str, Any]:
     return out
 
 
-def economics_block(speed: Mapping[str, Any] | None, settings: Mapping[str, Any] | None,
+def economics_block(speed: SpeedBlock | None, settings: Mapping[str, Any] | None,
                     engine_args: Mapping[str, Mapping[str, Any] | None]) -> dict[str, Any] | None:
     """The ``economics`` block of ``verdict.json`` (``verdict.EconomicsBlock``), or None when there is nothing to cost:
     no ``economics`` settings, or no measured speed (absent, failed, or no level with both medians > 0).
 
     Args:
-        speed: the verdict's ``speed`` block (``speed.speed_block``): ``levels`` with ``concurrency``, ``ratio``,
-            ``ci_low``, ``ci_high``, ``level`` and per side ``median`` output tok/s.
+        speed: the ``speed`` block (``block.SpeedBlock`` from ``speed.speed_block``; None: not measured): its
+            ``levels`` with ``concurrency``, ``ci_low``, ``ci_high``, ``level`` and per side ``median`` output tok/s.
         settings: ``ConfigPolicy.economics``: ``gpu_hour_usd`` (required), ``api_usd_per_mtok`` and ``gpus``
             (optional).
         engine_args: per side (``baseline``/``candidate``) the requested engine args; they give each side's GPUs
@@ -112,7 +114,7 @@ def economics_block(speed: Mapping[str, Any] | None, settings: Mapping[str, Any]
         (baseline − candidate), ``cost_change`` (candidate / baseline − 1; negative: cheaper) with ``cost_change_low``
         / ``cost_change_high`` (from the speed-up's interval, None without one) and the interval's ``level``.
     """
-    if not settings or not speed or speed.get("status", "measured") != "measured":
+    if not settings or speed is None or not speed.measured:
         return None
     price = float(settings["gpu_hour_usd"])
     api = settings.get("api_usd_per_mtok")
@@ -124,21 +126,21 @@ def economics_block(speed: Mapping[str, Any] | None, settings: Mapping[str, Any]
         gpus = {role: engine_gpus(engine_args.get(role)) for role in ROLES}
         source = "tensor_parallel_size * pipeline_parallel_size"
     levels = []
-    for row in speed.get("levels") or []:
-        tok = {role: (row.get(role) or {}).get("median") for role in ROLES}
+    for row in speed.levels:
+        tok = {"baseline": row.baseline.median, "candidate": row.candidate.median}
         if not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in tok.values()):
             continue
         cost = {role: usd_per_mtok(price, gpus[role], tok[role]) for role in ROLES}
         g = gpus["candidate"] / gpus["baseline"]
-        low, high = cost_ratio_interval(row.get("ci_low"), row.get("ci_high"), g)
+        low, high = cost_ratio_interval(row.ci_low, row.ci_high, g)
         levels.append({
-            "concurrency": row.get("concurrency"),
+            "concurrency": row.concurrency,
             **{role: _side(cost[role], tok[role], api) for role in ROLES},
             "saving_usd_per_mtok": cost["baseline"] - cost["candidate"],
             "cost_change": cost["candidate"] / cost["baseline"] - 1,
             "cost_change_low": None if low is None else low - 1,
             "cost_change_high": None if high is None else high - 1,
-            "level": row.get("level"),
+            "level": row.level,
         })
     if not levels:
         return None

@@ -22,6 +22,7 @@ from evalgate.evaluate.runner import SpeedError
 from evalgate.inputs.options import RunOptions
 from evalgate.inputs.requestlog import FROM_LOG, concurrency_from_log, read_request_log
 from evalgate.inputs.thresholds import MAX_TRAFFIC_PROMPTS, SLO_KEYS, ConfigPolicy
+from evalgate.speed.block import SpeedBlock
 from evalgate.speed.precision import (
     BY_REPEATS,
     BY_SECONDS,
@@ -53,7 +54,7 @@ WARMUP_OUTPUT_LEN = 16  # tokens: enough to run the decode path at the level's b
 
 def measure_speed(workers: Mapping[str, Any], profile: TrafficProfile,
                   progress: Callable[[str], None] | None = None,
-                  clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+                  clock: Callable[[], float] = time.monotonic) -> SpeedBlock:
     """Measure ``profile`` on both sides and compare; ``workers`` maps ``baseline``/``candidate`` to an object with
     ``measure(command) -> result`` (``throughput.measure``'s fields) and ``info`` (its ``ready`` reply).
 
@@ -66,7 +67,8 @@ def measure_speed(workers: Mapping[str, Any], profile: TrafficProfile,
     that share (the first stage always runs).
 
     Returns:
-        The ``speed`` block (``speed.speed_block``) with every raw repeat under ``sides.<role>.runs`` (with
+        The measured ``speed`` block (``speedup.speed_block``: a ``block.SpeedBlock``, throughputs in tok/s, one
+        ``SpeedLevel`` per concurrency level) with every raw repeat under ``sides[role]["runs"]`` (with
         ``precision``, each marked ``stage`` 1 or 2).
     Raises:
         SpeedError (from a worker): a measurement failed.
@@ -352,14 +354,17 @@ def check_speed_only_profile(profile: TrafficProfile | None, policy: ConfigPolic
                           "(or a request log, traffic.from)", path=path, field=dotted)
 
 
-def measure_speed_safely(workers: dict[str, Any], profile: TrafficProfile) -> dict[str, Any]:
-    """The speed block (``speedrun.measure_speed``), or ``{"status": "failed", "error", "profile"}`` when a
-    measurement failed: the quality verdict is still written (the run then exits 3)."""
+def measure_speed_safely(workers: dict[str, Any], profile: TrafficProfile) -> SpeedBlock:
+    """The speed block (``measure_speed``), or, when a measurement failed, a failed one:
+    ``SpeedBlock(status="failed", error=one line, profile=profile.as_dict())`` (only those keys set, so it is
+    written as ``{"status", "error", "profile"}``): the quality verdict is still written (the run then exits 3).
+    Raises nothing: an unexpected exception becomes an ``internal error: ...`` failure too."""
     log.info("speed: %s, concurrency %s, %s per side, interleaved", profile_words(profile.as_dict()),
              ",".join(map(str, profile.concurrency)), repeats_words(profile.as_dict()))
     try:
         return measure_speed(workers, profile)
     except SpeedError as exc:
-        return {"status": "failed", "error": str(exc), "profile": profile.as_dict()}
+        return SpeedBlock(status="failed", error=str(exc), profile=profile.as_dict())
     except Exception as exc:  # noqa: BLE001 - a bug in the speed phase must not lose the quality verdict either
-        return {"status": "failed", "error": f"internal error: {type(exc).__name__}: {exc}", "profile": profile.as_dict()}
+        return SpeedBlock(status="failed", error=f"internal error: {type(exc).__name__}: {exc}",
+                          profile=profile.as_dict())

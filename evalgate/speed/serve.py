@@ -35,6 +35,7 @@ from evalgate.engine.serve import (
 )
 from evalgate.errors import EvalgateError
 from evalgate.models.embedded import resolve_model
+from evalgate.speed.block import SpeedBlock, SpeedGoodput, SpeedLatency
 from evalgate.speed.speedup import (
     SpeedComparison,
     TrafficProfile,
@@ -79,12 +80,15 @@ class LatencyComparison:
     ci_high: float
     verdict: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_record(self) -> SpeedLatency:
+        """The level's ``latency[metric]`` entry: both sides' values and medians (ms), the ratio and its interval
+        (None where not finite) and the reading; every key set."""
         num = _num
-        return {"baseline": list(self.baseline), "candidate": list(self.candidate),
-                "baseline_median": statistics.median(self.baseline), "candidate_median": statistics.median(self.candidate),
-                "ratio": num(self.ratio), "ci_low": num(self.ci_low), "ci_high": num(self.ci_high),
-                "verdict": self.verdict}
+        return SpeedLatency(baseline=list(self.baseline), candidate=list(self.candidate),
+                            baseline_median=statistics.median(self.baseline),
+                            candidate_median=statistics.median(self.candidate),
+                            ratio=num(self.ratio), ci_low=num(self.ci_low), ci_high=num(self.ci_high),
+                            verdict=self.verdict)
 
 
 def compare_latency(metric: str, baseline: list[float], candidate: list[float], level: float) -> LatencyComparison:
@@ -99,24 +103,29 @@ def compare_latency(metric: str, baseline: list[float], candidate: list[float], 
 
 
 def compare_goodput(baseline: list[float | None], candidate: list[float | None], objectives: Mapping[str, float],
-                    level: float) -> dict[str, Any]:
+                    level: float) -> SpeedGoodput:
     """Goodput at one level: per repeat the requests per second meeting every per-request objective
     (``vllm bench serve --goodput``; ``objectives`` in ms), each side's median, the ratio of medians candidate /
     baseline and its paired t interval on log ratios (``speed.paired_log_interval``, as for throughput). The ratio
     and interval are None where undefined: a side whose goodput is 0 in some repeat (no request met the objectives)
-    has no log ratio, and a ratio of 0 is shown as such."""
+    has no log ratio, and a ratio of 0 is shown as such. A repeat without a goodput (None) is left out.
+
+    Returns:
+        The level's ``goodput`` entry, every key set (``objectives_ms``, ``baseline``, ``candidate``, both
+        medians, ``ratio``, ``ci_low``, ``ci_high``).
+    """
     b = [float(x) for x in baseline if x is not None]
     k = [float(x) for x in candidate if x is not None]
-    out: dict[str, Any] = {"objectives_ms": dict(objectives), "baseline": b, "candidate": k,
-                           "baseline_median": statistics.median(b) if b else None,
-                           "candidate_median": statistics.median(k) if k else None,
-                           "ratio": None, "ci_low": None, "ci_high": None}
-    if b and k and len(b) == len(k) and out["baseline_median"] > 0:
-        out["ratio"] = out["candidate_median"] / out["baseline_median"]
+    b_med = statistics.median(b) if b else None
+    k_med = statistics.median(k) if k else None
+    ratio = lo = hi = None
+    if b and k and len(b) == len(k) and b_med is not None and k_med is not None and b_med > 0:
+        ratio = k_med / b_med
         if min(b) > 0 and min(k) > 0:
-            lo, hi = paired_log_interval(b, k, level)
-            out["ci_low"], out["ci_high"] = _num(lo), _num(hi)
-    return out
+            low, high = paired_log_interval(b, k, level)
+            lo, hi = _num(low), _num(high)
+    return SpeedGoodput(objectives_ms=dict(objectives), baseline=b, candidate=k, baseline_median=b_med,
+                        candidate_median=k_med, ratio=ratio, ci_low=lo, ci_high=hi)
 
 
 def serve_problems(profile: TrafficProfile) -> list[tuple[str, str]]:
@@ -168,7 +177,7 @@ class _Servers:
 
 def measure_serve(sides: Mapping[str, ServeSide], profile: TrafficProfile, *, together: bool = True,
                   cuda: bool = False, startup_timeout_s: float = STARTUP_TIMEOUT_S,
-                  progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                  progress: Callable[[str], None] | None = None) -> SpeedBlock:
     """Measure ``profile`` (``mode: serve``) on both sides in interleaved repeats and compare.
 
     Args:
@@ -177,10 +186,11 @@ def measure_serve(sides: Mapping[str, ServeSide], profile: TrafficProfile, *, to
         together: both servers up at once (default; CPU) or one at a time (one GPU).
         cuda: whether the host has CUDA (else ``VLLM_TARGET_DEVICE=cpu`` in the servers' env).
     Returns:
-        The ``speed`` block: ``speed.speed_block`` of the output tok/s comparison (so every reader of the offline
-        block reads this one), each level with ``latency`` (``LATENCY_FIELDS`` -> ``LatencyComparison.as_dict``)
-        and per side ``request_s``; ``sides.<role>`` has ``runs`` (every ``ServeRun``), ``server`` (argv from
-        ``serve`` on, log, start-up seconds, vLLM version, vLLM's logged parsed args), ``device``, ``isa``.
+        The measured ``speed`` block (``serve_block``): ``speed.speed_block`` of the output tok/s comparison (so
+        every reader of the offline block reads this one), each level with ``latency`` (``LATENCY_FIELDS`` ->
+        ``block.SpeedLatency``, ms), ``goodput`` when ``profile.goodput`` is set, and per side ``request_s``;
+        ``sides[role]`` has ``runs`` (every ``ServeRun``), ``server`` (argv from ``serve`` on, log, start-up
+        seconds, vLLM version, vLLM's logged parsed args), ``device``, ``isa``.
     Raises:
         ServeError: a server did not come up or died, or a benchmark failed; every server is stopped first.
     """
@@ -203,14 +213,15 @@ def measure_serve(sides: Mapping[str, ServeSide], profile: TrafficProfile, *, to
 
 
 def measure_configs(base: Any, cand: Any, profile: TrafficProfile, log_dir: Path, *, cuda: bool | None = None,
-                    progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                    progress: Callable[[str], None] | None = None) -> SpeedBlock:
     """The speed phase of ``evalgate run`` in serve mode, for two ``config.EngineConfig``s (after their suites,
     with their engines stopped): ``measure_serve`` with servers logging to ``log_dir/<role>-serve.log``, both up
     at once on CPU and one at a time with CUDA.
 
     Returns:
-        The ``speed`` block, or ``{"status": "failed", "error": one line, "profile": ...}`` when a server or a
-        benchmark failed (the run keeps its quality results and exits 3, as for the offline measurement).
+        The measured ``speed`` block (``measure_serve``), or ``SpeedBlock(status="failed", error=one line,
+        profile=profile.as_dict())`` when a server or a benchmark failed, or the embedded model could not be
+        prepared (the run keeps its quality results and exits 3, as for the offline measurement).
     """
     if cuda is None:
         cuda = has_cuda()
@@ -219,15 +230,16 @@ def measure_configs(base: Any, cand: Any, profile: TrafficProfile, log_dir: Path
     try:
         return measure_serve(sides, profile, together=not cuda, cuda=cuda, progress=progress)
     except EvalgateError as exc:  # ServeError, or the embedded model could not be prepared
-        return {"status": "failed", "error": str(exc), "profile": profile.as_dict()}
+        return SpeedBlock(status="failed", error=str(exc), profile=profile.as_dict())
 
 
 def serve_block(runs: Mapping[str, list[ServeRun]], profile: TrafficProfile,
-                info: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
-    """The ``speed`` block from measured runs (pure: no I/O). ``runs``: per role, ``ServeRun``s in order, paired
-    by (concurrency, repeat). See ``measure_serve`` for the shape."""
+                info: Mapping[str, dict[str, Any]]) -> SpeedBlock:
+    """The measured ``speed`` block from measured runs (pure: no I/O). ``runs``: per role, ``ServeRun``s in order,
+    paired by (concurrency, repeat); ``info``: per role what ``sides[role]`` records beside its ``runs``. See
+    ``measure_serve`` for the shape; the top-level ``latency`` is the first level's (empty without levels)."""
     levels: list[SpeedComparison] = []
-    extra: list[dict[str, Any]] = []
+    extra: list[tuple[dict[str, SpeedLatency], SpeedGoodput | None, dict[str, list[float]]]] = []
     for c in profile.concurrency:
         per = {role: [r for r in runs[role] if r.concurrency == c] for role in ROLES}
         col = {role: {f: [getattr(r, f) for r in per[role]] for f in ("output_tok_s", "total_tok_s", "request_s",
@@ -235,23 +247,21 @@ def serve_block(runs: Mapping[str, list[ServeRun]], profile: TrafficProfile,
         b, k = col["baseline"], col["candidate"]
         levels.append(compare_speed(c, b["output_tok_s"], k["output_tok_s"], profile.level,
                                     b["total_tok_s"], k["total_tok_s"], profile.power))
-        more = {"latency": {f: compare_latency(f, b[f], k[f], profile.level).as_dict() for f in LATENCY_FIELDS},
-                "request_s": {role: col[role]["request_s"] for role in ROLES}}
-        if profile.goodput:
-            more["goodput"] = compare_goodput([r.goodput_s for r in per["baseline"]],
-                                              [r.goodput_s for r in per["candidate"]], profile.goodput, profile.level)
-        extra.append(more)
+        latency = {f: compare_latency(f, b[f], k[f], profile.level).as_record() for f in LATENCY_FIELDS}
+        goodput = compare_goodput([r.goodput_s for r in per["baseline"]], [r.goodput_s for r in per["candidate"]],
+                                  profile.goodput, profile.level) if profile.goodput else None
+        extra.append((latency, goodput, {role: col[role]["request_s"] for role in ROLES}))
     sides = {role: {**info[role], "runs": [r.as_dict() for r in runs[role]]} for role in ROLES}
     block = speed_block(levels, profile, sides)
-    for row, more in zip(block["levels"], extra):
-        row["latency"] = more["latency"]
-        for role in ROLES:
-            row[role]["request_s"] = more["request_s"][role]
-        if "goodput" in more:
-            row["goodput"] = more["goodput"]
-    block["latency_method"] = LATENCY_METHOD
-    block["latency"] = block["levels"][0]["latency"] if block["levels"] else {}
-    return block
+    rows = []
+    for row, (latency, goodput, request_s) in zip(block.levels, extra):
+        update: dict[str, Any] = {"latency": latency, **{
+            role: getattr(row, role).model_copy(update={"request_s": request_s[role]}) for role in ROLES}}
+        if goodput is not None:
+            update["goodput"] = goodput
+        rows.append(row.model_copy(update=update))
+    return block.model_copy(update={"levels": rows, "latency_method": LATENCY_METHOD,
+                                    "latency": rows[0].latency if rows else {}})
 
 
 def _side_info(info: Mapping[str, Any], side: ServeSide, cuda: bool) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalgate.speed.block import SpeedBlock, SpeedLevel, SpeedPrecision, SpeedSide
 from evalgate.speed.precision import METHOD as PRECISION_METHOD
 from evalgate.speed.precision import pair_cap, precision_note
 
@@ -283,48 +284,65 @@ def _num(x: float) -> float | None:
     return None if x is None or not math.isfinite(x) else x
 
 
-def speed_block(levels: Sequence[SpeedComparison], profile: TrafficProfile, measurements: dict[str, Any]) -> dict[str, Any]:
+def speed_block(levels: Sequence[SpeedComparison], profile: TrafficProfile,
+                measurements: dict[str, dict[str, Any]]) -> SpeedBlock:
     """The ``speed`` block of ``verdict.json``: profile, method, and per concurrency level both sides and the ratio.
 
-    ``measurements``: per side (``baseline``/``candidate``) the worker's ``{"device", "isa", "versions",
-    "effective", "runs": [...]}`` (raw repeat records). The first level is the headline (``ratio`` etc. at top level).
+    Args:
+        levels: one ``SpeedComparison`` per concurrency level (``compare_speed``), in the profile's order; the first
+            is the headline (its ``ratio``, ``ci_low``, ``ci_high``, ``verdict`` and ``concurrency`` are repeated at
+            the top level; all None without levels).
+        profile: the traffic profile measured (recorded as ``TrafficProfile.as_dict``); with ``precision`` the
+            method names Stein's interval too.
+        measurements: per side (``baseline``/``candidate``) the worker's ``{"device", "isa", "versions",
+            "effective", "runs": [...]}`` (raw repeat records), kept as ``sides``.
+    Returns:
+        A measured :class:`~evalgate.speed.block.SpeedBlock` (every key set, so ``model_dump(exclude_unset=True)``
+        writes them all): per level ratio and interval (None where not finite), level, reading, MDE ratio,
+        repeats needed, the precision record when there is one, and per side output and total tok/s of each repeat,
+        their median and CV (None where undefined).
+    Raises:
+        statistics.StatisticsError: a level without repeats on a side (``compare_speed`` refuses those first);
+        pydantic.ValidationError: a value the block cannot hold (an MDE ratio below 1, fewer than 2 repeats needed).
     """
     rows = []
     for s in levels:
-        rows.append({
-            "concurrency": s.concurrency, "ratio": _num(s.ratio), "ci_low": _num(s.ci_low), "ci_high": _num(s.ci_high),
-            "level": s.level, "verdict": s.verdict, "mde_ratio": _num(s.mde_ratio), "repeats_needed": s.repeats_needed,
-            **({"precision": s.precision} if s.precision is not None else {}),
-            "baseline": {"output_tok_s": list(s.baseline), "median": statistics.median(s.baseline),
-                         "total_tok_s": list(s.total_baseline), "cv": _num(s.cv_baseline)},
-            "candidate": {"output_tok_s": list(s.candidate), "median": statistics.median(s.candidate),
-                          "total_tok_s": list(s.total_candidate), "cv": _num(s.cv_candidate)},
-        })
-    head = rows[0] if rows else {}
+        rows.append(SpeedLevel(
+            concurrency=s.concurrency, ratio=_num(s.ratio), ci_low=_num(s.ci_low), ci_high=_num(s.ci_high),
+            level=s.level, verdict=s.verdict, mde_ratio=_num(s.mde_ratio), repeats_needed=s.repeats_needed,
+            **({"precision": SpeedPrecision.model_validate(s.precision)} if s.precision is not None else {}),
+            baseline=SpeedSide(output_tok_s=list(s.baseline), median=statistics.median(s.baseline),
+                               total_tok_s=list(s.total_baseline), cv=_num(s.cv_baseline)),
+            candidate=SpeedSide(output_tok_s=list(s.candidate), median=statistics.median(s.candidate),
+                                total_tok_s=list(s.total_candidate), cv=_num(s.cv_candidate))))
+    head = rows[0] if rows else None
     method = METHOD if profile.precision is None else f"{METHOD}; {PRECISION_METHOD}"
-    return {"status": "measured", "method": method, "profile": profile.as_dict(), "levels": rows,
-            "ratio": head.get("ratio"), "ci_low": head.get("ci_low"), "ci_high": head.get("ci_high"),
-            "verdict": head.get("verdict"), "concurrency": head.get("concurrency"), "sides": measurements}
+    return SpeedBlock(status="measured", method=method, profile=profile.as_dict(), levels=rows,
+                      ratio=None if head is None else head.ratio, ci_low=None if head is None else head.ci_low,
+                      ci_high=None if head is None else head.ci_high, verdict=None if head is None else head.verdict,
+                      concurrency=None if head is None else head.concurrency, sides=measurements)
 
 
-def headline(speed: dict[str, Any]) -> str:
+def headline(speed: SpeedBlock | None) -> str:
     """Terminal and JUnit text of the speed block: ``speed (512 in / 512 out, 3 repeats, offline): c=256: ×1.42
-    [1.31, 1.55] (95%), faster (6,058 → 8,602 output tok/s)``; a sweep puts each level on its own indented line."""
-    if not speed:
+    [1.31, 1.55] (95%), faster (6,058 → 8,602 output tok/s)``; a sweep puts each level on its own indented line;
+    ``speed: not measured (why)`` for a failed block; "" for None (speed not measured)."""
+    if speed is None:
         return ""
-    if speed.get("status") != "measured":
-        return f"speed: not measured ({speed.get('error', 'failed')})"
-    p = speed.get("profile", {})
+    if not speed.measured:
+        return f"speed: not measured ({speed.error if 'error' in speed.model_fields_set else 'failed'})"
+    p = speed.profile
     parts = []
-    for row in speed.get("levels", []):
-        lo, hi = row.get("ci_low"), row.get("ci_high")
-        ci = f" [{lo:.2f}, {hi:.2f}] ({100 * row.get('level', 0.95):.0f}%)" if lo is not None and hi is not None \
+    for row in speed.levels:
+        lo, hi = row.ci_low, row.ci_high
+        level = 0.95 if row.level is None else row.level
+        ci = f" [{lo:.2f}, {hi:.2f}] ({100 * level:.0f}%)" if lo is not None and hi is not None \
             else " [no interval: < 2 repeats]"
-        need = repeats_note(row.get("repeats_needed"))
-        prec = precision_note(row.get("precision"))
-        parts.append(f"c={row['concurrency']}: \u00d7{row['ratio']:.2f}{ci}, {row['verdict']}{', ' + need if need else ''}"
+        need = repeats_note(row.repeats_needed)
+        prec = precision_note(row.precision)
+        parts.append(f"c={row.concurrency}: \u00d7{row.ratio:.2f}{ci}, {row.verdict}{', ' + need if need else ''}"
                      f"{', ' + prec if prec else ''} "
-                     f"({row['baseline']['median']:,.0f} \u2192 {row['candidate']['median']:,.0f} output tok/s)")
+                     f"({row.baseline.median:,.0f} \u2192 {row.candidate.median:,.0f} output tok/s)")
     head = f"speed ({profile_words(p)}, {repeats_words(p)}, {p.get('mode', 'offline')}):"
     # A sweep gets one line per level: three levels on one line outgrow any terminal.
     return f"{head} {parts[0]}" if len(parts) == 1 else head + "".join(f"\n  {x}" for x in parts)

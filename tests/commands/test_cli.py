@@ -15,6 +15,7 @@ from evalgate.commands import pipeline
 from evalgate.commands.jobs import EngineJob, StoredJob
 from evalgate.errors import ExitCode
 from evalgate.inputs.options import RunOptions
+from evalgate.speed.block import SpeedBlock
 
 
 def _parse(*argv: str) -> argparse.Namespace:
@@ -72,7 +73,7 @@ def test_concurrency_must_be_distinct_integers() -> None:
 
 
 class _Captured:
-    def __init__(self, verdict: str, speed: dict[str, Any] | None = None) -> None:
+    def __init__(self, verdict: str, speed: SpeedBlock | None = None) -> None:
         self.jobs: list[Any] = []
         self.verdict, self.speed = verdict, speed
 
@@ -95,7 +96,7 @@ def test_run_hands_one_engine_job_to_the_pipeline(monkeypatch: pytest.MonkeyPatc
 
 def test_run_exits_3_when_the_speed_measurement_failed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(pipeline, "gate", _Captured("PASS", {"status": "failed", "error": "boom"}))
+    monkeypatch.setattr(pipeline, "gate", _Captured("PASS", SpeedBlock(status="failed", error="boom")))
     monkeypatch.setattr("evalgate.report.render.render_terminal", lambda doc: "")
     assert cli.main(["run", "--config", "fp16-state", "--out", str(tmp_path / "r")]) == ExitCode.RUNTIME
     assert "quality verdict PASS" in capsys.readouterr().err

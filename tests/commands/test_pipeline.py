@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -15,6 +14,7 @@ from evalgate.evaluate.manifest import Manifest
 from evalgate.evaluate.runner import ConfigRun, SpeedError
 from evalgate.inputs.config import EngineConfig, Sampling
 from evalgate.inputs.thresholds import Thresholds
+from evalgate.speed.block import SpeedBlock
 from runfixtures import task
 
 
@@ -41,7 +41,8 @@ class _Suite:
 class FakeJob:
     """A job whose sides are given; records the order of the steps it is asked for."""
 
-    def __init__(self, out: Path, runs: dict[str, ConfigRun], thresholds: Thresholds, speed: Any = None) -> None:
+    def __init__(self, out: Path, runs: dict[str, ConfigRun], thresholds: Thresholds,
+                 speed: SpeedBlock | None = None) -> None:
         self.out, self.runs, self.thresholds, self.speed, self.calls = out, runs, thresholds, speed, []
 
     def load(self) -> Thresholds:
@@ -113,7 +114,7 @@ def test_a_malformed_manifest_is_a_store_error_naming_the_field(tmp_path: Path) 
 
 
 def test_a_failed_speed_measurement_keeps_the_verdict_then_raises(tmp_path: Path) -> None:
-    speed = {"status": "failed", "error": "boom", "profile": {}}
+    speed = SpeedBlock(status="failed", error="boom", profile={})
     outcome = pipeline.gate(FakeJob(tmp_path / "run", _runs([1.0] * 40), THR, speed=speed))
     assert (tmp_path / "run" / "verdict.json").is_file() and outcome.speed_failed == "boom"
     with pytest.raises(SpeedError, match="quality verdict PASS .* but the speed measurement failed: boom"):

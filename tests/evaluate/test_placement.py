@@ -198,7 +198,7 @@ def test_alternation_order_and_never_two_awake() -> None:
     assert rec["candidate"]["sleeps"] == 3 and rec["candidate"]["wakes"] == 2
     assert rec["baseline"]["sleep_s"] == [0.4] * 3 and rec["candidate"]["wake_s"] == [0.6] * 2
     assert rec["baseline"]["restarts"] == rec["candidate"]["restarts"] == 0
-    assert block["levels"][0]["ratio"] == pytest.approx(1.5)
+    assert block.levels[0].ratio == pytest.approx(1.5)
     record = pl.placement_record(pl.decide("alternate", source="--placement", cuda=True, sleep_problem=None,
                                            utilizations=(0.8, 0.8)), alt)
     assert (record["sleeps"], record["wakes"], record["restarts"]) == (6, 5, 0)
@@ -240,7 +240,7 @@ def test_a_wake_that_dies_restarts_that_side_and_the_pass_runs() -> None:
     i = gpu.calls.index(("candidate", "wake-died"))
     assert gpu.calls[i:i + 4] == [("candidate", "wake-died"), ("candidate", "kill"), ("candidate", "start"),
                                   ("candidate", "measure repeat 1/2")]
-    assert len(block["sides"]["candidate"]["runs"]) == 2  # no pass lost
+    assert len(block.sides["candidate"]["runs"]) == 2  # no pass lost
     rec = alt.record()["candidate"]
     assert rec["restarts"] == 1 and "wake failed" in rec["restart_reasons"][0]
 
@@ -256,7 +256,7 @@ def test_a_pass_that_dies_is_repeated_on_a_restarted_side() -> None:
     block = measure_speed({r: alt.proxy(r) for r in ("baseline", "candidate")}, _profile(), progress=lambda s: None)
     labels = [c for n, c in gpu.calls if n == "baseline" and c.startswith("measure")]
     assert labels == ["measure warm-up", "measure-died", "measure repeat 1/2", "measure repeat 2/2"]
-    assert len(block["sides"]["baseline"]["runs"]) == 2 and alt.record()["baseline"]["restarts"] == 1
+    assert len(block.sides["baseline"]["runs"]) == 2 and alt.record()["baseline"]["restarts"] == 1
 
 
 def test_restarts_are_bounded_then_the_speed_part_fails() -> None:
@@ -290,7 +290,7 @@ def test_restarts_are_bounded_then_the_speed_part_fails() -> None:
     alt2.before_start("candidate")
     alt2.started("candidate", FakeWorker(gpu2, "candidate", 1.0, die_on_wake=1))
     block = measure_speed_safely({r: alt2.proxy(r) for r in ("baseline", "candidate")}, _profile(repeats=3))
-    assert block["status"] == "failed" and "after 2 restart(s)" in block["error"]
+    assert block.status == "failed" and "after 2 restart(s)" in block.error
 
 
 def test_together_failure_is_raised_unchanged() -> None:

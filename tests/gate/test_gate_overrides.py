@@ -9,6 +9,7 @@ from evalgate.compare.evidence import HealthShift
 from evalgate.compare.stats import paired_comparison
 from evalgate.gate import Decision, Verdict, decide, health_alpha, health_failures, is_near_tie, overrule
 from evalgate.inputs.thresholds import SpecDecodeFloors, SpeedFloors, Thresholds
+from evalgate.speed.block import SpeedBlock
 
 THR = Thresholds(alpha=0.05, default_margin=5.0, bootstrap_resamples=200)
 SHARES = {"degenerate": (0.0, 0.5), "empty": (0.1, 0.2), "truncated": (0.0, 0.0)}
@@ -49,7 +50,8 @@ def test_health_failures_by_kind_and_level() -> None:
 def test_overrule_puts_every_failure_first_and_keeps_a_no_op() -> None:
     d = _passing()
     assert overrule(d, {"t": []}, expect="lossy") is d
-    speed = {"status": "measured", "levels": [{"concurrency": 4, "ratio": 1.0, "ci_low": 0.9, "ci_high": 1.1}]}
+    speed = SpeedBlock.model_validate({"status": "measured",
+                                       "levels": [{"concurrency": 4, "ratio": 1.0, "ci_low": 0.9, "ci_high": 1.1}]})
     spec = type("Spec", (), {"acceptance_rate": 0.2, "mean_acceptance_length": 1.6})()
     out = overrule(d, {"t": ["1 item(s) bad"]}, expect="lossy", spec=spec, speculative=True,
                    spec_floors=SpecDecodeFloors(0.5, None), speed=speed, speed_floors=SpeedFloors(min_speedup=1.2))
@@ -57,7 +59,7 @@ def test_overrule_puts_every_failure_first_and_keeps_a_no_op() -> None:
     assert [r.split(":")[0] for r in out.reasons] == ["t", "speculative decoding", "speed", "s/t"]
     assert out.reasons[1] == "speculative decoding: acceptance rate 20.0% < floor 50.0%"
     # A failed speed measurement is not checked against the floors (the run fails with exit 3 instead).
-    assert overrule(d, {}, expect="lossy", speed={"status": "failed"}, speed_floors=SpeedFloors(min_speedup=9)) is d
+    assert overrule(d, {}, expect="lossy", speed=SpeedBlock(status="failed"), speed_floors=SpeedFloors(min_speedup=9)) is d
     # A floor on a candidate without speculative decoding does not apply.
     assert overrule(d, {}, expect="lossy", spec=None, speculative=False, spec_floors=SpecDecodeFloors(0.9, 3)) is d
     noop = Decision(Verdict.NO_OP, ("same",), d.tasks)

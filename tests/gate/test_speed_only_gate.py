@@ -9,6 +9,7 @@ import pytest
 
 from evalgate.gate import Verdict, judge_run
 from evalgate.inputs.thresholds import load_thresholds
+from evalgate.speed.block import SpeedBlock
 
 MANIFEST = {"speed_only": True, "baseline": {"expect": "lossy"}, "candidate": {"expect": "lossy", "effective": {}}}
 
@@ -18,16 +19,16 @@ def _thresholds(tmp_path: Path, extra: str = "") -> object:
     return load_thresholds(tmp_path / "t.yaml")
 
 
-def _speed(low: float, high: float) -> dict:
-    return {"status": "measured", "levels": [{"concurrency": 256, "ratio": (low + high) / 2, "ci_low": low,
-                                              "ci_high": high}]}
+def _speed(low: float, high: float) -> SpeedBlock:
+    return SpeedBlock.model_validate({"status": "measured", "levels": [{"concurrency": 256, "ratio": (low + high) / 2,
+                                                                        "ci_low": low, "ci_high": high}]})
 
 
 def test_speed_only_is_inconclusive_with_its_reason_and_never_pass(tmp_path: Path) -> None:
     th = _thresholds(tmp_path)
     eff = {"baseline": {"engine_args": {"mamba_ssm_cache_dtype": "float32"}},
            "candidate": {"engine_args": {"mamba_ssm_cache_dtype": "float16"}}}
-    for speed in (_speed(1.10, 1.30), _speed(0.97, 1.02), None, {"status": "failed", "error": "x"}):
+    for speed in (_speed(1.10, 1.30), _speed(0.97, 1.02), None, SpeedBlock(status="failed", error="x")):
         j = judge_run([], th.policy("scale/fp16-state"), MANIFEST, expect="lossy", effective=eff, speed=speed)
         assert j.decision.verdict is Verdict.INCONCLUSIVE and j.decision.tasks == ()
         assert j.decision.reasons[0].startswith("speed only: no quality suite ran (--speed-only)")

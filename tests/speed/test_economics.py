@@ -14,6 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from evalgate.errors import ConfigError  # noqa: E402
 from evalgate.inputs.thresholds import load_thresholds  # noqa: E402
+from evalgate.speed.block import SpeedBlock  # noqa: E402
 from evalgate.speed.economics import (  # noqa: E402
     break_even_utilisation,
     cost_ratio_interval,
@@ -34,13 +35,13 @@ def _level(c: int, base: float, cand: float, lo: float | None, hi: float | None)
             "candidate": {"output_tok_s": [cand], "median": cand, "total_tok_s": [2 * cand], "cv": None}}
 
 
-def _speed(*levels: dict[str, Any]) -> dict[str, Any]:
+def _speed(*levels: dict[str, Any]) -> SpeedBlock:
     head = levels[0]
-    return {"status": "measured", "method": "test", "levels": list(levels),
+    return SpeedBlock.model_validate({"status": "measured", "method": "test", "levels": list(levels),
             "profile": {"input_len": 8, "output_len": 8, "concurrency": [lv["concurrency"] for lv in levels],
                         "repeats": 3, "mode": "offline", "prompts": "random", "num_prompts": 16},
             "ratio": head["ratio"], "ci_low": head["ci_low"], "ci_high": head["ci_high"], "verdict": head["verdict"],
-            "concurrency": head["concurrency"], "sides": {"candidate": {"device": "test CPU", "isa": []}}}
+            "concurrency": head["concurrency"], "sides": {"candidate": {"device": "test CPU", "isa": []}}})
 
 
 # ------------------------------------------------------------------------------------------ formulas
@@ -133,7 +134,7 @@ def test_absent_without_settings_or_measured_speed() -> None:
     sides = {"baseline": {}, "candidate": {}}
     assert economics_block(speed, None, sides) is None
     assert economics_block(None, {"gpu_hour_usd": 1.0}, sides) is None
-    assert economics_block({"status": "failed", "error": "x"}, {"gpu_hour_usd": 1.0}, sides) is None
+    assert economics_block(SpeedBlock(status="failed", error="x"), {"gpu_hour_usd": 1.0}, sides) is None
     assert economics_block(_speed(_level(16, 0.0, 10.0, None, None)), {"gpu_hour_usd": 1.0}, sides) is None
 
 

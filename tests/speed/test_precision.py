@@ -16,6 +16,7 @@ import pytest
 
 from evalgate.errors import ConfigError
 from evalgate.inputs.thresholds import load_thresholds
+from evalgate.speed.block import SpeedBlock
 from evalgate.speed.measure import measure_speed
 from evalgate.speed.precision import (
     BY_REPEATS,
@@ -194,7 +195,7 @@ class Worker:
         return {"output_tok_s": v, "total_tok_s": 2 * v}
 
 
-def _run(d: list[float], profile: TrafficProfile, seconds: float = 10.0) -> tuple[dict[str, Any], list, int]:
+def _run(d: list[float], profile: TrafficProfile, seconds: float = 10.0) -> tuple[SpeedBlock, list, int]:
     """measure_speed over one level whose pairs have log ratios ``d`` (the loop takes what it needs); returns the
     block, the call log and the pairs left unmeasured."""
     b, c = _pairs(d)
@@ -209,18 +210,18 @@ def _run(d: list[float], profile: TrafficProfile, seconds: float = 10.0) -> tupl
 def test_second_stage_measures_what_the_plan_asks_and_meets_the_target() -> None:
     d = [0.005, -0.005, 0.015, 0.004, 0.006, 0.1, 0.1]  # plan: 5 pairs in all (s0 = 0.01); the last two unused
     block, calls, left = _run(d, TrafficProfile(8, 8, (4,), repeats=3, precision=0.02))
-    row = block["levels"][0]
-    assert left == 2 and len(row["baseline"]["output_tok_s"]) == 5
+    row = block.levels[0]
+    assert left == 2 and len(row.baseline.output_tok_s) == 5
     half = T_975_DF2 * 0.01 / math.sqrt(5)
     mean = sum(d[:5]) / 5
-    assert row["precision"] == {"target": 0.02, "achieved_half_width": pytest.approx(math.expm1(half)), "pairs": 5,
-                                "stopped": "met", "pairs_needed": 5}
-    assert (row["ci_low"], row["ci_high"]) == (pytest.approx(math.exp(mean - half)), pytest.approx(math.exp(mean + half)))
+    assert row.precision.model_dump() == {"target": 0.02, "achieved_half_width": pytest.approx(math.expm1(half)),
+                                          "pairs": 5, "stopped": "met", "pairs_needed": 5}
+    assert (row.ci_low, row.ci_high) == (pytest.approx(math.exp(mean - half)), pytest.approx(math.exp(mean + half)))
     # mean 0.005 against a half-width of 0.0192: the interval holds 1
-    assert row["verdict"] == "no measurable speed-up"
-    assert row["repeats_needed"] == repeats_needed(*_pairs(d[:5]))
-    assert block["method"].endswith("s0 the first n0 pairs' standard deviation") and "Stein" in block["method"]
-    runs = block["sides"]["baseline"]["runs"]
+    assert row.verdict == "no measurable speed-up"
+    assert row.repeats_needed == repeats_needed(*_pairs(d[:5]))
+    assert block.method.endswith("s0 the first n0 pairs' standard deviation") and "Stein" in block.method
+    runs = block.sides["baseline"]["runs"]
     assert [r["stage"] for r in runs] == [1, 1, 1, 2, 2] and [r["repeat"] for r in runs] == [0, 1, 2, 3, 4]
     # ABBA order kept through the second stage: pair i runs the baseline first when i is even.
     timed = [role for role, label in calls if label != "warm-up"]
@@ -229,23 +230,24 @@ def test_second_stage_measures_what_the_plan_asks_and_meets_the_target() -> None
 
 def test_a_first_stage_tight_enough_adds_no_pairs() -> None:
     block, calls, left = _run([0.001, -0.001, 0.003, 0.5], TrafficProfile(8, 8, (4,), repeats=3, precision=0.02))
-    rec = block["levels"][0]["precision"]
-    assert left == 1 and (rec["pairs"], rec["stopped"], rec["pairs_needed"]) == (3, "met", 3)
-    assert rec["achieved_half_width"] == pytest.approx(math.expm1(T_975_DF2 * 0.002 / math.sqrt(3)))
+    rec = block.levels[0].precision
+    assert left == 1 and (rec.pairs, rec.stopped, rec.pairs_needed) == (3, "met", 3)
+    assert rec.achieved_half_width == pytest.approx(math.expm1(T_975_DF2 * 0.002 / math.sqrt(3)))
 
 
 def test_max_repeats_caps_the_second_stage_and_says_so() -> None:
     d = [0.01, -0.01, 0.03] + [0.02] * 20  # plan: 19 pairs in all
     block, _, left = _run(d, TrafficProfile(8, 8, (4,), repeats=3, precision=0.02, max_repeats=5))
-    row = block["levels"][0]
+    row = block.levels[0]
     half = T_975_DF2 * 0.02 / math.sqrt(5)
-    assert left == 18 and row["precision"] == {"target": 0.02, "achieved_half_width": pytest.approx(math.expm1(half)),
-                                               "pairs": 5, "stopped": "max_repeats", "pairs_needed": 19}
+    assert left == 18 and row.precision.model_dump() == {
+        "target": 0.02, "achieved_half_width": pytest.approx(math.expm1(half)), "pairs": 5, "stopped": "max_repeats",
+        "pairs_needed": 19}
     mean = (0.03 + 2 * 0.02) / 5
-    assert (row["ci_low"], row["ci_high"]) == (pytest.approx(math.exp(mean - half)), pytest.approx(math.exp(mean + half)))
+    assert (row.ci_low, row.ci_high) == (pytest.approx(math.exp(mean - half)), pytest.approx(math.exp(mean + half)))
     # unset max_repeats: max(10, repeats) pairs
     block, _, left = _run(d, TrafficProfile(8, 8, (4,), repeats=3, precision=0.02))
-    assert (block["levels"][0]["precision"]["pairs"], block["levels"][0]["precision"]["stopped"]) == (10, BY_REPEATS)
+    assert (block.levels[0].precision.pairs, block.levels[0].precision.stopped) == (10, BY_REPEATS)
     line = headline(block)
     assert "target ±2 % not met: ±2.8 % after 10 pairs (max_repeats); ≈19 pairs needed" in line
     assert "3 to 10 pairs, target ±2 %" in line
@@ -263,44 +265,43 @@ def test_max_seconds_shares_the_budget_between_levels() -> None:
     workers = {"baseline": Worker("baseline", b[:4] + b, calls, clock),
                "candidate": Worker("candidate", c[:4] + c, calls, clock)}
     block = measure_speed(workers, profile, progress=lambda _: None, clock=lambda: clock[0])
-    for row in block["levels"]:
-        assert (row["precision"]["pairs"], row["precision"]["stopped"], row["precision"]["pairs_needed"]) == (
-            4, BY_SECONDS, 19)
+    for row in block.levels:
+        assert (row.precision.pairs, row.precision.stopped, row.precision.pairs_needed) == (4, BY_SECONDS, 19)
     assert clock[0] == 200.0
     # A budget that the first stage alone overruns still measures the first stage (no interval without it).
     block, _, _ = _run(d, TrafficProfile(8, 8, (4,), repeats=3, precision=0.02, max_seconds=1.0))
-    assert (block["levels"][0]["precision"]["pairs"], block["levels"][0]["precision"]["stopped"]) == (3, BY_SECONDS)
+    assert (block.levels[0].precision.pairs, block.levels[0].precision.stopped) == (3, BY_SECONDS)
 
 
 def test_the_record_reaches_every_output() -> None:
     from evalgate.commands.ablate import render_table
     from evalgate.report.outputs import speed_markdown, speed_properties
-    from evalgate.report.verdict import SpeedBlock
 
     d = [0.01, -0.01, 0.03] + [0.02] * 20
     block, _, _ = _run(d, TrafficProfile(8, 8, (4,), repeats=3, precision=0.02, max_repeats=5))
     note = "target ±2 % not met: ±3.9 % after 5 pairs (max_repeats); ≈19 pairs needed"
-    assert precision_note(block["levels"][0]["precision"]) == note
-    sb = SpeedBlock.model_validate(block)
+    assert precision_note(block.levels[0].precision) == note
+    sb = block
     assert sb.levels[0].precision is not None and sb.levels[0].precision.pairs_needed == 19
     assert note in "\n".join(speed_markdown(sb))
     assert ("speed_c4_precision", note) in speed_properties(sb)
     assert note in render_table([{"label": "fp16", "kind": "alone", "skipped": None, "verdict": "PASS",
-                                  "speed": block["levels"], "tasks": []}])
+                                  "speed": [lv.model_dump(exclude_unset=True) for lv in block.levels],
+                                  "tasks": []}])
     from test_speed import _doc_with_speed
 
     from evalgate.report.render import render_html, render_terminal
 
     doc = _doc_with_speed()
-    doc["speed"] = {**block, "thresholds": None}
+    doc["speed"] = {**block.model_dump(exclude_unset=True), "thresholds": None}
     html = render_html(doc)
     assert note in html and "3 to 5 interleaved pairs, target \u00b12 %" in html
     assert "Stein&#39;s two-stage interval" in html
     assert note in render_terminal(doc)
     # without precision: no record, and the words stay as they were
     plain, _, _ = _run(d, TrafficProfile(8, 8, (4,), repeats=3))
-    assert "precision" not in plain["levels"][0] and "precision" not in plain["profile"]
-    assert "Stein" not in plain["method"] and "3 repeats" in headline(plain)
+    assert "precision" not in plain.levels[0].model_dump(exclude_unset=True) and "precision" not in plain.profile
+    assert "Stein" not in plain.method and "3 repeats" in headline(plain)
 
 
 # ------------------------------------------------------------------------------------------ the profile

@@ -25,6 +25,7 @@ from evalgate.engine import serve
 from evalgate.engine.serve import ServeError, Server, parse_bench_result, run_bench, serve_flags
 from evalgate.report.wording import latency_headline, latency_properties
 from evalgate.speed import serve as servespeed
+from evalgate.speed.block import SpeedBlock
 from evalgate.speed.speedup import TrafficProfile
 
 FAKE = Path(__file__).parents[1] / "fake_vllm.py"
@@ -225,28 +226,28 @@ def test_measure_serve_interleaves_both_servers_and_compares_them(tmp_path: Path
     profile = TrafficProfile(input_len=16, output_len=8, concurrency=(2,), num_prompts=8, repeats=3, mode="serve")
     block = servespeed.measure_serve(sides, profile, together=together)
     b, c = [100.0 * f for f in base_f], [150.0 * f for f in cand_f]
-    row = block["levels"][0]
-    assert row["baseline"]["output_tok_s"] == pytest.approx(b) and row["candidate"]["output_tok_s"] == pytest.approx(c)
-    assert block["ratio"] == pytest.approx(statistics.median(c) / statistics.median(b))
-    assert (block["ci_low"], block["ci_high"]) == pytest.approx(_t_interval(b, c))
-    ttft = block["latency"]["ttft_p50_ms"]
+    row = block.levels[0]
+    assert row.baseline.output_tok_s == pytest.approx(b) and row.candidate.output_tok_s == pytest.approx(c)
+    assert block.ratio == pytest.approx(statistics.median(c) / statistics.median(b))
+    assert (block.ci_low, block.ci_high) == pytest.approx(_t_interval(b, c))
+    ttft = block.latency["ttft_p50_ms"]
     tb, tc = [50.0 / f for f in base_f], [40.0 / f for f in cand_f]
-    assert ttft["baseline"] == pytest.approx(tb) and ttft["candidate"] == pytest.approx(tc)
-    assert ttft["ratio"] == pytest.approx(statistics.median(tc) / statistics.median(tb))
-    assert (ttft["ci_low"], ttft["ci_high"]) == pytest.approx(_t_interval(tb, tc))
-    assert block["latency"]["ttft_p99_ms"]["baseline"] == pytest.approx([2 * x for x in tb])
-    assert row["baseline"]["request_s"] == pytest.approx([x / 8 for x in b])  # 8 output tokens per request
-    assert block["profile"]["mode"] == "serve" and block["status"] == "measured"
+    assert ttft.baseline == pytest.approx(tb) and ttft.candidate == pytest.approx(tc)
+    assert ttft.ratio == pytest.approx(statistics.median(tc) / statistics.median(tb))
+    assert (ttft.ci_low, ttft.ci_high) == pytest.approx(_t_interval(tb, tc))
+    assert block.latency["ttft_p99_ms"].baseline == pytest.approx([2 * x for x in tb])
+    assert row.baseline.request_s == pytest.approx([x / 8 for x in b])  # 8 output tokens per request
+    assert block.profile["mode"] == "serve" and block.status == "measured"
     ports = [int(p) for p in (tmp_path / "order").read_text().split()]
-    argvs = {role: block["sides"][role]["server"]["argv"] for role in ("baseline", "candidate")}
+    argvs = {role: block.sides[role]["server"]["argv"] for role in ("baseline", "candidate")}
     assert all(a[:2] == ["serve", "fake-model"] for a in argvs.values())
     port_of = {role: a[a.index("--port") + 1] for role, a in argvs.items()}
     roles = [next(r for r, p in port_of.items() if int(p) == q) for q in ports] if together else None
     if together:  # ABBA: B C, C B, B C; one start-up each
         assert roles == ["baseline", "candidate", "candidate", "baseline", "baseline", "candidate"]
-        assert [len(block["sides"][r]["server"]["startups_s"]) for r in port_of] == [1, 1]
+        assert [len(block.sides[r]["server"]["startups_s"]) for r in port_of] == [1, 1]
     else:  # one server at a time: a restart whenever the side changes (B | C C | B B | C)
-        assert [len(block["sides"][r]["server"]["startups_s"]) for r in port_of] == [2, 2]
+        assert [len(block.sides[r]["server"]["startups_s"]) for r in port_of] == [2, 2]
     assert all(_gone(p) for p in _pids(tmp_path / "pids"))
 
 
@@ -286,16 +287,16 @@ def test_measure_configs_turns_a_server_that_dies_into_a_failed_speed_block(tmp_
     cand = SimpleNamespace(model="fake-model", engine_args={"mode": "die", "pid_file": pids}, env={"X": "1"})
     profile = TrafficProfile(input_len=16, output_len=8, concurrency=(2,), num_prompts=8, repeats=2, mode="serve")
     block = servespeed.measure_configs(base, cand, profile, tmp_path / "logs", cuda=False)
-    assert block["status"] == "failed" and block["profile"] == profile.as_dict()
-    assert block["error"].startswith("vllm serve exited with code 3 before it was healthy (log ")
-    assert str(tmp_path / "logs" / "candidate-serve.log") in block["error"]
+    assert block.status == "failed" and block.profile == profile.as_dict()
+    assert block.error.startswith("vllm serve exited with code 3 before it was healthy (log ")
+    assert str(tmp_path / "logs" / "candidate-serve.log") in block.error
     assert all(_gone(p) for p in _pids(tmp_path / "pids"))
     ok = servespeed.measure_configs(base, base, profile, tmp_path / "logs2", cuda=False)
-    assert ok["status"] == "measured" and ok["ratio"] == pytest.approx(1.0)
-    assert ok["sides"]["candidate"]["server"]["log"] == str(tmp_path / "logs2" / "candidate-serve.log")
+    assert ok.status == "measured" and ok.ratio == pytest.approx(1.0)
+    assert ok.sides["candidate"]["server"]["log"] == str(tmp_path / "logs2" / "candidate-serve.log")
 
 
-def _latency_block() -> dict:
+def _latency_block() -> SpeedBlock:
     """A serve block of 3 repeats at c=2: the candidate halves every latency (ms) and has 1.5x the throughput."""
     b = [servespeed.ServeRun(2, i, 1.0, 8, 128, 64, 64.0 * f, 192.0 * f, 8.0 * f, 40.0 / f, 80.0 / f, 10.0 / f,
                              20.0 / f, 10.0 / f, 30.0 / f) for i, f in enumerate([1.0, 1.1, 0.9])]
@@ -308,18 +309,18 @@ def _latency_block() -> dict:
 
 def test_the_latency_headline_names_ttft_and_tpot_with_their_intervals() -> None:
     block = _latency_block()
-    ttft = block["latency"]["ttft_p50_ms"]
+    ttft = block.latency["ttft_p50_ms"]
     lo, hi = _t_interval([40.0, 40 / 1.1, 40 / 0.9], [20.0, 20 / 1.05, 20 / 0.95])
-    assert ttft["ratio"] == pytest.approx(20.0 / 40.0) and (ttft["ci_low"], ttft["ci_high"]) == pytest.approx((lo, hi))
+    assert ttft.ratio == pytest.approx(20.0 / 40.0) and (ttft.ci_low, ttft.ci_high) == pytest.approx((lo, hi))
     assert latency_headline(block) == (
         f"latency c=2: TTFT p50 \u00d70.50 [{lo:.2f}, {hi:.2f}] faster (40.0 \u2192 20.0 ms), "
         f"TPOT p50 \u00d70.50 [{lo:.2f}, {hi:.2f}] faster (10.0 \u2192 5.0 ms)")
-    assert latency_headline({"levels": [{"concurrency": 2}]}) == ""
+    assert latency_headline(SpeedBlock.model_validate({"levels": [{"concurrency": 2}]})) == ""
     props = dict(latency_properties(block))
     assert len(props) == 6 * 4 and props["ttft_p50_ratio_c2"] == "0.5000" and props["tpot_p99_ms_c2_baseline"] == "20.00"
-    assert props["itl_p99_ratio_c2_ci"] == f"[{block['latency']['itl_p99_ms']['ci_low']}, " \
-                                           f"{block['latency']['itl_p99_ms']['ci_high']}]"
-    assert latency_properties({"status": "failed", "error": "x"}) == []
+    assert props["itl_p99_ratio_c2_ci"] == f"[{block.latency['itl_p99_ms'].ci_low}, " \
+                                           f"{block.latency['itl_p99_ms'].ci_high}]"
+    assert latency_properties(SpeedBlock(status="failed", error="x")) == []
 
 
 def test_a_serve_mode_verdict_shows_its_latencies_in_terminal_markdown_and_junit() -> None:
@@ -332,7 +333,7 @@ def test_a_serve_mode_verdict_shows_its_latencies_in_terminal_markdown_and_junit
 
     block = _latency_block()
     doc = json.loads((Path(__file__).parents[1] / "verdicts" / "v1" / "speed_pass.json").read_text())
-    doc["speed"] = json.loads(json.dumps(block))
+    doc["speed"] = json.loads(json.dumps(block.model_dump(exclude_unset=True)))
     verdict = Verdict.model_validate(doc)
     line = latency_headline(block)
     assert line.startswith("latency c=2: TTFT p50 \u00d70.50")

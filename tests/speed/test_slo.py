@@ -19,6 +19,7 @@ from evalgate.errors import ConfigError
 from evalgate.inputs.thresholds import LatencySlos, SpeedFloors, load_thresholds
 from evalgate.report.wording import goodput_words, latency_properties, slo_rows
 from evalgate.speed import serve as servespeed
+from evalgate.speed.block import SpeedBlock, SpeedLevel
 from evalgate.speed.measure import with_latency_slos
 from evalgate.speed.speedup import TrafficProfile
 
@@ -85,9 +86,9 @@ def test_goodput_objectives_go_to_vllm_bench_serve_and_its_goodput_is_read(tmp_p
         parse_bench_result(path, num_prompts=8, concurrency=2, goodput=True)
 
 
-def _level(c: int, **medians: tuple[float, float]) -> dict:
-    return {"concurrency": c, "latency": {f: {"baseline_median": b, "candidate_median": k}
-                                          for f, (b, k) in medians.items()}}
+def _level(c: int, **medians: tuple[float, float]) -> SpeedLevel:
+    return SpeedLevel.model_validate({"concurrency": c, "latency": {f: {"baseline_median": b, "candidate_median": k}
+                                                                    for f, (b, k) in medians.items()}})
 
 
 def test_a_candidate_over_a_ceiling_is_named_with_the_baseline_beside_it() -> None:
@@ -102,7 +103,7 @@ def test_a_candidate_over_a_ceiling_is_named_with_the_baseline_beside_it() -> No
     assert gate.slo_failures(levels, {"ttft_p99_ms": 1200.0, "tpot_p99_ms": 49.9}) == []  # at the ceiling: met
     assert gate.slo_failures(levels, {}) == []
     # Not measured (an offline block, a missing field): the objective cannot be checked, so it fails (closed).
-    assert gate.slo_failures([{"concurrency": 4}], {"itl_p50_ms": 5.0}) == [
+    assert gate.slo_failures([SpeedLevel(concurrency=4)], {"itl_p50_ms": 5.0}) == [
         "latency SLO: ITL p50 at concurrency 4 was not measured, so max_itl_p50_ms 5 ms cannot be checked"]
     nan = _level(4, itl_p50_ms=(1.0, math.nan))
     assert gate.slo_failures([nan], {"itl_p50_ms": 5.0})[0].endswith("cannot be checked")
@@ -113,8 +114,8 @@ def _passing_decision() -> gate.Decision:
 
 
 def test_the_gate_blocks_a_faster_candidate_that_breaks_an_objective() -> None:
-    speed = {"status": "measured", "levels": [{**_level(16, ttft_p99_ms=(300.0, 420.0)), "concurrency": 16,
-                                               "ratio": 1.4, "ci_low": 1.3, "ci_high": 1.5}]}
+    speed = SpeedBlock(status="measured", levels=[_level(16, ttft_p99_ms=(300.0, 420.0)).model_copy(
+        update={"concurrency": 16, "ratio": 1.4, "ci_low": 1.3, "ci_high": 1.5})])
     met = gate.overrule(_passing_decision(), {}, expect="lossy", speed=speed,
                         speed_floors=SpeedFloors(min_speedup=1.1, max_ttft_p99_ms=500.0))
     assert met.verdict is gate.Verdict.PASS
@@ -123,7 +124,7 @@ def test_the_gate_blocks_a_faster_candidate_that_breaks_an_objective() -> None:
     assert missed.verdict is gate.Verdict.BLOCK
     assert missed.reasons[0] == ("latency: latency SLO: TTFT p99 420.0 ms at concurrency 16 exceeds max_ttft_p99_ms "
                                  "400 ms; baseline 300.0 ms")
-    failed = gate.overrule(_passing_decision(), {}, expect="lossy", speed={"status": "failed", "error": "x"},
+    failed = gate.overrule(_passing_decision(), {}, expect="lossy", speed=SpeedBlock(status="failed", error="x"),
                            speed_floors=SpeedFloors(max_ttft_p99_ms=400.0))
     assert failed.verdict is gate.Verdict.PASS  # a failed measurement is exit 3 (Outcome.check_speed), not a verdict
 
@@ -156,24 +157,25 @@ def test_serve_mode_measures_goodput_per_level_and_the_report_shows_the_objectiv
             (tmp_path / f"{role}.count").unlink(missing_ok=True)
         profile = TrafficProfile(input_len=16, output_len=8, concurrency=(2,), num_prompts=8, repeats=3, mode="serve",
                                  goodput={"ttft": objective})
-        row = servespeed.measure_serve(sides, profile)["levels"][0]
+        row = servespeed.measure_serve(sides, profile).levels[0]
         req_b = [100.0 * f / 8 for f in base_f]  # 8 output tokens per request
         req_c = [150.0 * f / 8 for f in cand_f]
-        gp = row["goodput"]
-        assert gp["objectives_ms"] == {"ttft": objective}
-        assert gp["candidate"] == pytest.approx(req_c)
+        gp = row.goodput
+        assert gp.objectives_ms == {"ttft": objective}
+        assert gp.candidate == pytest.approx(req_c)
         if base_good:
-            assert gp["baseline"] == pytest.approx(req_b)
-            assert gp["ratio"] == pytest.approx(statistics.median(req_c) / statistics.median(req_b))
-            assert (gp["ci_low"], gp["ci_high"]) == pytest.approx(_t_interval(req_b, req_c))
+            assert gp.baseline == pytest.approx(req_b)
+            assert gp.ratio == pytest.approx(statistics.median(req_c) / statistics.median(req_b))
+            assert (gp.ci_low, gp.ci_high) == pytest.approx(_t_interval(req_b, req_c))
         else:
-            assert gp["baseline"] == [0.0, 0.0, 0.0] and gp["ratio"] is None and gp["ci_low"] is None
+            assert gp.baseline == [0.0, 0.0, 0.0] and gp.ratio is None and gp.ci_low is None
     words = goodput_words(gp)
     assert words.startswith(f"goodput {statistics.median(req_b):.2f} \u2192 {statistics.median(req_c):.2f} req/s "
-                            f"\u00d7{gp['ratio']:.2f} [") and words.endswith("(TTFT \u2264 60 ms per request)")
-    props = dict(latency_properties({"status": "measured", "levels": [row]}))
+                            f"\u00d7{gp.ratio:.2f} [") and words.endswith("(TTFT \u2264 60 ms per request)")
+    props = dict(latency_properties(SpeedBlock(status="measured", levels=[row])))
     assert props["goodput_req_s_c2_candidate"] == f"{statistics.median(req_c):.4f}"
-    speed = {"status": "measured", "levels": [row], "thresholds": {"slos_ms": {"ttft_p99_ms": 90.0}}}
+    speed = SpeedBlock.model_validate({"status": "measured", "levels": [row],
+                                       "thresholds": {"slos_ms": {"ttft_p99_ms": 90.0}}})
     # The fake's p99 is twice its median: baseline 100 ms (of the median repeat), candidate 80 ms.
     assert slo_rows(speed) == [{"concurrency": 2, "objective": "TTFT p99", "ceiling_ms": 90.0,
                                 "baseline_ms": pytest.approx(100.0), "candidate_ms": pytest.approx(80.0),

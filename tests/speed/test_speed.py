@@ -13,6 +13,7 @@ import pytest
 from evalgate.errors import ConfigError, ExitCode
 from evalgate.gate import speed_floor_failures
 from evalgate.inputs.thresholds import load_thresholds
+from evalgate.speed.block import SpeedLevel
 from evalgate.speed.measure import measure_speed
 from evalgate.speed.speedup import (
     CPU_PROFILE,
@@ -264,8 +265,8 @@ def test_bad_traffic_names_the_field(tmp_path: Path, text: str, field: str, frag
 # ------------------------------------------------------------------------------------------------ gate
 
 
-def _row(c: int, ratio: float, lo: float | None, hi: float | None) -> dict[str, Any]:
-    return {"concurrency": c, "ratio": ratio, "ci_low": lo, "ci_high": hi}
+def _row(c: int, ratio: float, lo: float | None, hi: float | None) -> SpeedLevel:
+    return SpeedLevel(concurrency=c, ratio=ratio, ci_low=lo, ci_high=hi)
 
 
 def test_min_speedup_blocks_a_lossy_config_that_buys_no_measurable_speed() -> None:
@@ -317,15 +318,15 @@ def test_measure_speed_interleaves_and_builds_the_block() -> None:
     # Per level: both warm-ups, then ABBA order of the timed repeats.
     assert [r for r, _ in calls[:8]] == ["baseline", "candidate", "baseline", "candidate", "candidate", "baseline",
                                          "baseline", "candidate"]
-    assert block["status"] == "measured" and block["profile"]["concurrency"] == [2, 4]
-    lvl = block["levels"][0]
-    assert lvl["baseline"]["output_tok_s"] == [100, 110, 90] and lvl["baseline"]["median"] == 100
-    assert lvl["ratio"] == pytest.approx(1.5) and block["ratio"] == pytest.approx(1.5)
-    assert lvl["candidate"]["total_tok_s"] == [300, 320, 280]
+    assert block.status == "measured" and block.profile["concurrency"] == [2, 4]
+    lvl = block.levels[0]
+    assert lvl.baseline.output_tok_s == [100, 110, 90] and lvl.baseline.median == 100
+    assert lvl.ratio == pytest.approx(1.5) and block.ratio == pytest.approx(1.5)
+    assert lvl.candidate.total_tok_s == [300, 320, 280]
     lo, hi = paired_log_interval([100, 110, 90], [150, 160, 140], 0.95)
-    assert (lvl["ci_low"], lvl["ci_high"]) == (pytest.approx(lo), pytest.approx(hi)) and lvl["verdict"] == FASTER
-    assert block["levels"][1]["verdict"] == UNMEASURABLE
-    assert block["sides"]["candidate"]["device"] == "test CPU" and len(block["sides"]["baseline"]["runs"]) == 6
+    assert (lvl.ci_low, lvl.ci_high) == (pytest.approx(lo), pytest.approx(hi)) and lvl.verdict == FASTER
+    assert block.levels[1].verdict == UNMEASURABLE
+    assert block.sides["candidate"]["device"] == "test CPU" and len(block.sides["baseline"]["runs"]) == 6
     assert "c=2: \u00d71.50" in headline(block) and "no measurable speed-up" in headline(block)
     # A sweep: the profile, then one indented line per level.
     first, *rest = headline(block).split("\n")
@@ -374,23 +375,22 @@ def test_speed_reaches_every_output() -> None:
 def test_speed_mde_and_repeats_needed_reach_markdown_html_and_the_headline() -> None:
     from evalgate.report.outputs import speed_markdown
     from evalgate.report.render import render_html
-    from evalgate.report.verdict import SpeedBlock
 
     workers = {"baseline": FakeWorker("baseline", {16: list(C16_BASE)}, []),
                "candidate": FakeWorker("candidate", {16: list(C16_CAND)}, [])}
     block = measure_speed(workers, TrafficProfile(512, 512, (16,), repeats=3), progress=lambda _: None)
-    (lvl,) = block["levels"]
-    assert lvl["repeats_needed"] == 6 and lvl["mde_ratio"] == pytest.approx(2.349, abs=1e-3)
+    (lvl,) = block.levels
+    assert lvl.repeats_needed == 6 and lvl.mde_ratio == pytest.approx(2.349, abs=1e-3)
     assert "c=16: ×0.61 [0.34, 1.25] (95%), no measurable speed-up, needs ≈6 repeats in all (2,253" in headline(block)
-    md = "\n".join(speed_markdown(SpeedBlock.model_validate(block)))
+    md = "\n".join(speed_markdown(block))
     assert "| 16 | 2,253 | 1,372 | ×0.61 | 95% [0.34, 1.25] | ×2.35 | 7.5%/19.0% | no measurable speed-up; needs " \
            "≈6 repeats in all |" in md
     assert "80 % power" in md
     from evalgate.report.outputs import speed_properties
-    props = dict(speed_properties(SpeedBlock.model_validate(block)))
+    props = dict(speed_properties(block))
     assert props["speed_c16_repeats_needed"] == 6 and float(props["speedup_c16_mde"]) == pytest.approx(2.349, abs=1e-3)
     doc = _doc_with_speed()
-    doc["speed"] = {**block, "thresholds": None}
+    doc["speed"] = {**block.model_dump(exclude_unset=True), "thresholds": None}
     html = render_html(doc)
     assert "<td>×2.35</td>" in html and "no measurable speed-up; needs ≈6 repeats in all" in html
     assert "80 % power" in html
