@@ -19,25 +19,26 @@ from pathlib import Path
 from evalgate.engine.platform import has_cuda
 from evalgate.inputs.config import load_baseline, load_config
 from evalgate.models.embedded import resolve_model
+from evalgate.speed.block import SpeedBlock, SpeedLatency, SpeedLevel
 from evalgate.speed.serve import LATENCY_FIELDS, ServeSide, measure_serve
 from evalgate.speed.speedup import TrafficProfile
 
 
-def _table(block: dict) -> str:
+def _table(block: SpeedBlock) -> str:
     lines = [f"{'metric':<14} {'baseline':>10} {'candidate':>10} {'ratio':>7}  interval         verdict"]
-    for row in block["levels"]:
-        lines.append(f"-- concurrency {row['concurrency']}")
-        lines.append(f"{'output tok/s':<14} {row['baseline']['median']:>10.1f} {row['candidate']['median']:>10.1f} "
-                     f"{row['ratio']:>7.3f}  {_ci(row)}  {row['verdict']}")
+    for row in block.levels:
+        lines.append(f"-- concurrency {row.concurrency}")
+        lines.append(f"{'output tok/s':<14} {row.baseline.median:>10.1f} {row.candidate.median:>10.1f} "
+                     f"{row.ratio:>7.3f}  {_ci(row)}  {row.verdict}")
         for f in LATENCY_FIELDS:
-            m = row["latency"][f]
-            lines.append(f"{f:<14} {m['baseline_median']:>10.2f} {m['candidate_median']:>10.2f} {m['ratio']:>7.3f}  "
-                         f"{_ci(m)}  {m['verdict']}")
+            m = (row.latency or {})[f]
+            lines.append(f"{f:<14} {m.baseline_median:>10.2f} {m.candidate_median:>10.2f} {m.ratio:>7.3f}  "
+                         f"{_ci(m)}  {m.verdict}")
     return "\n".join(lines)
 
 
-def _ci(d: dict) -> str:
-    return f"[{d['ci_low']:.3f}, {d['ci_high']:.3f}]" if d.get("ci_low") is not None else "[no interval]   "
+def _ci(d: SpeedLevel | SpeedLatency) -> str:
+    return f"[{d.ci_low:.3f}, {d.ci_high:.3f}]" if d.ci_low is not None else "[no interval]   "
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,9 +61,10 @@ def main(argv: list[str] | None = None) -> int:
                              num_prompts=a.num_prompts, repeats=a.repeats, mode="serve")
     t0 = time.monotonic()
     block = measure_serve(sides, profile, together=not a.one_at_a_time, cuda=has_cuda(), progress=print)
-    block["wall_s"] = round(time.monotonic() - t0, 1)
-    (a.out / "speed.json").write_text(json.dumps(block, indent=1), encoding="utf-8")
-    print(f"{base.name} -> {cand.name}, {block['sides']['baseline']['device']}, {block['wall_s']} s")
+    wall_s = round(time.monotonic() - t0, 1)
+    (a.out / "speed.json").write_text(json.dumps({**block.model_dump(exclude_unset=True), "wall_s": wall_s}, indent=1),
+                                      encoding="utf-8")
+    print(f"{base.name} -> {cand.name}, {block.sides['baseline']['device']}, {wall_s} s")
     print(_table(block))
     return 0
 
