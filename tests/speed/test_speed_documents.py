@@ -21,8 +21,10 @@ from evalgate.evaluate.runner import SpeedError  # noqa: E402
 from evalgate.inputs.thresholds import SpeedFloors  # noqa: E402
 from evalgate.report.verdict import Verdict  # noqa: E402
 from evalgate.speed import serve as servespeed  # noqa: E402
+from evalgate.speed.block import SpeedBlock  # noqa: E402
 from evalgate.speed.measure import measure_speed, measure_speed_safely  # noqa: E402
-from evalgate.speed.speedup import TrafficProfile  # noqa: E402
+from evalgate.speed.precision import METHOD as PRECISION_METHOD  # noqa: E402
+from evalgate.speed.speedup import METHOD, UNMEASURABLE, SpeedComparison, TrafficProfile, speed_block  # noqa: E402
 from runfixtures import equal_sides_document  # noqa: E402
 
 GOLDEN = Path(__file__).parents[1] / "verdicts" / "speed"
@@ -131,3 +133,46 @@ def test_the_golden_speed_documents_cover_each_mode() -> None:
     assert list(row)[-4:] == ["baseline", "candidate", "latency", "goodput"]
     assert list(row["baseline"]) == ["output_tok_s", "median", "total_tok_s", "cv", "request_s"]
     assert serve["latency"] == row["latency"] and row["goodput"]["objectives_ms"] == {"ttft": 50.0}
+
+
+def test_speed_block_is_typed_and_dumps_to_the_dict_it_always_was() -> None:
+    """``speed_block`` returns a ``SpeedBlock`` whose dump (the keys that were set, as ``verdict.json`` writes them) is
+    the dict the untyped builder returned for the same levels, written out here by hand: non-finite statistics as
+    None, a level's ``precision`` only when it has one, an integer median kept an integer, the first level repeated
+    at the top level."""
+    nan = float("nan")
+    record = {"target": 0.02, "achieved_half_width": 0.015, "pairs": 3, "stopped": "met", "pairs_needed": 3}
+    levels = [
+        SpeedComparison(2, (100.0, 110.0, 90.0), (150.0, 160.0, 140.0), 1.5, 1.2, 1.8, 0.95, 0.1, 0.0667, "faster",
+                        (200.0, 220.0, 180.0), (300.0, 320.0, 280.0), 1.3, None, record),
+        SpeedComparison(4, (200,), (210,), 1.05, nan, nan, 0.95, nan, nan, UNMEASURABLE, (), (), nan, None),
+    ]
+    profile = TrafficProfile(8, 8, (2, 4), repeats=3, precision=0.02)
+    sides = {"baseline": {"device": "test CPU", "runs": [{"repeat": 0}]}, "candidate": {"device": "test CPU"}}
+    expected = {
+        "status": "measured", "method": f"{METHOD}; {PRECISION_METHOD}", "profile": profile.as_dict(),
+        "levels": [
+            {"concurrency": 2, "ratio": 1.5, "ci_low": 1.2, "ci_high": 1.8, "level": 0.95, "verdict": "faster",
+             "mde_ratio": 1.3, "repeats_needed": None, "precision": record,
+             "baseline": {"output_tok_s": [100.0, 110.0, 90.0], "median": 100.0, "total_tok_s": [200.0, 220.0, 180.0],
+                          "cv": 0.1},
+             "candidate": {"output_tok_s": [150.0, 160.0, 140.0], "median": 150.0,
+                           "total_tok_s": [300.0, 320.0, 280.0], "cv": 0.0667}},
+            {"concurrency": 4, "ratio": 1.05, "ci_low": None, "ci_high": None, "level": 0.95, "verdict": UNMEASURABLE,
+             "mde_ratio": None, "repeats_needed": None,
+             "baseline": {"output_tok_s": [200], "median": 200, "total_tok_s": [], "cv": None},
+             "candidate": {"output_tok_s": [210], "median": 210, "total_tok_s": [], "cv": None}},
+        ],
+        "ratio": 1.5, "ci_low": 1.2, "ci_high": 1.8, "verdict": "faster", "concurrency": 2, "sides": sides,
+    }
+    block = speed_block(levels, profile, sides)
+    assert isinstance(block, SpeedBlock) and block.measured
+    assert block.model_dump(exclude_unset=True) == expected
+    assert _dumps(block.model_dump(exclude_unset=True)) == _dumps(expected)  # the same key order and JSON types
+    assert block.levels[1].baseline.median == 200 and isinstance(block.levels[1].baseline.median, int)
+    assert block.levels[0].precision is not None and block.levels[0].precision.pairs_needed == 3
+    # No level: the headline keys are there, all None; without a precision target the method is the plain one.
+    plain = TrafficProfile(8, 8, (2,))
+    assert speed_block([], plain, {}).model_dump(exclude_unset=True) == {
+        "status": "measured", "method": METHOD, "profile": plain.as_dict(), "levels": [], "ratio": None,
+        "ci_low": None, "ci_high": None, "verdict": None, "concurrency": None, "sides": {}}
