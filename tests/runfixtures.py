@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from evalgate.compare.pairing import compare_tasks
 from evalgate.gate import Decision, decide, judge
 from evalgate.inputs.thresholds import Thresholds
@@ -106,3 +108,21 @@ def write_run(run_dir: Path, name: str, dtype: str, tasks: dict[str, TaskResult]
                    for s in sorted({r.suite for r in tasks.values()})]
     write_json_atomic(run_dir / "manifest.json", m)
     return run_dir
+
+
+def same_json(new: object, old: object, where: str = "") -> None:
+    """Assert ``new`` equals the stored document ``old`` key for key and in key order, with the same JSON types;
+    floats to 1e-12 relative (scipy's quantiles and Wilson's interval inside Newcombe's may differ from an older
+    computation in the last bits). ``where`` names the path in the assertion message."""
+    if isinstance(old, float) and isinstance(new, float):
+        assert new == pytest.approx(old, rel=1e-12, abs=1e-12), where
+    elif isinstance(old, dict):
+        assert isinstance(new, dict) and list(new) == list(old), where
+        for k in old:
+            same_json(new[k], old[k], f"{where}.{k}")
+    elif isinstance(old, list):
+        assert isinstance(new, list) and len(new) == len(old), where
+        for i, (a, b) in enumerate(zip(new, old)):
+            same_json(a, b, f"{where}.{i}")
+    else:
+        assert type(new) is type(old) and new == old, where

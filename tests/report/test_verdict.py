@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 from evalgate.commands.stored import read_verdict, rerender  # noqa: E402
 from evalgate.errors import StoreError  # noqa: E402
 from evalgate.report.verdict import TaskVerdict, Verdict, as_verdict  # noqa: E402
-from runfixtures import blocking_document, document, task  # noqa: E402
+from runfixtures import blocking_document, document, same_json, task  # noqa: E402
 
 GOLDEN = Path(__file__).parents[1] / "verdicts" / "v1"
 NAMES = sorted(p.stem for p in GOLDEN.glob("*.json"))
@@ -40,34 +40,17 @@ def test_an_old_document_dumps_back_byte_identical(name: str) -> None:
     assert _dumps(verdict.to_dict()) == text
 
 
-def _same(new: object, old: object, where: str = "") -> None:
-    """``new`` equals ``old`` key for key and in key order; floats to 1e-12 relative (Wilson's interval, inside
-    Newcombe's, now comes from scipy, whose arithmetic differs from the old closed form in the last bits)."""
-    if isinstance(old, float) and isinstance(new, float):
-        assert new == pytest.approx(old, rel=1e-12, abs=1e-12), where
-    elif isinstance(old, dict):
-        assert isinstance(new, dict) and list(new) == list(old), where
-        for k in old:
-            _same(new[k], old[k], f"{where}.{k}")
-    elif isinstance(old, list):
-        assert isinstance(new, list) and len(new) == len(old), where
-        for i, (a, b) in enumerate(zip(new, old)):
-            _same(a, b, f"{where}.{i}")
-    else:
-        assert type(new) is type(old) and new == old, where
-
-
 def _golden(name: str) -> object:
     return json.loads((GOLDEN / f"{name}.json").read_text(encoding="utf-8"))
 
 
 def test_todays_builder_writes_the_same_document_as_before() -> None:
-    _same(json.loads(_dumps(blocking_document())), _golden("blocking"))
+    same_json(json.loads(_dumps(blocking_document())), _golden("blocking"))
     n = 30
     base = {"a": task("a", "s", ["x"] * n, [1.0] * n), "b": task("b", "s2", ["y"] * n, [0.5] * n)}
     cand = {"a": task("a", "s", ["x"] * (n - 1) + ["z"], [1.0] * (n - 1) + [0.0]), "b": task("b", "s2", ["y"] * n, [0.5] * n)}
-    _same(json.loads(_dumps(document(base, cand, same_config=True))), _golden("noop"))
-    _same(json.loads(_dumps(document(base, cand))), _golden("inconclusive"))
+    same_json(json.loads(_dumps(document(base, cand, same_config=True))), _golden("noop"))
+    same_json(json.loads(_dumps(document(base, cand))), _golden("inconclusive"))
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -25,7 +25,7 @@ from evalgate.speed.block import SpeedBlock  # noqa: E402
 from evalgate.speed.measure import measure_speed, measure_speed_safely  # noqa: E402
 from evalgate.speed.precision import METHOD as PRECISION_METHOD  # noqa: E402
 from evalgate.speed.speedup import METHOD, UNMEASURABLE, SpeedComparison, TrafficProfile, speed_block  # noqa: E402
-from runfixtures import equal_sides_document  # noqa: E402
+from runfixtures import equal_sides_document, same_json  # noqa: E402
 
 GOLDEN = Path(__file__).parents[1] / "verdicts" / "speed"
 NAMES = ("failed", "offline_precision", "serve")
@@ -90,27 +90,10 @@ def _dumps(obj: object) -> str:
     return json.dumps(obj, indent=1, ensure_ascii=False, allow_nan=True)
 
 
-def _same(new: object, old: object, where: str = "") -> None:
-    """``new`` equals ``old`` key for key and in key order, with the same JSON types; floats to 1e-12 relative
-    (scipy's quantiles may differ in the last bits between versions)."""
-    if isinstance(old, float) and isinstance(new, float):
-        assert new == pytest.approx(old, rel=1e-12, abs=1e-12), where
-    elif isinstance(old, dict):
-        assert isinstance(new, dict) and list(new) == list(old), where
-        for k in old:
-            _same(new[k], old[k], f"{where}.{k}")
-    elif isinstance(old, list):
-        assert isinstance(new, list) and len(new) == len(old), where
-        for i, (a, b) in enumerate(zip(new, old)):
-            _same(a, b, f"{where}.{i}")
-    else:
-        assert type(new) is type(old) and new == old, where
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_todays_builder_writes_the_speed_document_it_wrote_before(name: str) -> None:
     doc = json.loads(_dumps(BUILD[name]()))
-    _same(doc, json.loads((GOLDEN / f"{name}.json").read_text(encoding="utf-8")))
+    same_json(doc, json.loads((GOLDEN / f"{name}.json").read_text(encoding="utf-8")))
 
 
 @pytest.mark.parametrize("name", NAMES)
