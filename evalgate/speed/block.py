@@ -29,7 +29,7 @@ __all__ = ["SpeedBlock", "SpeedGoodput", "SpeedLatency", "SpeedLevel", "SpeedPre
 class SpeedSide(Record):
     """One side's throughput at one concurrency level (``speed.speed_block``)."""
 
-    output_tok_s: list[Number] = described_list("output tokens/s of each repeat")
+    output_tok_s: list[Number] = described_list("output tokens/s of each repeat (over its steady-state window where it has one: ``worker.throughput.steady_window``)")
     median: Number | None = described("their median, output tok/s")
     total_tok_s: list[Number] = described_list("prompt + output tokens/s of each repeat")
     cv: Number | None = described("coefficient of variation of the repeats")

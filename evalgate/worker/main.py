@@ -155,7 +155,7 @@ def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, An
                 result = {**throughput.measure(llm, requests, int(cmd["concurrency"]), detokenize=detokenize),
                           "requests_summary": summary}
                 print(f"evalgate: {cmd.get('label', 'measure')} (request log) at concurrency {cmd['concurrency']}: "
-                      f"{result['output_tok_s']:.1f} output tok/s ({time.monotonic() - t0:.1f} s)", flush=True)
+                      f"{_rate_words(result)} ({time.monotonic() - t0:.1f} s)", flush=True)
                 reply({"event": "measured", "result": result})
                 continue
             key = (cmd["input_len"], cmd["output_len"], cmd["num_prompts"], cmd["prompts"], cmd.get("seed", 0))
@@ -167,13 +167,24 @@ def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, An
             t0 = time.monotonic()
             result = throughput.measure(llm, cache[key], int(cmd["concurrency"]), detokenize=detokenize)
             print(f"evalgate: {cmd.get('label', 'measure')} at concurrency {cmd['concurrency']}: "
-                  f"{result['output_tok_s']:.1f} output tok/s ({time.monotonic() - t0:.1f} s)", flush=True)
+                  f"{_rate_words(result)} ({time.monotonic() - t0:.1f} s)", flush=True)
             reply({"event": "measured", "result": result})
         except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the speed part (exit 3)
             import traceback
 
             traceback.print_exc()
             reply({"event": "error", "message": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"})
+
+
+def _rate_words(result: dict[str, Any]) -> str:
+    """A pass's rate for the engine log: "812.4 output tok/s", and with a steady-state window (``throughput.
+    steady_window``) "... (steady window 3.1-9.8 s; whole pass 640.2)"."""
+    window = result.get("window")
+    words = f"{result['output_tok_s']:.1f} output tok/s"
+    if window:
+        words += (f" (steady window {window['start_s']:.1f}-{window['end_s']:.1f} s; "
+                  f"whole pass {result['pass_output_tok_s']:.1f})")
+    return words
 
 
 def _log_requests(llm: Any, spec: dict[str, Any], cache: dict[Any, Any]) -> tuple[list[Any], dict[str, Any]]:

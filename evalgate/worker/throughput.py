@@ -9,12 +9,22 @@ vLLM's own ``vllm.benchmarks.throughput._run_vllm_requests`` (the function behin
 signature in vLLM 0.26.0 and 0.32.0); with fewer slots than prompts, at most ``concurrency`` requests are in
 flight: ``LLMEngine.add_request`` / ``step`` refill a slot as a request finishes (what ``vllm bench serve
 --max-concurrency`` does against a server). Tokens are counted from the outputs, as ``throughput.main`` does.
+
+A refilled pass also reports its **steady-state window** (``steady_window``): the output tokens generated from the
+first request's completion (the initial fill is over, slots now turn over) to the last request's admission (after
+it, the in-flight count only falls: the drain), when at least ``concurrency`` requests finish inside it, i.e. with
+about three times as many prompts as slots or more. Its rate is the pass's ``output_tok_s``; the whole pass's,
+fill and drain included, stays in ``pass_output_tok_s``. Why: a pass that fills once and drains measures the ramp
+and the tail as much as the engine at the level's concurrency (a request log's long answers finish last, with few
+requests in flight); vLLM's ``bench serve`` and ``bench throughput`` time the whole run, and MLPerf Inference makes
+fill and drain negligible by a minimum run length (600 s) instead, which a gate that repeats passes cannot afford.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 PROMPT_SEED = 0  # RandomDataset's seed: both sides get the same prompts
 WARMUP_SEED = 1  # the warm-up prompts differ from the measured ones (as throughput.main: seed + 1)
@@ -56,30 +66,79 @@ def measure(llm: Any, requests: list[Any], concurrency: int, *, detokenize: bool
 
     Returns:
         ``{"elapsed_s", "requests", "prompt_tokens", "output_tokens", "output_tok_s", "total_tok_s",
-        "request_s"}``: seconds, counts, tokens per second and requests per second; with ``detokenize=False`` also
-        ``"detokenize": False``.
+        "request_s"}``: seconds, counts, tokens per second and requests per second (all over the whole pass); with
+        ``detokenize=False`` also ``"detokenize": False``. A refilled pass (more requests than ``concurrency``) with a
+        steady-state window (``steady_window``) also has ``"window"`` (that dict) and ``"pass_output_tok_s"``, and
+        its ``output_tok_s`` is the window's rate.
     Raises:
         RuntimeError: the engine answered fewer requests than were sent.
     """
     reset = getattr(llm, "reset_prefix_cache", None)
     if callable(reset):
         reset()
+    trace: PassTrace | None = None
     if len(requests) <= concurrency:
         from vllm.benchmarks.throughput import _run_vllm_requests
 
         elapsed, outputs = _run_vllm_requests(llm, requests, n=1, disable_detokenize=not detokenize,
                                               do_profile=False, prequeue_requests=False, enable_lora=False)
     else:
-        elapsed, outputs = _run_limited(llm, requests, concurrency, detokenize=detokenize)
+        elapsed, outputs, trace = _run_limited(llm, requests, concurrency, detokenize=detokenize)
     outputs = list(outputs or [])
     if len(outputs) != len(requests):
         raise RuntimeError(f"the engine answered {len(outputs)} of {len(requests)} benchmark requests")
     prompt_toks = sum(len(o.prompt_token_ids or []) for o in outputs)
-    output_toks = sum(len(c.token_ids or []) for o in outputs for c in o.outputs if c is not None)
-    return {"elapsed_s": elapsed, "requests": len(outputs), "prompt_tokens": prompt_toks,
-            "output_tokens": output_toks, "output_tok_s": output_toks / elapsed,
-            "total_tok_s": (prompt_toks + output_toks) / elapsed, "request_s": len(outputs) / elapsed,
-            **({} if detokenize else {"detokenize": False})}
+    output_toks = sum(_tokens(o) for o in outputs)
+    result = {"elapsed_s": elapsed, "requests": len(outputs), "prompt_tokens": prompt_toks,
+              "output_tokens": output_toks, "output_tok_s": output_toks / elapsed,
+              "total_tok_s": (prompt_toks + output_toks) / elapsed, "request_s": len(outputs) / elapsed,
+              **({} if detokenize else {"detokenize": False})}
+    window = steady_window(trace.steps, trace.last_admit_s, concurrency) if trace is not None else None
+    if window is not None:
+        result.update(window=window, pass_output_tok_s=result["output_tok_s"], output_tok_s=window["output_tok_s"])
+    return result
+
+
+@dataclass
+class PassTrace:
+    """What a refilled pass (``_run_limited``) saw, step by step. ``steps``: one ``(t_s, new_output_tokens,
+    finished)`` per engine step, ``t_s`` seconds from the pass's start at the step's end; ``last_admit_s``: when the
+    last request was admitted (the end of the step that freed its slot; 0.0 when all fit at once)."""
+
+    steps: list[tuple[float, int, int]] = field(default_factory=list)
+    last_admit_s: float | None = None
+
+
+def steady_window(steps: Sequence[tuple[float, int, int]], last_admit_s: float | None,
+                  concurrency: int) -> dict[str, Any] | None:
+    """The steady-state window of a refilled pass: from the end of the first step in which a request finished to
+    ``last_admit_s`` (the last admission; the drain follows), counting the output tokens of the steps that end
+    inside it (after its start, up to and including its end).
+
+    Args:
+        steps: ``(t_s, new_output_tokens, finished)`` per engine step, in order (``PassTrace.steps``).
+        last_admit_s: seconds from the pass's start to the last admission; None when not every request was admitted.
+        concurrency: the pass's slots; the window counts only when at least this many requests finish inside it
+            (every slot turned over once), so a short window does not stand for the pass.
+    Returns:
+        ``{"start_s", "end_s", "output_tokens", "finished", "output_tok_s"}`` (seconds from the pass's start,
+        tokens, requests, tokens per second), or None when there is no such window (no refill, or too short).
+    """
+    first = next((t for t, _, finished in steps if finished), None)
+    if first is None or last_admit_s is None or last_admit_s <= first:
+        return None
+    inside = [(tokens, finished) for t, tokens, finished in steps if first < t <= last_admit_s]
+    done = sum(finished for _, finished in inside)
+    if done < max(concurrency, 1):
+        return None
+    tokens = sum(n for n, _ in inside)
+    return {"start_s": first, "end_s": last_admit_s, "output_tokens": tokens, "finished": done,
+            "output_tok_s": tokens / (last_admit_s - first)}
+
+
+def _tokens(output: Any) -> int:
+    """Output tokens of one vLLM ``RequestOutput`` so far (its completions' ``token_ids``, cumulative)."""
+    return sum(len(c.token_ids or []) for c in output.outputs if c is not None)
 
 
 def _params(request: Any, detokenize: bool = True) -> Any:
@@ -100,12 +159,16 @@ def _prompt(request: Any) -> Any:
 
 
 def _run_limited(llm: Any, requests: list[Any], concurrency: int, *,
-                 detokenize: bool = True) -> tuple[float, list[Any]]:
-    """At most ``concurrency`` requests in flight; a finished one frees its slot for the next. Seconds, outputs."""
+                 detokenize: bool = True) -> tuple[float, list[Any], PassTrace]:
+    """At most ``concurrency`` requests in flight; a finished one frees its slot for the next. Seconds, outputs
+    and the pass's ``PassTrace`` (new output tokens per step: the engine's outputs are cumulative, vLLM's default
+    ``RequestOutputKind.CUMULATIVE``, so a step's new tokens are the growth since the request's last output)."""
     engine = llm.llm_engine
     pending = list(enumerate(requests))
     pending.reverse()
     done: list[Any] = []
+    seen: dict[str, int] = {}
+    trace = PassTrace()
     in_flight = 0
     start = time.perf_counter()
     while pending or in_flight:
@@ -113,13 +176,21 @@ def _run_limited(llm: Any, requests: list[Any], concurrency: int, *,
             i, req = pending.pop()
             engine.add_request(f"evalgate-speed-{i}-{time.monotonic_ns()}", _prompt(req), _params(req, detokenize))
             in_flight += 1
+            if not pending:
+                trace.last_admit_s = trace.steps[-1][0] if trace.steps else 0.0
+        new = finished = 0
         for out in engine.step():
+            tokens = _tokens(out)
+            new += max(tokens - seen.get(out.request_id, 0), 0)
+            seen[out.request_id] = tokens
             if getattr(out, "finished", False):
                 done.append(out)
                 in_flight -= 1
+                finished += 1
+        trace.steps.append((time.perf_counter() - start, new, finished))
         if in_flight and not engine.has_unfinished_requests():
             raise RuntimeError("the engine dropped benchmark requests")
-    return time.perf_counter() - start, done
+    return time.perf_counter() - start, done, trace
 
 
 def device_info() -> dict[str, Any]:

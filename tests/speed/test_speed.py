@@ -462,9 +462,10 @@ def test_every_timed_pass_starts_with_an_empty_prefix_cache(monkeypatch: pytest.
     calls: list[str] = []
     out = SimpleNamespace(prompt_token_ids=[1, 2], outputs=[SimpleNamespace(token_ids=[3, 4, 5])])
 
-    def run_limited(llm: object, requests: list, concurrency: int, *, detokenize: bool = True) -> tuple[float, list]:
+    def run_limited(llm: object, requests: list, concurrency: int, *,
+                    detokenize: bool = True) -> tuple[float, list, throughput.PassTrace]:
         calls.append("pass" if detokenize else "pass (token ids only)")
-        return 2.0, [out] * len(requests)
+        return 2.0, [out] * len(requests), throughput.PassTrace()  # no steps: no steady window
 
     monkeypatch.setattr(throughput, "_run_limited", run_limited)
     llm = SimpleNamespace(reset_prefix_cache=lambda: calls.append("reset"))
@@ -475,6 +476,87 @@ def test_every_timed_pass_starts_with_an_empty_prefix_cache(monkeypatch: pytest.
     # Random weights (load_format: dummy): token ids only, and the pass says so.
     assert throughput.measure(SimpleNamespace(), [object()] * 4, 2, detokenize=False)["detokenize"] is False
     assert calls[-1] == "pass (token ids only)"
+
+
+class _SteppedEngine:
+    """A stand-in for ``LLMEngine`` (unit test of the refill loop): every request in flight gains one output token per
+    ``step()``, which also advances a fake clock by one second; a request finishes at its ``max_tokens``. Outputs are
+    cumulative, as vLLM's default ``RequestOutputKind.CUMULATIVE``."""
+
+    def __init__(self) -> None:
+        from types import SimpleNamespace
+
+        self.now = 0.0
+        self.running: dict[str, list] = {}  # request id -> [tokens so far, max_tokens]
+        self.ns = SimpleNamespace
+
+    def add_request(self, request_id: str, prompt: object, params: object) -> None:
+        self.running[request_id] = [0, params.max_tokens]
+
+    def step(self) -> list:
+        self.now += 1.0
+        outs = []
+        for rid, state in list(self.running.items()):
+            state[0] += 1
+            finished = state[0] >= state[1]
+            outs.append(self.ns(request_id=rid, finished=finished, prompt_token_ids=[1, 2],
+                                outputs=[self.ns(token_ids=[7] * state[0])]))
+            if finished:
+                del self.running[rid]
+        return outs
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.running)
+
+
+def _stepped_pass(monkeypatch: pytest.MonkeyPatch, lengths: list[int], concurrency: int) -> dict:
+    from types import SimpleNamespace
+
+    pytest.importorskip("vllm", reason="needs vLLM (pip install 'evalgate[cpu]')")  # SamplingParams, TokensPrompt
+    from evalgate.worker import throughput
+
+    engine = _SteppedEngine()
+    monkeypatch.setattr(throughput, "time", SimpleNamespace(perf_counter=lambda: engine.now,
+                                                            monotonic_ns=lambda: 0))
+    requests = [SimpleNamespace(prompt={"prompt_token_ids": [1, 2]}, expected_output_len=n) for n in lengths]
+    return throughput.measure(SimpleNamespace(llm_engine=engine), requests, concurrency)
+
+
+def test_a_refilled_pass_reports_the_steady_window_between_the_first_finish_and_the_last_admission(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two slots, six requests: five of 2 tokens, the last of 8. By hand: r0, r1 run at t=1, 2 and finish at 2;
+    r2, r3 at 3, 4; r4, r5 are admitted at t=4 (the last admission), r4 finishes at 6, r5 alone until 12 (the
+    drain). Whole pass: 5*2 + 8 = 18 tokens in 12 s = 1.5 tok/s. Window (2, 4]: steps 3 and 4, 2 tokens each,
+    2 requests finished (= the slots): 4 tokens in 2 s = 2.0 tok/s, the rate with both slots busy."""
+    result = _stepped_pass(monkeypatch, [2, 2, 2, 2, 2, 8], concurrency=2)
+    assert (result["elapsed_s"], result["output_tokens"], result["requests"]) == (12.0, 18, 6)
+    assert result["pass_output_tok_s"] == 1.5
+    assert result["window"] == {"start_s": 2.0, "end_s": 4.0, "output_tokens": 4, "finished": 2,
+                                "output_tok_s": 2.0}
+    assert result["output_tok_s"] == 2.0
+    assert result["total_tok_s"] == (6 * 2 + 18) / 12.0  # the whole pass's, as before
+
+
+def test_a_pass_of_two_waves_has_no_steady_window_and_keeps_the_whole_pass_rate(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four requests of 3 tokens in two slots: the last admission is the first finish (t=3), so no window; the rate
+    is the whole pass's, 12 tokens in 6 s."""
+    result = _stepped_pass(monkeypatch, [3, 3, 3, 3], concurrency=2)
+    assert "window" not in result and "pass_output_tok_s" not in result
+    assert (result["elapsed_s"], result["output_tok_s"]) == (6.0, 2.0)
+
+
+def test_steady_window_needs_every_slot_to_turn_over_once() -> None:
+    from evalgate.worker.throughput import steady_window
+
+    # Three uniform waves of 2 requests (3 steps each, 2 tokens a step): the window is the middle wave.
+    steps = [(float(t), 2, 2 if t % 3 == 0 else 0) for t in range(1, 10)]
+    assert steady_window(steps, 6.0, 2) == {"start_s": 3.0, "end_s": 6.0, "output_tokens": 6, "finished": 2,
+                                            "output_tok_s": 2.0}
+    assert steady_window(steps, 6.0, 3) is None      # 2 finished inside, fewer than 3 slots
+    assert steady_window(steps, 3.0, 2) is None      # the last admission at the first finish: empty
+    assert steady_window(steps, None, 2) is None     # not every request admitted
+    assert steady_window([(1.0, 4, 0), (2.0, 4, 0)], 2.0, 1) is None  # nothing finished
 
 
 def test_speed_requests_skip_detokenization_on_random_weights() -> None:

@@ -16,13 +16,13 @@ from evalgate.cli import THRESHOLDS_FILE, main  # noqa: E402
 
 pytestmark = pytest.mark.engine
 
-N_PROMPTS, OUTPUT_LEN = 8, 16
+N_PROMPTS, CONCURRENCY, OUTPUT_LEN = 12, 4, 16  # three waves: a steady window between fill and drain
 
 
 def test_speed_only_on_random_weights_measures_speed_and_is_inconclusive(tmp_path: Path) -> None:
     thr = tmp_path / "thresholds.yaml"
     thr.write_text(THRESHOLDS_FILE.read_text(encoding="utf-8") + f"traffic: {{input_len: 32, output_len: {OUTPUT_LEN}, "
-                   f"concurrency: 4, num_prompts: {N_PROMPTS}, repeats: 2}}\n", encoding="utf-8")
+                   f"concurrency: {CONCURRENCY}, num_prompts: {N_PROMPTS}, repeats: 2}}\n", encoding="utf-8")
     out = tmp_path / "run"
     code = main(["run", "--config", "scale/cpu/fp16-state", "--speed-only", "--thresholds", str(thr), "--out",
                  str(out)])
@@ -42,6 +42,12 @@ def test_speed_only_on_random_weights_measures_speed_and_is_inconclusive(tmp_pat
         for r in runs:  # ignore_eos: every request generates its whole budget, as token ids only
             assert r["requests"] == N_PROMPTS and r["output_tokens"] == N_PROMPTS * OUTPUT_LEN
             assert r["output_tok_s"] > 0 and r["detokenize"] is False
+            # Refilled: the rate is the steady window's (first finish to last admission), the whole pass's beside it.
+            w = r["window"]
+            assert 0 < w["start_s"] < w["end_s"] <= r["elapsed_s"] and w["finished"] >= CONCURRENCY
+            assert 0 < w["output_tokens"] < r["output_tokens"]
+            assert r["output_tok_s"] == pytest.approx(w["output_tokens"] / (w["end_s"] - w["start_s"]))
+            assert r["pass_output_tok_s"] == pytest.approx(r["output_tokens"] / r["elapsed_s"])
     assert "speed only" in (out / "summary.md").read_text() and "speed only" in (out / "report.html").read_text()
     # The stored verdict re-renders (evalgate report re-validates it).
     assert main(["report", str(out), "--out", str(tmp_path / "again")]) == 0
