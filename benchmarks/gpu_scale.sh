@@ -20,6 +20,8 @@
 # 512/512 pass at c=256 ~16 s, at c=16 ~6-8 s, sleep + wake ~1 s per switch):
 #   aa ~12-13 min (2 starts ~5 min; speed phase capped at MAX_SECONDS=480 s, pairs ~35 s each), fp16-state
 #   ~7 min, flashinfer-mamba ~7 min: ~27 min for the default list; STEPS="aa fp16-state" ~20 min, STEPS=aa ~13 min.
+# Measured on one H100 80GB (2026-12-06, benchmarks/results/h100-vllm-0.26.0/session17/): starts 236 s cold and
+# 128 s, a c=256 pass 27-30 s, a pair ~56 s with its sleep/wake, so the A/A's 8 first-stage pairs take ~7.5 min.
 # Why the A/A's first stage is 8 pairs, not REPEATS' 3: Stein's rule asks for n = t²(n0-1) s0² / ln(1.03)² pairs
 # in all, and t_{0.975,2} = 4.30 is large. At a per-pass CV of 3 % per side (s0 ≈ 4.2 % on the log ratio) that is
 # 39 pairs (~23 min) after a first stage of 3, 14 after 6 and 12 after 8 (~7 min); at a CV of 2 %, 17 / 7 / 8.
