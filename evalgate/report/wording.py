@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from evalgate.fmt import rule_text
 from evalgate.report.verdict import SpeedBlock, SpeedGoodput, TaskVerdict, Verdict, as_task, as_verdict
 from evalgate.speed.speedup import PLANNING_POWER
 
@@ -51,9 +52,10 @@ def shown_verdict(doc: Doc, t: Task) -> tuple[str, str]:
     INCONCLUSIVE (power: MDE > margin)")``, so an under-powered task of a NO-OP run does not read as a problem.
     """
     doc, t = as_verdict(doc), as_task(t)
+    rule = rule_text(t.rule)
     if doc.verdict != "NO-OP":
-        return t.verdict, t.rule
-    return "NO-OP", f"not gated; statistics shown for information: {t.verdict}" + (f" ({t.rule})" if t.rule else "")
+        return t.verdict, rule
+    return "NO-OP", f"not gated; statistics shown for information: {t.verdict}" + (f" ({rule})" if rule else "")
 
 
 def items_needed_short(t: Task) -> str | None:
