@@ -28,10 +28,12 @@ from evalgate.report.wording import (
     FLOOR_NOTE,
     NO_OP_NOTE,
     SPEC_SOURCE_NOTE,
+    demo_model_note,
     floor_note,
     items_needed_short,
     latency_headline,
     latency_properties,
+    model_words,
     replay_line,
     shown_verdict,
     spec_decode_line,
@@ -277,10 +279,13 @@ def render_markdown(doc: Doc, report_link: str = HTML_NAME) -> str:
     cand, base = _names(doc)
     limit = m.get("limit")
     size = "speed only (no quality suite ran)" if m.get("speed_only") else f"{limit if limit else 'all'} items per task"
+    words = model_words(doc)
     out = [f"## {_ICON.get(doc.verdict, chr(0x26a0))} evalgate {doc.verdict}: {_md(cand)} vs {_md(base)}", "",
-           f"Model {_md(m.get('model', '?'))}, {size}. "
+           f"{_md(words[:1].upper() + words[1:])}, {size}. "
            f"Full diff report: `{_md(report_link)}` (in the job's artifacts).", ""]
     out += [f"- {_md(r)}" for r in doc.reasons]
+    note = demo_model_note(doc)
+    out += ["", f"_Note: {_md(note)}._"] if note else []
     out += ["", "| suite / task | n | baseline | candidate | \u0394 (pts) | CI | MDE | margin | regressed / improved "
             "| verdict |", "|---|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
     out += [_md_task_row(doc, t) for t in doc.tasks]

@@ -22,10 +22,12 @@ from evalgate.report.verdict import Verdict, as_verdict
 from evalgate.report.wording import (
     NO_OP_NOTE,
     SPEC_SOURCE_NOTE,
+    demo_model_note,
     floor_note,
     goodput_words,
     items_needed_short,
     latency_headline,
+    model_words,
     replay_line,
     shown_verdict,
     slo_rows,
@@ -117,7 +119,8 @@ def render_terminal(doc: Doc) -> str:
     doc = as_verdict(doc)
     head = (f"{'suite/task':34} {'n':>5} {'base':>6} {'cand':>6} {'delta':>6} {'CI':>15} {'MDE':>6} {'margin':>6}"
             "  verdict (rule)")
-    lines = [head, "-" * len(head)]
+    cand, base = doc.side("candidate").get("name", "candidate"), doc.side("baseline").get("name", "baseline")
+    lines = [f"{cand} vs {base}, {model_words(doc)}", head, "-" * len(head)]
     for t in doc.tasks:
         ci = interval(t.ci_low, t.ci_high)
         mde = pts(t.mde, signed=False)
@@ -140,4 +143,7 @@ def render_terminal(doc: Doc) -> str:
     lines.append("")
     lines.append(f"VERDICT: {doc.verdict}")
     lines.extend(f"  - {r}" for r in doc.reasons)
+    note = demo_model_note(doc)
+    if note:
+        lines.append(f"note: {note}")
     return "\n".join(lines)

@@ -65,19 +65,19 @@ def test_terminal_table_has_one_row_per_task_and_the_verdict() -> None:
     doc = _doc(base, cand, ["x"] * 50)
     text = render_terminal(doc)
     assert doc["verdict"] == "BLOCK"
-    assert "s/t" in text and text.splitlines()[4] == "VERDICT: BLOCK"
-    assert f" {pts(doc['tasks'][0]['delta'])} " in text and "-" not in text.splitlines()[2]
+    assert "s/t" in text and text.splitlines()[5] == "VERDICT: BLOCK"
+    assert f" {pts(doc['tasks'][0]['delta'])} " in text and "-" not in text.splitlines()[3]
 
 
 def test_terminal_table_signs_numbers_as_the_reasons_do() -> None:
     """One signed-number format (evalgate.fmt) in the table and the reasons: a real minus, + on a positive Δ, zero
     unsigned."""
     tie = _doc([1.0, 0.0] * 20, [1.0, 0.0] * 20, ["ok"] * 40)  # nothing changes: Δ 0 (the interval is the SE floor's)
-    row = render_terminal(tie).splitlines()[2]
+    row = render_terminal(tie).splitlines()[3]
     assert "    0.0 " in row and f"[{MINUS}4.0, +4.0]" in row and "+0.0" not in row and "-" not in row
     assert f"\u0394 0.0, 90% CI [{MINUS}4.0, +4.0]" in render_terminal(tie)  # the reason, the same way
     loss = _doc([1.0] * 40, [0.0] * 4 + [1.0] * 36, ["x"] * 40)  # Δ −10.0
-    row = render_terminal(loss).splitlines()[2]
+    row = render_terminal(loss).splitlines()[3]
     assert f" {MINUS}10.0 " in row and f"[{MINUS}20.5, {MINUS}1.7]" in row and "-" not in row
     assert f"\u0394 {MINUS}10.0, 90% CI [{MINUS}" in render_terminal(loss)
 
