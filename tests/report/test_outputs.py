@@ -94,6 +94,22 @@ def test_write_outputs_and_error_outputs(tmp_path: Path) -> None:
     assert "ERROR: x (exit 3)" in err["markdown"].read_text()
 
 
+def test_summary_names_the_job_artifacts_only_in_ci(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from evalgate.report.outputs import in_ci
+
+    for var in ("CI", "GITHUB_ACTIONS"):
+        monkeypatch.delenv(var, raising=False)
+    run = tmp_path / "runs" / "cand-20260101T000000Z"
+    write_outputs(blocking_document(), run)
+    local = (run / MARKDOWN_NAME).read_text()
+    assert f"Full diff report: `{run.as_posix()}/report.html`." in local and "artifacts" not in local
+    assert "(next to this file)" in render_markdown(blocking_document())
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    write_outputs(blocking_document(), run)
+    assert "Full diff report: `report.html` (in the job's artifacts)." in (run / MARKDOWN_NAME).read_text()
+    assert in_ci({"CI": "true"}) and in_ci({"CI": "1"}) and not in_ci({}) and not in_ci({"CI": "false"})
+
+
 def test_review_order_is_regressions_then_improvements_then_changed_outputs() -> None:
     items = review_items(blocking_document())
     assert [(f["kind"], f["task"], f["item_id"]) for f in items] == [
