@@ -163,8 +163,8 @@ def cmd_changed_configs(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    """Items each task needs so that MDE <= --margin, from a pilot run's discordance, against the items its suite
-    holds (``evalgate.commands.plan``); exit 0."""
+    """Items each task needs so that MDE <= its margin (``--margin``, else the thresholds file's), from a pilot run's
+    discordance, against the items its suite holds (``evalgate.commands.plan``); exit 0."""
     from evalgate.commands.plan import plan
 
     plan(args.config, args.margin, Path(args.thresholds), Path(args.configs_dir),
@@ -367,7 +367,9 @@ def _plan_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     pl = sub.add_parser("plan", help="items needed per task for a margin, from a pilot run's discordance, against "
                                      "each suite's size")
     pl.add_argument("--config", required=True, help="the candidate config the pilot ran")
-    pl.add_argument("--margin", type=float, required=True, help="non-inferiority margin, points")
+    pl.add_argument("--margin", type=float, default=None,
+                    help="non-inferiority margin, points, for every task (default: each task's own margin from the "
+                         "thresholds file, as the gate applies it to --config; the output says which and where from)")
     source = pl.add_mutually_exclusive_group()
     source.add_argument("--from", dest="from_dir", default=None,
                         help="pilot run directory (default: the newest runs/<config>-*)")
