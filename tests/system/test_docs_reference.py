@@ -288,21 +288,26 @@ def _markdown_files() -> list[Path]:
 
 
 def test_relative_links_from_the_readme_and_docs_point_at_files() -> None:
-    """Every relative Markdown link of the README and the docs names a file that exists: the README's into docs/,
-    a page's to another page or to ``../results/...`` (``benchmarks/results/`` as the site mounts it)."""
+    """Every relative Markdown link of the README and the docs names a file that exists where the Markdown lies (as
+    GitHub resolves it): the README's into docs/, a page's to another page or to a file under benchmarks/results/
+    by its real place (never the site-only ``../results/``; the site rewrites those links, ``hooks.site_links``)."""
     broken = []
     for md in _markdown_files():
         for target in re.findall(r"\]\(([^)\s]+)\)", md.read_text(encoding="utf-8")):
             path = target.split("#")[0]
             if not path or "://" in path:
                 continue
-            base = md.parent / path
-            if md.parent != ROOT and path.startswith("../") and "results/" in path:
-                rel = (md.parent / path).resolve().relative_to(DOCS.resolve())
-                base = ROOT / "benchmarks" / rel
-            if not base.exists():
+            if not (md.parent / path).exists():
                 broken.append(f"{md.relative_to(ROOT)}: {target}")
     assert broken == []
+
+
+def test_links_to_dated_results_point_at_the_sites_copies() -> None:
+    page = "see [the run](../../benchmarks/results/cpu-mainjob-s5/README.md) and [x](../guides/ci.md)"
+    assert HOOKS.site_links(page, "measurements/index.md") == (
+        "see [the run](../results/cpu-mainjob-s5/README.md) and [x](../guides/ci.md)")
+    assert HOOKS.site_links("[r](../benchmarks/results/a.json)", "tutorial.md") == "[r](results/a.json)"
+    assert (ROOT / "benchmarks/results/cpu-mainjob-s5/README.md").is_file()
 
 
 def test_code_paths_named_in_the_docs_exist() -> None:
