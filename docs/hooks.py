@@ -9,8 +9,9 @@ makes for NAME from the code itself, so the reference cannot drift from it:
 - ``thresholds-keys``: every key of ``thresholds.yaml`` (``evalgate.inputs.schema.key_rows(ThresholdsFile)``).
 
 The files under ``benchmarks/results/`` (run summaries, session notes, JSON) are added to the site as
-``results/...``, so the Measurements pages link them and ``mkdocs build --strict`` checks that every such link
-resolves. ``tests/system/test_docs_reference.py`` loads this file by path and checks what it generates.
+``results/...``. A page links such a file by its real place in the repository (``../../benchmarks/results/...`` from
+``docs/measurements/``), so the link works where the Markdown is read (GitHub, an editor); the site rewrites it to
+the mounted copy (:func:`site_links`), and ``mkdocs build --strict`` checks that every such link resolves. ``tests/system/test_docs_reference.py`` loads this file by path and checks what it generates.
 """
 
 from __future__ import annotations
@@ -138,9 +139,19 @@ def expand(markdown: str, source: str = "<page>") -> str:
 # ------------------------------------------------------------------------------------------------ MkDocs events
 
 
+def site_links(markdown: str, src_uri: str) -> str:
+    """``markdown`` of the page at ``src_uri`` (relative to ``docs/``) with each link to a file under
+    ``benchmarks/results/``, written relative to the page's place in the repository, pointed at the site's copy
+    under ``results/`` (``on_files``): from ``measurements/index.md``, ``](../../benchmarks/results/x.md)`` becomes
+    ``](../results/x.md)``."""
+    up = "../" * src_uri.count("/")
+    return markdown.replace(f"]({up}../{RESULTS.relative_to(ROOT).as_posix()}/", f"]({up}results/")
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any, **_: Any) -> str:
-    """MkDocs: expand the generated tables of a page before it is rendered."""
-    return expand(markdown, page.file.src_uri)
+    """MkDocs: expand the generated tables of a page and point its links to dated results at the site's copies
+    before it is rendered."""
+    return site_links(expand(markdown, page.file.src_uri), page.file.src_uri)
 
 
 def on_files(files: Any, config: Any, **_: Any) -> Any:

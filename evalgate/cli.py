@@ -163,8 +163,8 @@ def cmd_changed_configs(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    """Items each task needs so that MDE <= --margin, from a pilot run's discordance, against the items its suite
-    holds (``evalgate.commands.plan``); exit 0."""
+    """Items each task needs so that MDE <= its margin (``--margin``, else the thresholds file's), from a pilot run's
+    discordance, against the items its suite holds (``evalgate.commands.plan``); exit 0."""
     from evalgate.commands.plan import plan
 
     plan(args.config, args.margin, Path(args.thresholds), Path(args.configs_dir),
@@ -211,7 +211,8 @@ def cmd_model_prepare(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    """Print the configs (with their baseline and description) and the suites (with their tasks).
+    """Print the configs (with their baseline and description) and the suites (with their tasks), in columns as
+    wide as their longest entry (a config name, a baseline, a suite name), so every row lines up.
 
     A config's baseline is named as ``run`` resolves it (``config.load_baseline``: next to the config's file first),
     so ``dense/bf16``'s ``extends: baseline`` shows as ``dense/baseline``; one that cannot be resolved shows as
@@ -225,7 +226,6 @@ def cmd_list(args: argparse.Namespace) -> int:
     for line in describe(args.layout):
         print(line)
     configs_dir = Path(args.configs_dir)
-    print("configs:")
     rows = []
     for name in list_configs(configs_dir):
         c = load_config(name, configs_dir, check_engine_args=False)
@@ -236,13 +236,17 @@ def cmd_list(args: argparse.Namespace) -> int:
             except ConfigError:
                 base = f"{c.baseline} (unresolved)"
         rows.append((name, base, c.description))
-    width = max([12, *(len(base) for _, base, _ in rows)])
+    suites = list_suites(Path(args.suites_dir) if args.suites_dir else default_suites_dir())
+    # One first column for configs and suites, as wide as the longest name; columns two spaces apart.
+    first = max([len(name) for name, _, _ in rows] + [len(s.name) for s in suites] + [1])
+    width = max([len(base) for _, base, _ in rows] + [1])
+    print("configs:")
     for name, base, description in rows:
-        print(f"  {name:24} vs {base:{width}} {description}")
+        print(f"  {name:{first}}  vs {base:{width}}  {description}".rstrip())
     print("suites:")
-    for s in list_suites(Path(args.suites_dir) if args.suites_dir else default_suites_dir()):
+    for s in suites:
         tasks = [f"{t.name} ({t.metric}{', lm-eval built-in' if t.builtin else ''})" for t in s.specs]
-        print(f"  {s.name:24} {', '.join(tasks)}")
+        print(f"  {s.name:{first}}  {', '.join(tasks)}")
     return 0
 
 
@@ -367,7 +371,9 @@ def _plan_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     pl = sub.add_parser("plan", help="items needed per task for a margin, from a pilot run's discordance, against "
                                      "each suite's size")
     pl.add_argument("--config", required=True, help="the candidate config the pilot ran")
-    pl.add_argument("--margin", type=float, required=True, help="non-inferiority margin, points")
+    pl.add_argument("--margin", type=float, default=None,
+                    help="non-inferiority margin, points, for every task (default: each task's own margin from the "
+                         "thresholds file, as the gate applies it to --config; the output says which and where from)")
     source = pl.add_mutually_exclusive_group()
     source.add_argument("--from", dest="from_dir", default=None,
                         help="pilot run directory (default: the newest runs/<config>-*)")

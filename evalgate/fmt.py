@@ -1,13 +1,16 @@
 """How every output writes numbers: points, signed deltas, intervals, p-values, ratios (pure).
 
 One place, so a reason in ``verdict.json``, the HTML report, the JUnit file, the Markdown summary, the terminal
-table and the SVG plots show the same value the same way: a real minus sign (U+2212), no sign on zero, and
-``n/a`` (or ``NaN`` in the gate's sentences) where a value is missing.
+table and the SVG plots show the same value the same way: a real minus sign (U+2212), ``+`` on a positive signed
+value (a difference), no sign on zero (``0.0``, also for a value that rounds to zero), and ``n/a`` (or ``NaN`` in
+the gate's sentences) where a value is missing. A decision rule (``verdict.json``'s ``rule``, ASCII data) is shown
+with the same signs: ``rule_text``.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 MINUS = "\u2212"
@@ -24,6 +27,18 @@ def num(x: float, decimals: int = 1, *, signed: bool = True) -> str:
     if text.startswith("-"):
         return MINUS + text[1:]
     return ("+" + text) if signed else text
+
+
+_ASCII_RELATIONS = (("<=", "\u2264"), (">=", "\u2265"))
+_ASCII_MINUS = re.compile(r"(?<![\w.])-(?=[A-Za-z\d])")  # "-margin", " -1.5"; not "non-inferiority"
+
+
+def rule_text(rule: str) -> str:
+    """A decision rule as reports show it: ``non-inferiority: LB >= -margin and MDE <= margin`` (the ASCII string
+    ``verdict.json`` stores) reads ``non-inferiority: LB \u2265 \u2212margin and MDE \u2264 margin``."""
+    for ascii_op, op in _ASCII_RELATIONS:
+        rule = rule.replace(ascii_op, op)
+    return _ASCII_MINUS.sub(MINUS, rule)
 
 
 def decimals_apart(a: float, b: float) -> int:

@@ -17,19 +17,21 @@ from evalgate.results.store import read_json, tasks_from_json
 from evalgate.suites.discovery import count_items, default_suites_dir, list_suites, load_suite, task_notes
 
 
-def plan(config: str, margin: float, thresholds_path: Path, configs_dir: Path, from_dir: Path | None = None,
+def plan(config: str, margin: float | None, thresholds_path: Path, configs_dir: Path, from_dir: Path | None = None,
          assume_discordance: float | None = None) -> None:
     """Print the items each task needs so that MDE <= ``margin`` (points), from a pilot run's discordance
     (``from_dir``; default the newest ``runs/<config>-*``), against the items its suite holds: a task that needs more
     cannot be powered at that margin, and the line says which margin it can. With ``assume_discordance`` (a share
     in [0, 1]) there is no pilot: every task of every suite, the items it needs for ``margin`` at that discordance
-    (``power.items_needed_at_discordance``) against its suite's size, then its MDE at full size.
+    (``power.items_needed_at_discordance``) against its suite's size, then its MDE at full size. ``margin`` None
+    (no ``--margin``): each task's own margin from the thresholds file, as the gate applies it to ``config``; a line
+    says which margin was used and where it came from.
 
     Raises:
         ConfigError: margin not in (0, 100], unknown config, a pilot of another config, a share outside [0, 1].
         StoreError: the pilot run is missing or malformed.
     """
-    if not margin > 0 or margin > 100:
+    if margin is not None and (not margin > 0 or margin > 100):
         raise ConfigError(f"must be > 0 and <= 100 points, got {margin}", field="--margin")
     name = Path(config).stem if config.endswith((".yaml", ".yml")) else config
     policy = load_thresholds(thresholds_path).policy(name)
@@ -38,6 +40,22 @@ def plan(config: str, margin: float, thresholds_path: Path, configs_dir: Path, f
     if assume_discordance is not None:
         return _plan_assumed(assume_discordance, margin, policy, _config_model(config, configs_dir))
     _plan_from_pilot(config, name, margin, policy, configs_dir, from_dir or _latest_run(name))
+
+
+def margin_line(margin: float | None, policy: ConfigPolicy, tasks: list[tuple[str, str]]) -> str:
+    """The line that says which margin ``plan`` used and where it came from: ``--margin`` for every task, or each of
+    ``tasks`` (``(suite, task)``)'s own from the thresholds file (``policy.task``), grouped by the key that set it,
+    e.g. ``margin: each task's own, as the gate applies it (no --margin), from thresholds.yaml: 4 pts for
+    docparse_fields, docparse_hard (configs.fp16-state.suites.docparse.margin); ...``."""
+    if margin is not None:
+        return f"margin: {margin:g} pts for every task (--margin)"
+    groups: dict[tuple[str, float], list[str]] = {}
+    for suite, task in tasks:
+        th = policy.task(suite, task)
+        groups.setdefault((th.source, th.margin), []).append(task)
+    where = f", from {policy.path}" if policy.path is not None else ""
+    parts = [f"{m:g} pts for {', '.join(names)} ({source}.margin)" for (source, m), names in groups.items()]
+    return f"margin: each task's own, as the gate applies it (no --margin){where}: {'; '.join(parts)}"
 
 
 def limit_notice(tasks: list[tuple[str, float, float, int | None]], limit: int, power: float) -> str | None:
@@ -91,7 +109,7 @@ def limit_notice(tasks: list[tuple[str, float, float, int | None]], limit: int, 
     return f"notice: at --limit {limit} {head}; {tail}"
 
 
-def _plan_from_pilot(config: str, name: str, margin: float, policy: ConfigPolicy, configs_dir: Path,
+def _plan_from_pilot(config: str, name: str, margin: float | None, policy: ConfigPolicy, configs_dir: Path,
                      pilot: Path) -> None:
     """``plan`` from the pilot run directory ``pilot``."""
     sides = {role: read_json(pilot / f"{role}.json", f"{role} results") for role in ("baseline", "candidate")}
@@ -105,8 +123,9 @@ def _plan_from_pilot(config: str, name: str, margin: float, policy: ConfigPolicy
              for role, d in sides.items()}
     available, unknown = _suite_sizes(tasks["baseline"])
     plans = plan_tasks(tasks["baseline"], tasks["candidate"], policy, margin=margin, available=available)
-    print(f"pilot: {pilot} (config {name}); margin {margin:g} pts, power {policy.power:g}")
-    _print_plans(plans, margin)
+    print(f"pilot: {pilot} (config {name}); power {policy.power:g}")
+    print(margin_line(margin, policy, [(t.suite, t.task) for t in plans]))
+    _print_plans(plans)
     for task, why in unknown.items():
         print(f"{task}: suite size unknown ({why}); cannot check the items needed against it")
     _print_floors(plans)
@@ -117,8 +136,8 @@ def _plan_from_pilot(config: str, name: str, margin: float, policy: ConfigPolicy
                      model or _config_model(config, configs_dir), policy)
 
 
-def _print_plans(plans: list[Any], margin: float) -> None:
-    """The plan table, then one line per task that its suite cannot power at ``margin``."""
+def _print_plans(plans: list[Any]) -> None:
+    """The plan table, then one line per task that its suite cannot power at its planned margin."""
     print(f"{'suite/task':34} {'n':>5} {'changed':>7} {'SE':>6} {'MDE':>6} {'alpha':>6} {'items needed':>13} "
           f"{'suite has':>9}")
     for t in plans:
@@ -130,7 +149,7 @@ def _print_plans(plans: list[Any], margin: float) -> None:
               f"{have:>9}")
     for t in plans:
         if t.exceeds_suite:
-            _print_short(t.suite, t.task, t.items_needed, t.available, margin, t.min_margin,
+            _print_short(t.suite, t.task, t.items_needed, t.available, t.margin, t.min_margin,
                          floor=t.basis == "floor")
 
 
@@ -164,9 +183,10 @@ def _config_model(config: str, configs_dir: Path) -> str | None:
         return None
 
 
-def _plan_assumed(p: float, margin: float, policy: ConfigPolicy, model: str | None) -> None:
-    """``plan --assume-discordance P --margin M``: every task of every suite, the items it needs for ``margin``
-    (points) at an assumed discordance ``p`` against its suite's size, then its MDE at full size."""
+def _plan_assumed(p: float, margin: float | None, policy: ConfigPolicy, model: str | None) -> None:
+    """``plan --assume-discordance P [--margin M]``: every task of every suite, the items it needs for ``margin``
+    (points; None: the task's own) at an assumed discordance ``p`` against its suite's size, then its MDE at full
+    size."""
     if not 0.0 <= p <= 1.0:
         raise ConfigError(f"must be a share in [0, 1], got {p}", field="--assume-discordance")
     rows, needs = [], []
@@ -174,21 +194,25 @@ def _plan_assumed(p: float, margin: float, policy: ConfigPolicy, model: str | No
         sizes, _ = _suite_sizes({t: _Named(suite.name) for t in suite.tasks})
         for task in suite.tasks:
             n = sizes.get(task)
-            alpha = policy.task(suite.name, task).alpha
-            full = mde_at_discordance(p, n, alpha, policy.power) if n else None
+            th = policy.task(suite.name, task)
+            m = th.margin if margin is None else margin
+            full = mde_at_discordance(p, n, th.alpha, policy.power) if n else None
             rows.append((suite.name, task, n, full))
-            needs.append((suite.name, task, alpha, items_needed_at_discordance(p, margin, alpha, policy.power),
-                          n, full))
-    print(f"no pilot: items needed for a {margin:g}-point margin and MDE at full size, assuming {100 * p:g} % of "
+            needs.append((suite.name, task, th.alpha, items_needed_at_discordance(p, m, th.alpha, policy.power),
+                          n, full, m))
+    what, bound = (f"a {margin:g}-point margin", f"{margin:g}") if margin is not None else ("each task's margin",
+                                                                                             "the margin")
+    print(f"no pilot: items needed for {what} and MDE at full size, assuming {100 * p:g} % of "
           f"items change score between baseline and candidate (an assumption, not a measurement: a pilot run gives "
           f"the real figure, 'evalgate plan --from RUN_DIR'); MDE = (z_(1-alpha) + z_power) * max(100 * sqrt({p:g} / "
-          f"n), 100 / n), items needed = the least n with MDE <= {margin:g}, power {policy.power:g}")
+          f"n), 100 / n), items needed = the least n with MDE <= {bound}, power {policy.power:g}")
+    print(margin_line(margin, policy, [(suite_name, task) for suite_name, task, *_ in needs]))
     print(f"{'suite/task':34} {'alpha':>6} {'items needed':>13} {'suite has':>9}")
-    for suite_name, task, alpha, need, n, _ in needs:
+    for suite_name, task, alpha, need, n, _, _ in needs:
         print(f"{suite_name + '/' + task:34} {alpha:>6.3g} {need:>13} {n if n else '?':>9}")
-    for suite_name, task, _, need, n, full in needs:
+    for suite_name, task, _, need, n, full, m in needs:
         if need is not None and n and need > n:
-            _print_short(suite_name, task, need, n, margin, full)
+            _print_short(suite_name, task, need, n, m, full)
     print(f"\nat full size, MDE at the assumed discordance (power {policy.power:g}):")
     _print_full_size(rows, model, policy)
 

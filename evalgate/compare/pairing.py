@@ -158,7 +158,7 @@ class TaskPlan:
 
 
 def plan_tasks(baseline: dict[str, TaskResult], candidate: dict[str, TaskResult], policy: ConfigPolicy,
-               *, margin: float,
+               *, margin: float | None,
                available: Mapping[str, int | None] | None = None) -> list[TaskPlan]:
     """Items each task needs to decide within ``margin`` points, from a pilot run's discordance.
 
@@ -168,8 +168,9 @@ def plan_tasks(baseline: dict[str, TaskResult], candidate: dict[str, TaskResult]
     task's alpha (``policy.task``) and ``policy.power``, never below the SE floor's
     ``ceil(100 * (z_{1-alpha} + z_power) / margin)``; a task with no changed item gets that floor, marked
     ``basis="floor"`` (nothing to extrapolate from). Holm's correction is not
-    included: it only touches the loss test, not the MDE. ``available`` (task -> items its suite holds)
-    fills ``TaskPlan.available`` and ``min_margin``. Raises StoreError like ``compare_tasks``.
+    included: it only touches the loss test, not the MDE. ``margin`` None: each task's own margin, as the gate
+    applies it (``policy.task``). ``available`` (task -> items its suite holds) fills ``TaskPlan.available`` and
+    ``min_margin``. Raises StoreError like ``compare_tasks``.
     """
     if set(baseline) != set(candidate):
         raise StoreError(f"baseline and candidate hold different tasks: {sorted(baseline)} vs {sorted(candidate)}")
@@ -178,16 +179,17 @@ def plan_tasks(baseline: dict[str, TaskResult], candidate: dict[str, TaskResult]
         pairs = pair_items(baseline[name], candidate[name])
         if not pairs:
             raise StoreError(f"task {name}: no items were evaluated")
-        alpha = policy.task(baseline[name].suite, name).alpha
+        threshold = policy.task(baseline[name].suite, name)
+        alpha, task_margin = threshold.alpha, threshold.margin if margin is None else margin
         se, g, changed = power_se(np.array([p[0].score for p in pairs], dtype=float),
                                   np.array([p[1].score for p in pairs], dtype=float),
                                   [getattr(p[0], "cluster", None) for p in pairs])
         n = len(pairs)
-        need = items_needed(se, n, margin, alpha, policy.power, discordant=changed)
+        need = items_needed(se, n, task_margin, alpha, policy.power, discordant=changed)
         clusters = math.ceil(need * g / n) if need is not None and g < n else None
         have = (available or {}).get(name)
         best = mde_at(se, n, have, alpha, policy.power, discordant=changed) if have else None
-        out.append(TaskPlan(baseline[name].suite, name, n, g, changed, alpha, policy.power, margin, se,
+        out.append(TaskPlan(baseline[name].suite, name, n, g, changed, alpha, policy.power, task_margin, se,
                             mde(se, alpha, policy.power), need, clusters, items_needed_basis(need, changed),
                             have, best))
     return out

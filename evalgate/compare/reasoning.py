@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from evalgate.compare.intervals import paired_t_interval
+from evalgate.fmt import num
 from evalgate.results.records import ItemResult
 
 __all__ = ["LEVEL", "paired_tokens", "reasoning_line", "reasoning_summary"]
@@ -68,10 +69,11 @@ def reasoning_summary(pairs: Sequence[tuple[ItemResult, ItemResult]]) -> dict[st
 
 
 def _tokens(d: Any, level: float) -> str:
-    """``12.0 → 14.5 (Δ +2.5, 95% CI [+0.4, +4.6])`` for a ``verdict.TokenDiff`` (tokens per item)."""
-    ci = (f", {100 * level:.0f}% CI [{d.ci_low:+.1f}, {d.ci_high:+.1f}]" if d.ci_low is not None
+    """``12.0 → 14.5 (Δ +2.5, 95% CI [+0.4, +4.6])`` for a ``verdict.TokenDiff`` (tokens per item; ``evalgate.fmt``'s
+    signs: a real minus, no sign on zero)."""
+    ci = (f", {100 * level:.0f}% CI [{num(d.ci_low)}, {num(d.ci_high)}]" if d.ci_low is not None
           and d.ci_high is not None else "")
-    return f"{d.baseline:.1f} \u2192 {d.candidate:.1f} (\u0394 {d.delta:+.1f}{ci})"
+    return f"{num(d.baseline, signed=False)} \u2192 {num(d.candidate, signed=False)} (\u0394 {num(d.delta)}{ci})"
 
 
 def reasoning_line(r: Any) -> str:

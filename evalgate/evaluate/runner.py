@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evalgate.engine.device import device_identity
-from evalgate.engine.protocol import JOURNAL_FORMAT, LIMITS_TAG, LOGPROBS_K, versions
+from evalgate.engine.protocol import JOURNAL_FORMAT, LIMITS_TAG, LOGPROBS_K, key_versions, versions
 from evalgate.engine.readback import READBACK_VERSION
 from evalgate.errors import EngineError
 from evalgate.evaluate.procs import exit_error, kill_group, spawn, tail
@@ -152,7 +152,7 @@ def _plan(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: R
     model_path = resolve_model(cfg.model)
     model_template = check_model_template(cfg.chat, model_path, cfg.path)
     proto = protocol(cfg.chat, model_template)  # chat and completion prompts score differently: part of every key
-    vers = versions()
+    vers = key_versions()  # the keys keep their form; the manifest shows versions()
     fingerprint = model_fingerprint(model_path)
     # Results are facts about a config on a machine: kernels and numerics differ between GPU models and CPU ISAs,
     # so a result stored on one is never served as a side on another.

@@ -34,7 +34,7 @@ from scipy.stats import beta
 
 from evalgate.compare.power import items_needed, mde
 from evalgate.compare.replay import ReplayComparison
-from evalgate.fmt import p_value
+from evalgate.fmt import p_value, pts
 from evalgate.gate.accuracy import Decision, Verdict, _accuracy_rule, overall_of
 
 __all__ = ["ReplayDecision", "RuleOutcome", "agreeing_share_bounds", "combine", "decide_replay"]
@@ -120,7 +120,7 @@ def _json(cmp: ReplayComparison, margin: float, alpha: float, power: float) -> R
     verdict, _, reason = _accuracy_rule(j, margin, task_mde, loss, shown, needed)
     level = f"{100.0 * (1.0 - 2.0 * alpha):.4g}%"
     facts = (f"valid JSON {j.baseline_mean:.1f}% -> {j.candidate_mean:.1f}% of {j.n} JSON requests (\u0394 "
-             f"{j.delta:+.1f} pts, {level} CI [{j.ci_low:+.1f}, {j.ci_high:+.1f}], {j.n_regressed} lost, "
+             f"{pts(j.delta)} pts, {level} CI [{pts(j.ci_low)}, {pts(j.ci_high)}], {j.n_regressed} lost, "
              f"{j.n_improved} gained, margin {margin:g} pts)")
     return RuleOutcome(RULE_JSON, verdict, f"{reason}; {facts}")
 

@@ -15,6 +15,7 @@ the Markdown (only item ids do); the HTML report escapes it.
 
 from __future__ import annotations
 
+import os
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,10 +29,12 @@ from evalgate.report.wording import (
     FLOOR_NOTE,
     NO_OP_NOTE,
     SPEC_SOURCE_NOTE,
+    demo_model_note,
     floor_note,
     items_needed_short,
     latency_headline,
     latency_properties,
+    model_words,
     replay_line,
     shown_verdict,
     spec_decode_line,
@@ -270,17 +273,37 @@ def _md_tail(doc: Verdict) -> list[str]:
     return out
 
 
-def render_markdown(doc: Doc, report_link: str = HTML_NAME) -> str:
-    """A Markdown summary of the verdict: verdict and why, per-task table, effective config diff, regressed items."""
+def in_ci(environ: Mapping[str, str] | None = None) -> bool:
+    """True in a CI job: GitHub Actions sets ``GITHUB_ACTIONS=true``; it and most CI services set ``CI=true``."""
+    env = os.environ if environ is None else environ
+    return env.get("GITHUB_ACTIONS", "").lower() == "true" or env.get("CI", "").lower() in ("true", "1")
+
+
+def _report_where(report_link: str, run_dir: Path | None) -> str:
+    """Where the full report is: the job's artifacts in CI (``in_ci``), else the local run directory."""
+    if in_ci():
+        return f"`{_md(report_link)}` (in the job's artifacts)"
+    if run_dir is None:
+        return f"`{_md(report_link)}` (next to this file)"
+    return f"`{_md((run_dir / report_link).as_posix())}`"
+
+
+def render_markdown(doc: Doc, report_link: str = HTML_NAME, run_dir: Path | None = None) -> str:
+    """A Markdown summary of the verdict: verdict and why, per-task table, effective config diff, regressed items.
+    The full report is named as in the job's artifacts in CI, else by its path under ``run_dir`` (the run directory
+    written to; None: next to the summary)."""
     doc = as_verdict(doc)
     m = doc.manifest
     cand, base = _names(doc)
     limit = m.get("limit")
     size = "speed only (no quality suite ran)" if m.get("speed_only") else f"{limit if limit else 'all'} items per task"
+    words = model_words(doc)
     out = [f"## {_ICON.get(doc.verdict, chr(0x26a0))} evalgate {doc.verdict}: {_md(cand)} vs {_md(base)}", "",
-           f"Model {_md(m.get('model', '?'))}, {size}. "
-           f"Full diff report: `{_md(report_link)}` (in the job's artifacts).", ""]
+           f"{_md(words[:1].upper() + words[1:])}, {size}. "
+           f"Full diff report: {_report_where(report_link, run_dir)}.", ""]
     out += [f"- {_md(r)}" for r in doc.reasons]
+    note = demo_model_note(doc)
+    out += ["", f"_Note: {_md(note)}._"] if note else []
     out += ["", "| suite / task | n | baseline | candidate | \u0394 (pts) | CI | MDE | margin | regressed / improved "
             "| verdict |", "|---|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
     out += [_md_task_row(doc, t) for t in doc.tasks]
@@ -334,7 +357,7 @@ def write_outputs(doc: Doc, out_dir: Path) -> dict[str, Path]:
     paths = {"html": out_dir / HTML_NAME, "junit": out_dir / JUNIT_NAME, "markdown": out_dir / MARKDOWN_NAME}
     paths["html"].write_text(render_html(doc), encoding="utf-8")
     paths["junit"].write_text(render_junit(doc), encoding="utf-8")
-    paths["markdown"].write_text(render_markdown(doc), encoding="utf-8")
+    paths["markdown"].write_text(render_markdown(doc, run_dir=out_dir), encoding="utf-8")
     return paths
 
 

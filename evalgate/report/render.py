@@ -16,16 +16,18 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from evalgate.compare.reasoning import reasoning_line
 from evalgate.engine.device import describe as describe_device
-from evalgate.fmt import pts
+from evalgate.fmt import interval, num, pts, rule_text
 from evalgate.report.plot import delta_plot, kl_curve, sweep_plot, tradeoff_plot
 from evalgate.report.verdict import Verdict, as_verdict
 from evalgate.report.wording import (
     NO_OP_NOTE,
     SPEC_SOURCE_NOTE,
+    demo_model_note,
     floor_note,
     goodput_words,
     items_needed_short,
     latency_headline,
+    model_words,
     replay_line,
     shown_verdict,
     slo_rows,
@@ -64,6 +66,8 @@ def _env() -> Environment:
     env = Environment(loader=PackageLoader("evalgate.report", "templates"), autoescape=select_autoescape(default=True),
                       trim_blocks=True, lstrip_blocks=True)
     env.filters["pts"] = pts
+    env.filters["num"] = num
+    env.filters["rule_text"] = rule_text
     env.globals.update(
         highlight=_highlight, delta_plot=delta_plot, kl_curve=kl_curve, tradeoff_plot=tradeoff_plot,
         sweep_plot=sweep_plot, tradeoff_points=tradeoff_points, sweep_rows=sweep_rows, review_items=review_items,
@@ -115,16 +119,18 @@ def render_terminal(doc: Doc) -> str:
     doc = as_verdict(doc)
     head = (f"{'suite/task':34} {'n':>5} {'base':>6} {'cand':>6} {'delta':>6} {'CI':>15} {'MDE':>6} {'margin':>6}"
             "  verdict (rule)")
-    lines = [head, "-" * len(head)]
+    cand, base = doc.side("candidate").get("name", "candidate"), doc.side("baseline").get("name", "baseline")
+    lines = [f"{cand} vs {base}, {model_words(doc)}", head, "-" * len(head)]
     for t in doc.tasks:
-        ci = f"[{t.ci_low:+.1f}, {t.ci_high:+.1f}]"
-        mde = "n/a" if t.mde is None else f"{t.mde:.1f}"
+        ci = interval(t.ci_low, t.ci_high)
+        mde = pts(t.mde, signed=False)
         rule = f" ({t.rule.split(':')[0]})" if t.rule else ""
         shown = f"{t.verdict}{rule}"
         if shown_verdict(doc, t)[0] != t.verdict:
             shown = f"NO-OP, not gated (statistics: {t.verdict}{rule.replace(' (', ', ').rstrip(')')})"
-        lines.append(f"{t.suite + '/' + t.task:34} {t.n:>5} {t.baseline:>6.1f} {t.candidate:>6.1f} "
-                     f"{t.delta:>+6.1f} {ci:>15} {mde:>6} {t.margin:>6.1f}  {shown}")
+        lines.append(f"{t.suite + '/' + t.task:34} {t.n:>5} {pts(t.baseline, signed=False):>6} "
+                     f"{pts(t.candidate, signed=False):>6} {pts(t.delta):>6} {ci:>15} {mde:>6} "
+                     f"{pts(t.margin, signed=False):>6}  {shown}")
         if t.reasoning is not None:
             lines.append(f"  {reasoning_line(t.reasoning)}")
     if doc.speed is not None:
@@ -137,4 +143,7 @@ def render_terminal(doc: Doc) -> str:
     lines.append("")
     lines.append(f"VERDICT: {doc.verdict}")
     lines.extend(f"  - {r}" for r in doc.reasons)
+    note = demo_model_note(doc)
+    if note:
+        lines.append(f"note: {note}")
     return "\n".join(lines)

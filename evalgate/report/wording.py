@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from evalgate.fmt import rule_text
+from evalgate.models.embedded import HYBRID_MODEL
 from evalgate.report.verdict import SpeedBlock, SpeedGoodput, TaskVerdict, Verdict, as_task, as_verdict
 from evalgate.speed.speedup import PLANNING_POWER
 
@@ -21,6 +23,39 @@ NO_OP_NOTE = ("NO-OP: no task is gated, because the engine applied the same conf
 FLOOR_NOTE = ("\u2265N (floor): no item changed in this run, so there is no discordance to extrapolate from; N is not "
               "an estimate but the fewest items with which any run can be powered for the margin (the SE is never "
               "below 100/N), enough only if (almost) no item changes")
+
+
+DEMO_MODEL_NOTE = (f"{HYBRID_MODEL} is evalgate's embedded 5 M-parameter demo model: a PASS on it shows that the "
+                   "pipeline works, not that a model you serve keeps its quality; gate your own model with a config "
+                   "of your own (docs/guides/bring-your-own-data.md)")
+
+
+def side_models(doc: Doc) -> tuple[str | None, str | None]:
+    """``(baseline model, candidate model)`` as each side's config requested it (``manifest.<side>.requested.model``),
+    else the manifest's ``model`` (the candidate's; a compare's ``a → b``); None when not recorded."""
+    doc = as_verdict(doc)
+    fallback = doc.manifest.get("model")
+    models = []
+    for role in ("baseline", "candidate"):
+        requested = doc.side(role).get("requested")
+        model = requested.get("model") if isinstance(requested, Mapping) else None
+        models.append(str(model) if model is not None else None if fallback is None else str(fallback))
+    return models[0], models[1]
+
+
+def model_words(doc: Doc) -> str:
+    """``model M`` when both sides ran the same model, ``baseline model A, candidate model B`` when they differ."""
+    base, cand = side_models(doc)
+    if base is None and cand is None:
+        return "model not recorded"
+    if base is None or cand is None or base == cand:
+        return f"model {base or cand}"
+    return f"baseline model {base}, candidate model {cand}"
+
+
+def demo_model_note(doc: Doc) -> str | None:
+    """:data:`DEMO_MODEL_NOTE` when either side ran the embedded demo hybrid, else None."""
+    return DEMO_MODEL_NOTE if HYBRID_MODEL in side_models(doc) else None
 
 
 def speed_mde_note(speed: SpeedBlock) -> str:
@@ -51,9 +86,10 @@ def shown_verdict(doc: Doc, t: Task) -> tuple[str, str]:
     INCONCLUSIVE (power: MDE > margin)")``, so an under-powered task of a NO-OP run does not read as a problem.
     """
     doc, t = as_verdict(doc), as_task(t)
+    rule = rule_text(t.rule)
     if doc.verdict != "NO-OP":
-        return t.verdict, t.rule
-    return "NO-OP", f"not gated; statistics shown for information: {t.verdict}" + (f" ({t.rule})" if t.rule else "")
+        return t.verdict, rule
+    return "NO-OP", f"not gated; statistics shown for information: {t.verdict}" + (f" ({rule})" if rule else "")
 
 
 def items_needed_short(t: Task) -> str | None:

@@ -27,6 +27,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from evalgate.fmt import num
 from evalgate.speed.block import SpeedBlock
 
 __all__ = ["SECONDS_PER_HOUR", "TOKENS_PER_MILLION", "break_even_utilisation", "cost_ratio_interval",
@@ -148,11 +149,10 @@ def economics_block(speed: SpeedBlock | None, settings: Mapping[str, Any] | None
 
 
 def pct(x: float | None) -> str:
-    """A signed share as a percentage with the typographic minus: ``−26 %``, ``+4 %``."""
+    """A signed share as a percentage, signed as ``evalgate.fmt.num`` signs: ``−26 %``, ``+4 %``, ``0 %``."""
     if x is None:
         return "n/a"
-    s = f"{100 * x:+.0f} %"
-    return s.replace("-", "\u2212")
+    return f"{num(100 * x, 0)} %"
 
 
 def usd(x: float | None) -> str:

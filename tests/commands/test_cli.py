@@ -119,7 +119,8 @@ def test_list_names_each_baseline_as_run_resolves_it(tmp_path: Path, capsys: pyt
              "dangling": "model: org/x\nbaseline: nosuch",
              "fam/baseline": "model: org/fam",
              "fam/cand": "extends: baseline",  # next to the file first: fam/baseline, not the root baseline
-             "fam/vs-other": "model: org/fam\nbaseline: other"}  # none next to it: configs/other.yaml
+             "fam/vs-other": "model: org/fam\nbaseline: other",  # none next to it: configs/other.yaml
+             "fam/a-config-name-longer-than-24": "extends: baseline"}
     for name, text in files.items():
         (configs / f"{name}.yaml").write_text(f"{text}\ndescription: about {name}\n")
     (tmp_path / "suites").mkdir()
@@ -131,9 +132,15 @@ def test_list_names_each_baseline_as_run_resolves_it(tmp_path: Path, capsys: pyt
         assert rest.endswith(f" about {name.strip()}"), ln
         rows[name.strip()] = rest[:-len(f" about {name.strip()}")].strip()
     assert rows == {"baseline": "-", "cand": "baseline", "other": "-", "dangling": "nosuch (unresolved)",
-                    "fam/baseline": "-", "fam/cand": "fam/baseline", "fam/vs-other": "other"}
-    # Every description starts in one column, after the longest baseline name.
+                    "fam/baseline": "-", "fam/cand": "fam/baseline", "fam/vs-other": "other",
+                    "fam/a-config-name-longer-than-24": "fam/baseline"}
+    # Columns as wide as their longest entry: every "vs" in one column after the longest name (not a fixed 24), and
+    # every description in one column after the longest baseline name, two spaces after it.
+    assert len({ln.index(" vs ") for ln in lines}) == 1
     assert len({ln.index(" about ") for ln in lines}) == 1
+    longest = next(ln for ln in lines if "longer-than-24" in ln)
+    assert longest.startswith("  fam/a-config-name-longer-than-24  vs ")
+    assert next(ln for ln in lines if "nosuch" in ln).endswith("nosuch (unresolved)  about dangling")
     # The shipped families: their candidates are gated against the family's own baseline.
     assert cli.main(["list", "--configs-dir", str(Path(__file__).resolve().parents[2] / "configs"),
                      "--suites-dir", str(tmp_path / "suites")]) == 0

@@ -92,6 +92,29 @@ def test_cli_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatc
     assert main(["plan", "--config", "bf16", "--margin", "0", "--from", str(run)]) == 2
 
 
+def test_plan_from_a_pilot_defaults_to_the_gates_margins(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base, cand = _pilot()
+    thr = Thresholds(alpha=0.05, default_margin=2.0)
+    planned = {p.task: p for p in plan_tasks(base, cand, thr.policy(None), margin=None)}
+    explicit = {p.task: p for p in plan_tasks(base, cand, thr.policy(None), margin=2.0)}
+    assert {t: p.margin for t, p in planned.items()} == {"a": 2.0, "b": 2.0} and planned == explicit
+    run = tmp_path / "run"
+    _write_pilot(run)
+    (tmp_path / "thresholds.yaml").write_text("alpha: 0.05\ndefault: {margin: 2.0}\nsuites: {s: {margin: 7.0}}\n")
+    thresholds = ["--thresholds", str(tmp_path / "thresholds.yaml")]
+    assert main(["plan", "--config", "x", "--from", str(run), *thresholds]) == 0
+    out = capsys.readouterr().out
+    assert "margin: each task's own, as the gate applies it (no --margin), from " in out
+    assert "7 pts for a (suites.s.margin); 2 pts for b (default.margin)" in out
+
+    def row(text: str, task: str) -> str:
+        return next(line for line in text.splitlines() if line.startswith(task + " "))
+
+    for task, margin in (("s/a", "7"), ("f/b", "2")):  # each row as --margin would plan it for that task alone
+        assert main(["plan", "--config", "x", "--from", str(run), "--margin", margin, *thresholds]) == 0
+        assert row(out, task) == row(capsys.readouterr().out, task)
+
+
 def test_cli_plan_refuses_a_pilot_of_another_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "runs" / "mtp1-20260101T000000Z"
     _write_pilot(run, "mtp1")

@@ -130,3 +130,28 @@ def test_plan_from_a_pilot_adds_the_full_size_table(tmp_path: Path, capsys: pyte
     row = _row(out, "s/a")
     # the pilot's model (manifest) picks the recorded accuracy; MDE of all 400 items at 2/40 discordance
     assert row[:5] == ["s/a", "90.0%", "400", f"{K * 100 * math.sqrt(0.05 / 400):.2f}", "2"]
+
+
+def test_plan_defaults_to_each_tasks_margin_from_the_thresholds(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --margin, each task is planned for the margin the gate would apply to the config, and a line says
+    which margin that is and which key of which file set it; --margin still applies one margin to every task."""
+    monkeypatch.setenv("EVALGATE_SUITES", str(_suites(tmp_path / "suites")))
+    monkeypatch.chdir(tmp_path)
+    cfgs = _configs(tmp_path / "configs")
+    thr = tmp_path / "thresholds.yaml"
+    thr.write_text("alpha: 0.05\npower: 0.8\ndefault: {margin: 2.0}\n"
+                   "configs:\n  cand: {margin: 3.0, tasks: {b: {margin: 5.0}}}\n")
+    assert main(["plan", "--config", "cand", "--assume-discordance", "0.03", "--thresholds", str(thr), *cfgs]) == 0
+    out = capsys.readouterr().out
+    assert "items needed for each task's margin" in out
+    assert (f"margin: each task's own, as the gate applies it (no --margin), from {thr}: 3 pts for a "
+            "(configs.cand.margin); 5 pts for b (configs.cand.tasks.b.margin)") in out
+    plan_table = out.split("\nat full size", 1)[0]
+    assert _row(plan_table, "s/a") == ["s/a", "0.05", str(_least_items(0.03, 3.0)), "400"]
+    assert _row(plan_table, "s/b") == ["s/b", "0.05", str(_least_items(0.03, 5.0)), "100"]
+    assert main(["plan", "--config", "cand", "--margin", "4", "--assume-discordance", "0.03", "--thresholds", str(thr),
+                 *cfgs]) == 0
+    out = capsys.readouterr().out
+    assert "margin: 4 pts for every task (--margin)" in out
+    assert _row(out.split("\nat full size", 1)[0], "s/b")[2] == str(_least_items(0.03, 4.0))

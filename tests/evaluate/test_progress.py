@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import time
 from pathlib import Path
 
@@ -96,3 +97,36 @@ def test_lines_per_suite_when_stderr_is_not_a_terminal(tmp_path: Path, monkeypat
         "evalgate: baseline fp32: suite finance started (4 tasks)",
         "evalgate: baseline fp32: suite finance done: 20 items, 7.0 s",
     ]
+
+
+def test_a_pipe_hears_a_heartbeat_while_a_suite_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Not a terminal, and a suite runs for minutes without a line of its own: every HEARTBEAT_S seconds one plain line
+    names the phase, how long it has run and the engine's queue, so a CI log shows the run is alive."""
+    monkeypatch.setattr(progress, "POLL_S", 0.01)
+    monkeypatch.setattr(progress, "HEARTBEAT_S", 0.2)
+    log = tmp_path / "w.log"
+    with progress.engine_progress(log, "baseline fp32", ["docparse"]):
+        log.write_text("evalgate: engine started in 31.5 s; effective config: {}\n"
+                       "evalgate: suite docparse started (2 tasks)\n"
+                       "INFO Engine 000: Running: 4 reqs, Waiting: 2 reqs\n")
+        seen = ""
+        deadline = time.monotonic() + 5
+        while "still working" not in seen and time.monotonic() < deadline:
+            time.sleep(0.02)
+            seen += capsys.readouterr().err
+    lines = seen.splitlines()
+    assert lines[:2] == ["evalgate: baseline fp32: engine started (31.5 s)",
+                         "evalgate: baseline fp32: suite docparse started (2 tasks)"]
+    assert re.fullmatch(r"evalgate: baseline fp32: still working: suite docparse running \(\d+ s; engine queue: 4 "
+                        r"running, 2 waiting\)", lines[2]), lines[2]
+    assert "|" not in seen and "\r" not in seen  # plain lines, not a bar
+
+
+def test_no_heartbeat_before_its_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(progress, "POLL_S", 0.01)
+    with progress.engine_progress(tmp_path / "w.log", "candidate bf16", ["docparse"]):
+        time.sleep(0.1)  # HEARTBEAT_S is a minute
+    assert capsys.readouterr().err == ""
+    assert [progress._duration(s) for s in (42, 365, 3720)] == ["42 s", "6 min 5 s", "1 h 2 min"]

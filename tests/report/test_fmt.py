@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from evalgate.fmt import MINUS, decimals_apart, finite, interval, json_number, num, p_value, pts, ratio
+from evalgate.fmt import MINUS, decimals_apart, finite, interval, json_number, num, p_value, pts, ratio, rule_text
 
 
 def test_points_use_a_real_minus_and_no_sign_on_zero() -> None:
@@ -24,3 +24,11 @@ def test_p_values_ratios_and_json_numbers() -> None:
     assert ratio(1.234) == "1.23" and ratio(None) == "n/a" == ratio(math.inf)
     assert finite(3) == 3.0 and finite("3") is None and finite(math.nan) is None
     assert json_number(math.nan) is None and json_number(None) is None and json_number(0.5) == 0.5
+
+
+def test_rules_read_with_the_same_signs() -> None:
+    assert rule_text("non-inferiority: LB >= -margin and MDE <= margin") == (
+        f"non-inferiority: LB \u2265 {MINUS}margin and MDE \u2264 margin")
+    assert rule_text("loss shown: LB < -margin and loss test significant (Holm)") == (
+        f"loss shown: LB < {MINUS}margin and loss test significant (Holm)")
+    assert rule_text("power: MDE > margin") == "power: MDE > margin" and rule_text("") == ""

@@ -40,6 +40,30 @@ def test_junit_has_one_case_per_task_and_a_failure_with_delta_ci_and_margin() ->
     assert "pwned" not in render_junit(doc)
 
 
+def _with_models(doc: dict, base: str, cand: str) -> dict:
+    """``doc`` whose sides requested ``base`` and ``cand`` (the manifest's ``model`` is the candidate's)."""
+    m = doc["manifest"]
+    sides = {role: {**m[role], "requested": {**m[role].get("requested", {}), "model": model}}
+             for role, model in (("baseline", base), ("candidate", cand))}
+    return {**doc, "manifest": {**m, "model": cand, **sides}}
+
+
+def test_terminal_and_summary_name_the_model_and_the_demo_note() -> None:
+    from evalgate.report.render import render_terminal
+
+    doc = _with_models(blocking_document(), "embedded:nemotron-h-tiny", "embedded:nemotron-h-tiny")
+    terminal, md = render_terminal(doc), render_markdown(doc)
+    assert terminal.splitlines()[0] == "cand vs baseline, model embedded:nemotron-h-tiny"
+    assert "Model embedded:nemotron-h-tiny, all items per task." in md
+    for text in (terminal, md):  # the embedded demo hybrid: a PASS on it proves the pipeline, not a model
+        assert "5 M-parameter demo model" in text and "not that a model you serve keeps its quality" in text
+    other = _with_models(blocking_document(), "/models/base", "/models/noisy")
+    terminal, md = render_terminal(other), render_markdown(other)
+    assert terminal.splitlines()[0] == "cand vs baseline, baseline model /models/base, candidate model /models/noisy"
+    assert "Baseline model /models/base, candidate model /models/noisy, all items per task." in md
+    assert "demo model" not in terminal + md
+
+
 def test_junit_marks_every_task_skipped_under_no_op() -> None:
     base = {"t": task("t", "s", ["a"] * 4, [1.0] * 4)}
     doc = document(base, base, same_config=True)
@@ -68,6 +92,22 @@ def test_write_outputs_and_error_outputs(tmp_path: Path) -> None:
     root = ET.fromstring(err["junit"].read_text())
     assert root.get("errors") == "1" and next(root.iter("error")).get("message").endswith("<&>")
     assert "ERROR: x (exit 3)" in err["markdown"].read_text()
+
+
+def test_summary_names_the_job_artifacts_only_in_ci(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from evalgate.report.outputs import in_ci
+
+    for var in ("CI", "GITHUB_ACTIONS"):
+        monkeypatch.delenv(var, raising=False)
+    run = tmp_path / "runs" / "cand-20260101T000000Z"
+    write_outputs(blocking_document(), run)
+    local = (run / MARKDOWN_NAME).read_text()
+    assert f"Full diff report: `{run.as_posix()}/report.html`." in local and "artifacts" not in local
+    assert "(next to this file)" in render_markdown(blocking_document())
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    write_outputs(blocking_document(), run)
+    assert "Full diff report: `report.html` (in the job's artifacts)." in (run / MARKDOWN_NAME).read_text()
+    assert in_ci({"CI": "true"}) and in_ci({"CI": "1"}) and not in_ci({}) and not in_ci({"CI": "false"})
 
 
 def test_review_order_is_regressions_then_improvements_then_changed_outputs() -> None:
@@ -199,7 +239,7 @@ def test_no_op_tasks_are_shown_as_not_gated_with_their_statistics_for_informatio
     assert "| **NO-OP** (not gated; statistics: INCONCLUSIVE) |" in md and "**INCONCLUSIVE**" not in md
     assert NO_OP_NOTE in md and "(floor)" not in md
     terminal = render_terminal(doc)
-    assert terminal.splitlines()[2].endswith("  NO-OP, not gated (statistics: INCONCLUSIVE, power)")
+    assert terminal.splitlines()[3].endswith("  NO-OP, not gated (statistics: INCONCLUSIVE, power)")
     svg = delta_plot(doc)
     assert "not gated  \u0394 0.0" in svg and "#9a6700" not in svg  # grey, not the INCONCLUSIVE amber
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from evalgate.compare.pairing import compare_tasks
+from evalgate.fmt import MINUS, pts
 from evalgate.gate import decide
 from evalgate.inputs.thresholds import Thresholds
 from evalgate.report.render import render_html, render_terminal
@@ -64,8 +65,34 @@ def test_terminal_table_has_one_row_per_task_and_the_verdict() -> None:
     doc = _doc(base, cand, ["x"] * 50)
     text = render_terminal(doc)
     assert doc["verdict"] == "BLOCK"
-    assert "s/t" in text and text.splitlines()[4] == "VERDICT: BLOCK"
-    assert f"{doc['tasks'][0]['delta']:+.1f}" in text
+    assert "s/t" in text and text.splitlines()[5] == "VERDICT: BLOCK"
+    assert f" {pts(doc['tasks'][0]['delta'])} " in text and "-" not in text.splitlines()[3]
+
+
+def test_terminal_table_signs_numbers_as_the_reasons_do() -> None:
+    """One signed-number format (evalgate.fmt) in the table and the reasons: a real minus, + on a positive Δ, zero
+    unsigned."""
+    tie = _doc([1.0, 0.0] * 20, [1.0, 0.0] * 20, ["ok"] * 40)  # nothing changes: Δ 0 (the interval is the SE floor's)
+    row = render_terminal(tie).splitlines()[3]
+    assert "    0.0 " in row and f"[{MINUS}4.0, +4.0]" in row and "+0.0" not in row and "-" not in row
+    assert f"\u0394 0.0, 90% CI [{MINUS}4.0, +4.0]" in render_terminal(tie)  # the reason, the same way
+    loss = _doc([1.0] * 40, [0.0] * 4 + [1.0] * 36, ["x"] * 40)  # Δ −10.0
+    row = render_terminal(loss).splitlines()[3]
+    assert f" {MINUS}10.0 " in row and f"[{MINUS}20.5, {MINUS}1.7]" in row and "-" not in row
+    assert f"\u0394 {MINUS}10.0, 90% CI [{MINUS}" in render_terminal(loss)
+
+
+def test_report_shows_rules_and_position_deltas_in_the_same_format() -> None:
+    doc = _doc([1.0] * 40, [0.0] * 10 + [1.0] * 30, ["x"] * 40)  # 10 of 40 lost: BLOCK
+    assert doc["tasks"][0]["rule"] == "loss shown: LB < -margin and loss test significant (Holm)"  # ASCII data
+    health = {"n": 40, "truncated": 0.0, "empty": 0.0}
+    doc["tasks"][0]["evidence"] = {"divergence": {"n": 40, "identical_share": 0.75},
+                                   "health": {"baseline": health, "candidate": health}, "by_position": [
+        {"lo": 0, "hi": 256, "reaching": 40, "scored": True, "baseline": 99.3, "candidate": 99.1, "delta": -0.2},
+        {"lo": 256, "hi": None, "reaching": 40, "scored": True, "baseline": 50.0, "candidate": 50.0, "delta": 0.0}]}
+    html = render_html(doc)
+    assert f"LB &lt; {MINUS}margin and loss test" in html and "-margin" not in html
+    assert f"<td>{MINUS}0.2</td>" in html and "<td>-0.2</td>" not in html and "<td>+0.0</td>" not in html
 
 
 def test_kl_curve_plots_each_position_on_a_log_axis_and_escapes_names() -> None:

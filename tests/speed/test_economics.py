@@ -125,7 +125,7 @@ def test_api_cheaper_even_at_full_load() -> None:
     (lv,) = block["levels"]
     assert lv["candidate"]["break_even_utilisation"] == pytest.approx(5.0)
     assert lv["cost_change_low"] is None and lv["cost_change_high"] is None  # one repeat: no interval
-    assert economics_lines(block)[1] == ("c=1: $10.00 \u2192 $10.00 per M output tokens (+0 %); API cheaper even at "
+    assert economics_lines(block)[1] == ("c=1: $10.00 \u2192 $10.00 per M output tokens (0 %); API cheaper even at "
                                          "100 % utilisation")
 
 

@@ -238,6 +238,42 @@ def test_cli_page_has_every_command_and_option_with_its_default_and_help() -> No
     assert "--assume-discordance P" in sections["evalgate plan"] and "{all,alone,cumulative}" in sections["evalgate ablate"]
 
 
+def _usage_block(text: str, after: str) -> str:
+    """The first fenced block after the line ``after`` (the hand-written command summary)."""
+    rest = text[text.index(after):]
+    start = rest.index("```\n") + 4
+    return rest[start:rest.index("```", start)]
+
+
+def test_command_summaries_of_the_readme_and_the_cli_page_list_every_option() -> None:
+    """The hand-written summary (README's "Commands", the CLI page's top) names every option of every command of the
+    parser, as ``evalgate <command> --help`` lists them, and reads the same in both places."""
+    readme = _usage_block(README.read_text(encoding="utf-8"), "## Commands")
+    page = _usage_block((DOCS / "reference" / "cli.md").read_text(encoding="utf-8"), "# Command line")
+    assert readme == page
+    commands = _commands(build_parser())
+    by_command: dict[str, str] = {}
+    current = None
+    for line in page.splitlines():
+        if line.startswith("evalgate"):
+            words = line.split()
+            current = max((c for c in commands if words[:len(c.split())] == c.split()), key=len)
+        assert current is not None, line
+        by_command[current] = by_command.get(current, "") + " " + line.split("#")[0]
+    missing = []
+    for name, parser in commands.items():
+        if parser._subparsers is not None and name != "evalgate":
+            continue  # "evalgate model": its subcommand's line names it
+        text = by_command.get(name, "")
+        for action in parser._actions:
+            if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+                continue
+            spelled = [o for o in action.option_strings if o.startswith("--")] or [action.metavar or action.dest]
+            if not any(re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", text) for o in spelled):
+                missing.append(f"{name}: {spelled[0]}")
+    assert missing == []
+
+
 def test_an_unknown_generated_marker_names_the_page() -> None:
     with pytest.raises(ValueError, match=r"guide\.md: <!-- generated: cli-keys -->: no such generated table"):
         HOOKS.expand("text\n<!-- generated: cli-keys -->\n", "guide.md")
@@ -252,21 +288,26 @@ def _markdown_files() -> list[Path]:
 
 
 def test_relative_links_from_the_readme_and_docs_point_at_files() -> None:
-    """Every relative Markdown link of the README and the docs names a file that exists: the README's into docs/,
-    a page's to another page or to ``../results/...`` (``benchmarks/results/`` as the site mounts it)."""
+    """Every relative Markdown link of the README and the docs names a file that exists where the Markdown lies (as
+    GitHub resolves it): the README's into docs/, a page's to another page or to a file under benchmarks/results/
+    by its real place (never the site-only ``../results/``; the site rewrites those links, ``hooks.site_links``)."""
     broken = []
     for md in _markdown_files():
         for target in re.findall(r"\]\(([^)\s]+)\)", md.read_text(encoding="utf-8")):
             path = target.split("#")[0]
             if not path or "://" in path:
                 continue
-            base = md.parent / path
-            if md.parent != ROOT and path.startswith("../") and "results/" in path:
-                rel = (md.parent / path).resolve().relative_to(DOCS.resolve())
-                base = ROOT / "benchmarks" / rel
-            if not base.exists():
+            if not (md.parent / path).exists():
                 broken.append(f"{md.relative_to(ROOT)}: {target}")
     assert broken == []
+
+
+def test_links_to_dated_results_point_at_the_sites_copies() -> None:
+    page = "see [the run](../../benchmarks/results/cpu-mainjob-s5/README.md) and [x](../guides/ci.md)"
+    assert HOOKS.site_links(page, "measurements/index.md") == (
+        "see [the run](../results/cpu-mainjob-s5/README.md) and [x](../guides/ci.md)")
+    assert HOOKS.site_links("[r](../benchmarks/results/a.json)", "tutorial.md") == "[r](results/a.json)"
+    assert (ROOT / "benchmarks/results/cpu-mainjob-s5/README.md").is_file()
 
 
 def test_code_paths_named_in_the_docs_exist() -> None:
