@@ -382,6 +382,23 @@ def repeats_words(p: dict[str, Any], interleaved: bool = False) -> str:
     return text + (f" within {float(p['max_seconds']):g} s" if p.get("max_seconds") is not None else "")
 
 
+def window_words(sides: dict[str, Any]) -> str:
+    """How the timed passes were timed, from the repeat records in ``SpeedBlock.sides`` (``sides[role]["runs"]``):
+    ``each pass over its steady-state window (fill and drain excluded)`` when every offline pass had one
+    (``worker.throughput.steady_window``), ``each pass whole`` when none had, ``7 of 12 passes over their
+    steady-state window, the rest whole`` when some had; "" without repeat records."""
+    runs = [r for side in sides.values() if isinstance(side, dict) for r in side.get("runs") or []
+            if isinstance(r, dict)]
+    if not runs:
+        return ""
+    windowed = sum(1 for r in runs if isinstance(r.get("window"), dict))
+    if windowed == len(runs):
+        return "each pass over its steady-state window (fill and drain excluded)"
+    if windowed == 0:
+        return "each pass whole"
+    return f"{windowed} of {len(runs)} passes over their steady-state window, the rest whole"
+
+
 def repeats_note(need: int | None) -> str:
     """``needs ≈6 repeats in all`` (``repeats_needed`` of an unresolved level, at this spread), ``needs > 100
     repeats`` past the cap, or "" when there is nothing to say (resolved, not estimable, or not an integer)."""

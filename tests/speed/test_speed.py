@@ -401,6 +401,23 @@ def test_speed_mde_and_repeats_needed_reach_markdown_html_and_the_headline() -> 
     assert "needs ≈6 repeats" not in old and "<td>n/a</td>" in old and "power at the spread" not in old
 
 
+def test_the_report_says_how_the_passes_were_timed() -> None:
+    """Whole passes (the fake workers' records have no window), steady windows on every pass, or some of each."""
+    from evalgate.report.render import render_html
+    from evalgate.speed.speedup import window_words
+
+    doc = _doc_with_speed()
+    assert "; each pass whole). Device:" in render_html(doc)
+    window = {"start_s": 1.0, "end_s": 3.0, "output_tokens": 40, "finished": 16, "output_tok_s": 20.0}
+    for side in doc["speed"]["sides"].values():
+        for run in side["runs"]:
+            run["window"] = window
+    assert "; each pass over its steady-state window (fill and drain excluded)). Device:" in render_html(doc)
+    del doc["speed"]["sides"]["baseline"]["runs"][0]["window"]
+    assert window_words(doc["speed"]["sides"]) == "5 of 6 passes over their steady-state window, the rest whole"
+    assert window_words({}) == "" and window_words({"baseline": {"device": "x"}}) == ""
+
+
 def test_min_speedup_blocks_through_the_document() -> None:
     import xml.etree.ElementTree as ET
 
