@@ -259,7 +259,8 @@ class EngineJob:
         t0 = time.monotonic()
         kwargs = dict(limit=self.options.limit, store=ResultStore(evalgate_home() / "store"), log_path=log_path,
                       timeout_s=self.options.timeout, reference=reference, logprob_items=self.options.logprob_items)
-        with engine_progress(log_path, f"{role} {cfg.name}", [s.name for s in self.suites]):
+        label = role if cfg.name == role else f"{role} {cfg.name}"  # not "baseline baseline"
+        with engine_progress(log_path, label, [s.name for s in self.suites]):
             keep = self.replay is not None or (self.profile is not None and self.profile.mode != "serve")
             if not keep:  # serve mode starts servers of its own
                 run = runner.evaluate_config(cfg, self.suites, **kwargs)
