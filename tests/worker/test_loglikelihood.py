@@ -171,7 +171,7 @@ def test_report_shows_the_choices_escaped() -> None:
                                   "gold": True}
     html = render_html(doc)
     assert "<b>12</b>" not in html and "&lt;b&gt;12&lt;/b&gt;" in html
-    assert "-2.5000" in html and "-1.5000" in html  # the candidate's log-prob and its change
+    assert "\u22122.5000" in html and "\u22121.5000" in html  # the candidate's log-prob and its change, real minus
 
 
 # ---------------------------------------------------------------- engine: the adapter on the embedded hybrid

@@ -87,4 +87,4 @@ def test_verdict_and_report_carry_the_position_table() -> None:
     assert rows[3]["delta"] == -25.0 and rows[3]["identical_share"] == 0.75
     html = render_html(doc)
     assert 'id="by-position"' in html
-    assert "1024+<" in html and "512–1024<" in html and "-25.0" in html and "75%" in html
+    assert "1024+<" in html and "512–1024<" in html and "\u221225.0" in html and "75%" in html
