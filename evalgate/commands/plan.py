@@ -5,11 +5,14 @@ one), against the items its suite holds. Prints; decides nothing (the statistics
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evalgate.compare.pairing import plan_tasks
+from evalgate.compare.pairing import TaskPlan, plan_tasks
 from evalgate.compare.power import items_floor, items_needed_at_discordance, mde_at_discordance, z_sum
+from evalgate.engine.device import describe
 from evalgate.errors import ConfigError, EvalgateError
 from evalgate.inputs.config import _find, load_config
 from evalgate.inputs.thresholds import ConfigPolicy, load_thresholds
@@ -129,11 +132,121 @@ def _plan_from_pilot(config: str, name: str, margin: float | None, policy: Confi
     for task, why in unknown.items():
         print(f"{task}: suite size unknown ({why}); cannot check the items needed against it")
     _print_floors(plans)
-    manifest = pilot / "manifest.json"
-    model = read_json(manifest, "run manifest").get("model") if manifest.is_file() else None
+    manifest_path = pilot / "manifest.json"
+    manifest = read_json(manifest_path, "run manifest") if manifest_path.is_file() else None
+    manifest = manifest if isinstance(manifest, dict) else {}
     print(f"\nat full size, MDE extrapolated from the pilot's discordance (power {policy.power:g}):")
     _print_full_size([(t.suite, t.task, t.available, t.min_margin) for t in plans],
-                     model or _config_model(config, configs_dir), policy)
+                     manifest.get("model") or _config_model(config, configs_dir), policy)
+    timings = manifest.get("timings")
+    if isinstance(timings, dict):
+        device = manifest.get("candidate", {}).get("device") if isinstance(manifest.get("candidate"), dict) else None
+        _print_cost(pilot_cost(plans, timings), describe(device if isinstance(device, dict) else None))
+    else:
+        print(f"\ncost: the pilot has no manifest with timings ({manifest_path}); cannot state what a run costs")
+
+
+@dataclass(frozen=True)
+class SuiteCost:
+    """What one suite cost one side in a pilot, and what it would cost at the planned and at full size.
+
+    Attributes:
+        role: ``"baseline"`` or ``"candidate"``.
+        suite: the suite's name.
+        items: the pilot's items of the suite (its tasks' n summed).
+        generation_s: the pilot's seconds of generation, scoring and sandbox for the suite on that side (the worker's
+            ``suite:<name>`` timing); None when the side took the suite from the store (nothing was measured).
+        evidence_s: the pilot's seconds of evidence (``logprobs:<name>``: decode-time and teacher-forced); None with
+            ``generation_s``.
+        planned_items: items a run at each task's items needed would gate (capped at its suite's size; a task
+            without a figure keeps the pilot's n).
+        full_items: items of the whole suite (None when a task's suite size is unknown).
+    """
+
+    role: str
+    suite: str
+    items: int
+    generation_s: float | None
+    evidence_s: float | None
+    planned_items: int
+    full_items: int | None
+
+    @property
+    def seconds(self) -> float | None:
+        """The pilot's seconds for the suite on that side (None when not measured)."""
+        return None if self.generation_s is None else self.generation_s + (self.evidence_s or 0.0)
+
+    @property
+    def per_item(self) -> float | None:
+        """Generation seconds per item in the pilot (None when not measured or no items)."""
+        return None if self.generation_s is None or self.items == 0 else self.generation_s / self.items
+
+    def projected(self, items: int | None) -> float | None:
+        """Seconds for a run of ``items`` items: generation at the pilot's seconds per item (linear in items) plus
+        the pilot's evidence seconds, held (teacher forcing covers the first ``--logprob-items`` items of each task,
+        so it stops growing with items once the pilot reached them); None when either is unknown."""
+        rate = self.per_item
+        return None if rate is None or items is None else rate * items + (self.evidence_s or 0.0)
+
+
+def pilot_cost(plans: Sequence[TaskPlan], timings: Mapping[str, Any]) -> list[SuiteCost]:
+    """Per side and suite, what the pilot cost and what a planned or full-size run would cost (``SuiteCost.projected``:
+    generation linear in items from the pilot's own seconds per item, evidence held; engine start excluded).
+
+    Args:
+        plans: ``compare.pairing.plan_tasks``'s plans (one per task; ``n``, ``items_needed``, ``available``).
+        timings: the pilot's ``manifest.json`` ``timings`` (seconds): ``<role>:suite:<suite>`` and
+            ``<role>:logprobs:<suite>`` as ``jobs.EngineJob`` records them; a suite a side took from the store has
+            them at 0.0 (not measured), a run made before they were recorded lacks them.
+    Returns:
+        One :class:`SuiteCost` per (role, suite), baseline first, suites in ``plans``' order.
+    """
+    suites: dict[str, list[TaskPlan]] = {}
+    for t in plans:
+        suites.setdefault(t.suite, []).append(t)
+    rows = []
+    for role in ("baseline", "candidate"):
+        for suite, tasks in suites.items():
+            gen, ev = timings.get(f"{role}:suite:{suite}"), timings.get(f"{role}:logprobs:{suite}")
+            measured = isinstance(gen, (int, float)) and gen > 0
+            evidence = float(ev) if measured and isinstance(ev, (int, float)) else 0.0
+            planned = sum(t.n if t.items_needed is None else
+                          (t.items_needed if t.available is None else min(t.items_needed, t.available)) for t in tasks)
+            full = None if any(t.available is None for t in tasks) else sum(int(t.available or 0) for t in tasks)
+            rows.append(SuiteCost(role, suite, sum(t.n for t in tasks), float(gen) if measured else None,
+                                  evidence if measured else None, planned, full))
+    return rows
+
+
+def _print_cost(rows: list[SuiteCost], device: str) -> None:
+    """The cost table of ``pilot_cost`` and the totals, with the machine the pilot ran on."""
+    print(f"\ncost: seconds per side and suite, measured in the pilot on {device}; a planned or full-size run is "
+          "the pilot's generation seconds per item times its items, plus the pilot's evidence seconds (engine starts "
+          "not included; another host or load changes every figure)")
+    print(f"{'side/suite':34} {'items':>6} {'s':>8} {'evidence s':>10} {'s/item':>7} {'planned items':>13} "
+          f"{'planned s':>9} {'full items':>10} {'full s':>8}")
+
+    def sec(x: float | None) -> str:
+        return "-" if x is None else f"{x:.1f}"
+
+    for r in rows:
+        print(f"{r.role + '/' + r.suite:34} {r.items:>6} {sec(r.seconds):>8} {sec(r.evidence_s):>10} "
+              f"{'-' if r.per_item is None else f'{r.per_item:.2f}':>7} {r.planned_items:>13} "
+              f"{sec(r.projected(r.planned_items)):>9} {'?' if r.full_items is None else r.full_items:>10} "
+              f"{sec(r.projected(r.full_items)):>8}")
+    measured = [r for r in rows if r.seconds is not None]
+    if len(measured) < len(rows):
+        print("not measured in the pilot (taken from the store, or a run made before suite timings were recorded): "
+              f"{', '.join(f'{r.role}/{r.suite}' for r in rows if r.seconds is None)}; the totals leave them out")
+    if not measured:
+        return
+    for what, size in (("planned run", "planned_items"), ("full-size run", "full_items")):
+        parts = [r.projected(getattr(r, size)) for r in measured]
+        if any(p is None for p in parts):
+            print(f"{what}: a suite's size is unknown; no total")
+            continue
+        print(f"{what}: about {sum(p for p in parts if p is not None) / 60:.1f} min of suite time, both sides "
+              f"(the pilot's: {sum(r.seconds or 0.0 for r in measured) / 60:.1f} min)")
 
 
 def _print_plans(plans: list[Any]) -> None:

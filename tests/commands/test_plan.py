@@ -10,7 +10,8 @@ import pytest
 from scipy.stats import norm
 
 from evalgate.cli import main
-from evalgate.compare.pairing import compare_tasks, plan_tasks
+from evalgate.commands.plan import pilot_cost
+from evalgate.compare.pairing import TaskPlan, compare_tasks, plan_tasks
 from evalgate.inputs.thresholds import Thresholds
 from evalgate.results.records import ItemResult, TaskResult
 from evalgate.results.store import tasks_from_json, tasks_to_json, write_json_atomic
@@ -243,3 +244,55 @@ def test_cli_plan_floor_beyond_the_suite(tmp_path: Path, capsys: pytest.CaptureF
     assert least == 1.3
     assert ("s/a: needs at least 249 items; suite has 200: cannot be powered at a 1-point margin; raise the margin to "
             "1.3 pts or more (the whole suite's MDE if no item changes) or add items") in out
+
+
+def _plan_row(suite: str, task: str, n: int, needed: int | None, available: int | None) -> TaskPlan:
+    return TaskPlan(suite=suite, task=task, n=n, n_clusters=n, changed=1, alpha=0.05, power=0.8, margin=3.0, se=1.0,
+                    mde=2.5, items_needed=needed, clusters_needed=None, basis="discordance", available=available)
+
+
+def test_pilot_cost_extrapolates_generation_per_item_and_holds_the_evidence() -> None:
+    plans = [_plan_row("s", "a", 40, 100, 80), _plan_row("s", "c", 40, None, 200), _plan_row("f", "b", 20, 30, None)]
+    timings = {"baseline:suite:s": 80.0, "baseline:logprobs:s": 8.0, "candidate:suite:s": 120.0,
+               "candidate:logprobs:s": 10.0, "baseline:suite:f": 0.0, "baseline:logprobs:f": 0.0,  # f: from the store
+               "candidate:suite:f": 30.0, "baseline:total": 999.0}
+    rows = {(r.role, r.suite): r for r in pilot_cost(plans, timings)}
+    assert list(rows) == [("baseline", "s"), ("baseline", "f"), ("candidate", "s"), ("candidate", "f")]
+    bs, bf, cs, cf = rows.values()
+    # s: 80 pilot items; planned = min(100, 80) for a + the pilot's 40 for c (no figure); full = 80 + 200.
+    assert (bs.items, bs.planned_items, bs.full_items) == (80, 120, 280)
+    assert (bs.seconds, bs.per_item, bs.projected(120), bs.projected(280)) == (88.0, 1.0, 128.0, 288.0)
+    assert (cs.seconds, cs.per_item, cs.projected(120), cs.projected(280)) == (130.0, 1.5, 190.0, 430.0)
+    assert (bf.seconds, bf.per_item, bf.projected(30)) == (None, None, None)  # taken from the store: not measured
+    assert (cf.items, cf.planned_items, cf.full_items, cf.seconds, cf.projected(30)) == (20, 30, None, 30.0, 45.0)
+
+
+def test_cli_plan_states_the_pilots_cost_and_the_planned_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVALGATE_SUITES", str(_tiny_suites(tmp_path / "suites", 50)))
+    run = tmp_path / "run"
+    _write_pilot(run)
+    args = ["plan", "--config", "x", "--margin", "7", "--from", str(run)]
+    assert main(args) == 0
+    assert "cost: the pilot has no manifest with timings" in capsys.readouterr().out
+    write_json_atomic(run / "manifest.json", {
+        "timings": {"baseline:suite:s": 40.0, "baseline:logprobs:s": 4.0, "candidate:suite:s": 60.0,
+                    "candidate:logprobs:s": 4.0, "baseline:suite:f": 20.0, "candidate:suite:f": 20.0},
+        "candidate": {"device": {"platform": "cpu", "cpu": "Some CPU", "isa": ["avx2", "avx512f"]}}})
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "measured in the pilot on Some CPU (CPU; avx512f)" in out
+    # s/a at a 7-point margin and the pilot's 3 % discordance needs ceil(1e4 * 0.03 * K^2 / 49) = 38 items (suite: 50).
+    need = math.ceil(1e4 * 0.03 * K ** 2 / 49)
+    assert need == 38
+    row = next(line for line in out.splitlines() if line.startswith("baseline/s "))
+    # 400 pilot items, 44 s (4 of evidence), 0.10 s/item; planned 38 items: 3.8 + 4 s; full 50 items: 5 + 4 s.
+    assert row.split()[1:] == ["400", "44.0", "4.0", "0.10", "38", "7.8", "50", "9.0"]
+    row = next(line for line in out.splitlines() if line.startswith("candidate/s "))
+    assert row.split()[1:] == ["400", "64.0", "4.0", "0.15", "38", "9.7", "50", "11.5"]
+    assert "full-size run: a suite's size is unknown; no total" in out  # suite f's size is unknown
+    planned_b = next(line for line in out.splitlines() if line.startswith("f/b ")).split()[6]
+    b_items = int(planned_b)
+    total = (3.8 + 4 + 5.7 + 4 + 2 * 20.0 / 400 * b_items) / 60
+    assert f"planned run: about {total:.1f} min of suite time, both sides (the pilot's: {(44 + 64 + 40) / 60:.1f} min)" \
+        in out
