@@ -182,16 +182,18 @@ class SuiteCost:
         return None if self.generation_s is None or self.items == 0 else self.generation_s / self.items
 
     def projected(self, items: int | None) -> float | None:
-        """Seconds for a run of ``items`` items: generation at the pilot's seconds per item (linear in items) plus
-        the pilot's evidence seconds, held (teacher forcing covers the first ``--logprob-items`` items of each task,
+        """Seconds for a run of ``items`` items, an upper bound: generation at the pilot's seconds per item (linear
+        in items; vLLM batches a suite's requests, so more items usually cost less per item) plus the pilot's
+        evidence seconds, held (teacher forcing covers the first ``--logprob-items`` items of each task,
         so it stops growing with items once the pilot reached them); None when either is unknown."""
         rate = self.per_item
         return None if rate is None or items is None else rate * items + (self.evidence_s or 0.0)
 
 
 def pilot_cost(plans: Sequence[TaskPlan], timings: Mapping[str, Any]) -> list[SuiteCost]:
-    """Per side and suite, what the pilot cost and what a planned or full-size run would cost (``SuiteCost.projected``:
-    generation linear in items from the pilot's own seconds per item, evidence held; engine start excluded).
+    """Per side and suite, what the pilot cost and at most what a planned or full-size run would cost
+    (``SuiteCost.projected``: generation linear in items from the pilot's own seconds per item, evidence held; engine
+    start excluded).
 
     Args:
         plans: ``compare.pairing.plan_tasks``'s plans (one per task; ``n``, ``items_needed``, ``available``).
@@ -221,8 +223,10 @@ def pilot_cost(plans: Sequence[TaskPlan], timings: Mapping[str, Any]) -> list[Su
 def _print_cost(rows: list[SuiteCost], device: str) -> None:
     """The cost table of ``pilot_cost`` and the totals, with the machine the pilot ran on."""
     print(f"\ncost: seconds per side and suite, measured in the pilot on {device}; a planned or full-size run is "
-          "the pilot's generation seconds per item times its items, plus the pilot's evidence seconds (engine starts "
-          "not included; another host or load changes every figure)")
+          "at most the pilot's generation seconds per item times its items, plus the pilot's evidence seconds: an "
+          "upper bound, since vLLM batches a suite's requests and a larger run usually costs less per item (a "
+          "larger pilot gives a tighter bound; engine starts not included; another host or load changes every "
+          "figure)")
     print(f"{'side/suite':34} {'items':>6} {'s':>8} {'evidence s':>10} {'s/item':>7} {'planned items':>13} "
           f"{'planned s':>9} {'full items':>10} {'full s':>8}")
 
@@ -245,7 +249,7 @@ def _print_cost(rows: list[SuiteCost], device: str) -> None:
         if any(p is None for p in parts):
             print(f"{what}: a suite's size is unknown; no total")
             continue
-        print(f"{what}: about {sum(p for p in parts if p is not None) / 60:.1f} min of suite time, both sides "
+        print(f"{what}: at most about {sum(p for p in parts if p is not None) / 60:.1f} min of suite time, both sides "
               f"(the pilot's: {sum(r.seconds or 0.0 for r in measured) / 60:.1f} min)")
 
 
