@@ -161,3 +161,14 @@ def test_vllm_greedy_ids_are_repeatable_and_depend_on_the_pixels(engine: dict) -
 def test_vllm_float32_equals_transformers_token_for_token(engine: dict, hf_greedy: dict) -> None:
     for name, ref in hf_greedy.items():
         assert engine["one"][name] == ref, name
+
+
+def test_vl_config_family() -> None:
+    from evalgate.inputs.config import load_baseline, load_config
+
+    base = load_config("vl/baseline", check_engine_args=False)
+    assert base.model == IDEFICS3_MODEL and base.baseline is None
+    assert base.engine_args["dtype"] == "float32" and base.engine_args["limit_mm_per_prompt"] == {"image": 1}
+    bf16 = load_config("vl/bf16", check_engine_args=False)
+    assert bf16.expect == "lossy" and bf16.engine_args == {**base.engine_args, "dtype": "bfloat16"}
+    assert load_baseline(bf16, check_engine_args=False).path == base.path
