@@ -23,3 +23,19 @@ def render_page(lines: list[str], *, width: int = 320, font_size: int = 12) -> A
     for i, line in enumerate(lines):
         draw.text((MARGIN, MARGIN + i * step), line, fill=(0, 0, 0), font=font)
     return page
+
+
+THUMBNAIL_SIDE = 96  # pixels, the longer side of a report thumbnail
+
+
+def thumbnail_data_uri(image: Any, side: int = THUMBNAIL_SIDE) -> str:
+    """A small copy of ``image`` (RGB, longer side at most ``side`` pixels, aspect kept) as a PNG ``data:`` URI,
+    for the report to show beside the item (``data:image/png;base64,...``; a few KB)."""
+    import base64
+    import io
+
+    small = image.convert("RGB")
+    small.thumbnail((side, side))
+    buf = io.BytesIO()
+    small.save(buf, format="PNG", optimize=True)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")

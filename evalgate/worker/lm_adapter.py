@@ -131,8 +131,16 @@ def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0,
             self.reused = 0
             self.generated = 0
             self.engine_s = 0.0
+            self.thumbnails: dict[str, str] = {}  # image hash -> the report's thumbnail (a data: URI)
 
         def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+            from evalgate.suites.pages import thumbnail_data_uri
+
+            for req in requests:
+                for im in request_images(tuple(req.args)):
+                    h = image_hash(im)
+                    if h not in self.thumbnails and not isinstance(im, str):
+                        self.thumbnails[h] = thumbnail_data_uri(im)
             keys, todo = group_requests(self, [tuple(req.args) for req in requests], requests, engine.sampling,
                                         notify, think_end)
             for (stop, max_toks), group in todo.items():  # one engine submission per group: vLLM batches it all

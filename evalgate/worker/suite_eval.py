@@ -63,7 +63,8 @@ def evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None, sampling: 
             key = request_key(context, *request_params(gen_kwargs, sampling, think_end), images)
             keys[(task, int(s["doc_id"]))] = key
             reasoning = lm.reasoning(context, gen_kwargs, images) if think_end else None
-            item = _item(task, s, metric, lm.records.get(key, {}), reasoning, images)
+            item = _item(task, s, metric, lm.records.get(key, {}), reasoning, images,
+                         getattr(lm, "thumbnails", {}))
             items.append(dataclasses.replace(item, source_id=sid))
         results[task] = TaskResult(task=task, suite=suite["name"], metric=metric,
                                    items=tuple(sorted(items, key=lambda i: i.item_id)))
@@ -91,10 +92,12 @@ def _first_filter(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _item(task: str, sample: dict[str, Any], metric: str, gen: dict[str, Any],
-          reasoning: dict[str, Any] | None = None, images: tuple[str, ...] = ()) -> ItemResult:
+          reasoning: dict[str, Any] | None = None, images: tuple[str, ...] = (),
+          thumbnails: dict[str, str] | None = None) -> ItemResult:
     """One logged lm-eval sample as an ``ItemResult``; ``gen`` is its generation record (token count, finish),
     ``reasoning`` its thought and token counts (``lm.reasoning``; None without ``chat.think_end``), ``images`` the
-    content hashes of its request's images (``item_hash`` then covers them: ``image_item_hash``)."""
+    content hashes of its request's images (``item_hash`` then covers them: ``image_item_hash``), ``thumbnails``
+    the adapter's image hash -> thumbnail map."""
     metrics = {k: float(sample[k]) for k in sample.get("metrics", []) if isinstance(sample.get(k), (int, float))}
     item_hash = image_item_hash(sample, images) if images else str(sample["doc_hash"])
     return ItemResult(
@@ -102,6 +105,7 @@ def _item(task: str, sample: dict[str, Any], metric: str, gen: dict[str, Any],
         prompt=str(sample["arguments"][0][0]), target=str(sample["target"]),
         output=str(sample["resps"][0][0]), score=float(metrics[metric]), metrics=metrics,
         n_tokens=gen.get("n_tokens"), finish_reason=gen.get("finish_reason"), cluster=_cluster(sample),
+        images=tuple({"sha256": h, "thumbnail": (thumbnails or {}).get(h)} for h in images) or None,
         **(reasoning or {}),
     )
 

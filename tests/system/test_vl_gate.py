@@ -97,3 +97,8 @@ def test_a_bf16_gate_on_an_image_suite(tmp_path: Path, monkeypatch: pytest.Monke
     changed = [b["item_id"] for b, c in zip(base, cand) if b["output"] != c["output"]]
     assert changed and t["identical_outputs"] == 8 - len(changed)
     assert t["evidence"]["logit"] is None
+    # the report shows each changed item's page as a thumbnail, which its CSP allows (img-src data: only)
+    html = (out / "report.html").read_text()
+    assert "default-src 'none'; style-src 'unsafe-inline'; img-src data:" in html
+    assert html.count('<img class="thumb" src="data:image/png;base64,') == len(changed)
+    assert all(i["images"][0]["sha256"] == pages[i["item_id"]] for i in base + cand)

@@ -124,6 +124,8 @@ def test_an_image_suite_runs_through_lm_eval_with_image_keys_and_hashes(tmp_path
     assert sent == sorted(pages) and len(set(pages)) == 8
     for item in items:
         assert item.prompt.startswith("<image>") and item.output == pages[item.item_id][:8]
+        (im,) = item.images  # the page's hash and the report's thumbnail
+        assert im["sha256"] == pages[item.item_id] and im["thumbnail"].startswith("data:image/png;base64,")
         assert keys[("docpages", item.item_id)] == request_key(item.prompt, ["\n\n", "\nFields:", "\nJSON:"], 24,
                                                                (pages[item.item_id],))
     # the kinds rotate invoice/receipt/form/table: items 0 and 4 have the same prompt and differ only in the page
