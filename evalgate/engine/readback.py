@@ -61,7 +61,28 @@ def effective_config(vc: Any, requested: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# EngineArgs names that vLLM keeps in ``model_config.multimodal_config`` (a ``MultiModalConfig``; None for a model
+# without multimodal input), under the attribute named here; ``model_config`` holds them only as init arguments
+# (read there, they are None whatever was applied).
+_MULTIMODAL = {"limit_mm_per_prompt": "limit_per_prompt", "mm_processor_cache_gb": "mm_processor_cache_gb",
+               "mm_processor_kwargs": "mm_processor_kwargs", "mm_processor_cache_type": "mm_processor_cache_type"}
+
+
+def _multimodal(vc: Any, key: str) -> Any:
+    """A multimodal engine arg as the model's ``MultiModalConfig`` applied it: ``limit_mm_per_prompt`` as
+    ``{modality: item count}``; ``UNRESOLVED`` when the model has no multimodal config."""
+    mm = getattr(vc.model_config, "multimodal_config", None)
+    if mm is None or not hasattr(mm, _MULTIMODAL[key]):
+        return UNRESOLVED
+    value = getattr(mm, _MULTIMODAL[key])
+    if key == "limit_mm_per_prompt" and hasattr(mm, "get_limit_per_prompt"):
+        return {str(m): int(mm.get_limit_per_prompt(m)) for m in value}
+    return _plain(value)
+
+
 def _lookup(vc: Any, key: str) -> Any:
+    if key in _MULTIMODAL:
+        return _multimodal(vc, key)
     if key == "speculative_config":
         sc = vc.speculative_config
         if sc is None:

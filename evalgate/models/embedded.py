@@ -11,6 +11,8 @@ Layout under ``$EVALGATE_HOME`` (default: the user cache dir, e.g. ``~/.cache/ev
     models/gemma-3-270m/evalgate-model.json   written last: marks a complete conversion, holds file hashes
     models/qwen3-next-tiny/         ``embedded:qwen3-next-tiny``: a random-weight Qwen3-Next fixture that
                                     evalgate builds itself, deterministically (evalgate/models/hybrid/qwen3_next.py)
+    models/idefics3-tiny/           ``embedded:idefics3-tiny``: a random-weight vision-language fixture (Idefics3),
+                                    built the same way (evalgate/models/idefics3_tiny.py)
     models/<name>-shape/            ``embedded:<name>-shape``: config-only models of real architectures (no weights:
                                     ``load_format: dummy``, speed only; evalgate/models/shapes.py)
 
@@ -34,13 +36,17 @@ HYBRID_MODEL = "embedded:nemotron-h-tiny"
 # A random-weight Qwen3-Next (Gated DeltaNet + attention, MTP head) built on first use (evalgate/models/hybrid/qwen3_next.py).
 QWEN3_NEXT_MODEL = "embedded:qwen3-next-tiny"
 QWEN3_NEXT_SEED = 0
+# A random-weight vision-language model (Idefics3: SigLIP + Llama) built on first use (evalgate/models/idefics3_tiny.py).
+IDEFICS3_MODEL = "embedded:idefics3-tiny"
+IDEFICS3_SEED = 0
 # Config-only models of real architectures for ``load_format: dummy`` (evalgate/models/shapes.py), written on first use.
 SHAPE_ALIASES = ("embedded:nemotron-h-8b-shape", "embedded:nemotron-3-nano-30b-a3b-shape",
                  "embedded:nemotron-h-cpu-shape")
 # Every ``embedded:`` alias a config may name (``resolve_model``); any other ``embedded:`` name is refused at load.
-EMBEDDED_ALIASES = (HYBRID_MODEL, EMBEDDED_MODEL, QWEN3_NEXT_MODEL, *SHAPE_ALIASES)
+EMBEDDED_ALIASES = (HYBRID_MODEL, EMBEDDED_MODEL, QWEN3_NEXT_MODEL, IDEFICS3_MODEL, *SHAPE_ALIASES)
 _DIRNAME = "gemma-3-270m"
 _QWEN3_NEXT_DIRNAME = "qwen3-next-tiny"
+_IDEFICS3_DIRNAME = "idefics3-tiny"
 _MARKER = "evalgate-model.json"
 _MIN_FREE_BYTES = 3 * 1024**3  # GGUF (~250 MB) + fp32 dequantized tensors in RAM + bf16 checkpoint (~540 MB)
 
@@ -110,6 +116,8 @@ def resolve_model(model: str, home: Path | None = None) -> str:
         return str(prepare_embedded_model(home))
     if model == QWEN3_NEXT_MODEL:
         return str(prepare_qwen3_next_model(home))
+    if model == IDEFICS3_MODEL:
+        return str(prepare_idefics3_model(home))
     if model in SHAPE_ALIASES:
         from evalgate.models.shapes import prepare_shape
 
@@ -290,6 +298,60 @@ def prepare_qwen3_next_model(home: Path | None = None, *, force: bool = False) -
                 raise
     except (OSError, ValueError, RuntimeError) as exc:
         raise ModelError(f"{target}: building the Qwen3-Next fixture failed: {exc}") from exc
+    finally:
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
+    return target
+
+
+def idefics3_model_dir(home: Path | None = None) -> Path:
+    """Where ``embedded:idefics3-tiny`` is built (it may not exist yet)."""
+    return (home or evalgate_home()) / "models" / _IDEFICS3_DIRNAME
+
+
+def prepare_idefics3_model(home: Path | None = None, *, force: bool = False) -> Path:
+    """Build the tiny Idefics3 vision-language fixture (``evalgate.models.idefics3_tiny.build``, seed
+    ``IDEFICS3_SEED``), once; rebuilt when its marker names another recipe or seed. About 10 s, 3.7 MB on disk.
+
+    Returns:
+        The checkpoint directory ``<home>/models/idefics3-tiny``.
+    Raises:
+        ModelError: the build fails. Built in a temp dir and renamed into place, the marker written last, as
+            ``prepare_qwen3_next_model`` does.
+    """
+    from evalgate.models import idefics3_tiny
+
+    target = idefics3_model_dir(home)
+    want = {"source": "evalgate.models.idefics3_tiny", "recipe": idefics3_tiny.RECIPE_VERSION, "seed": IDEFICS3_SEED}
+
+    def current() -> bool:
+        try:
+            marker = json.loads((target / _MARKER).read_text())
+        except (OSError, ValueError):
+            return False
+        return all(marker.get(k) == v for k, v in want.items())
+
+    if current() and not force:
+        return target
+    work: Path | None = None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=".prepare-", dir=target.parent))
+        out = idefics3_tiny.build(work / "checkpoint", IDEFICS3_SEED)
+        (out / _MARKER).write_text(json.dumps({
+            **want, "model_sha256": idefics3_tiny.file_sha256(out / "model.safetensors"),
+            "fingerprint": _fingerprint_dir(out)}, indent=2))
+        if target.exists():
+            if current() and not force:
+                return target
+            shutil.rmtree(target)
+        try:
+            os.replace(out, target)
+        except OSError:
+            if not current():
+                raise
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise ModelError(f"{target}: building the Idefics3 fixture failed: {exc}") from exc
     finally:
         if work is not None:
             shutil.rmtree(work, ignore_errors=True)

@@ -6,6 +6,7 @@ accuracy rule and every override, in one place); this module only lays them out 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -205,11 +206,27 @@ def _flip(c: TaskComparison, i: int, kind: str) -> dict[str, Any]:
         out["source_id"] = sid
     if b.thought is not None or k.thought is not None:
         out["baseline_thought"], out["candidate_thought"] = b.thought, k.thought
+    if b.images:
+        out["images"] = [_image(im) for im in b.images]
     if b.choices and k.choices:
         out["choices"] = [{"continuation": cb["continuation"], "baseline_logprob": cb["logprob"],
                            "candidate_logprob": ck["logprob"], "gold": cb["continuation"] == b.target}
                           for cb, ck in zip(b.choices, k.choices)]
     return out
+
+
+# A thumbnail the report embeds: a base64 PNG data: URI (what ``suites.pages.thumbnail_data_uri`` writes), at most
+# 64 KiB; anything else in a stored record is shown as its hash only.
+_THUMBNAIL = re.compile(r"data:image/png;base64,[A-Za-z0-9+/]+={0,2}")
+_THUMBNAIL_MAX = 64 * 1024
+
+
+def _image(im: dict[str, Any]) -> dict[str, Any]:
+    """An item's image for the report: its ``sha256`` and its ``thumbnail`` only when it is a well-formed PNG data URI
+    (else None)."""
+    thumb = im.get("thumbnail")
+    ok = isinstance(thumb, str) and len(thumb) <= _THUMBNAIL_MAX and _THUMBNAIL.fullmatch(thumb) is not None
+    return {"sha256": str(im.get("sha256", "")), "thumbnail": thumb if ok else None}
 
 
 def _diff_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, str]]:

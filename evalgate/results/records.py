@@ -47,6 +47,9 @@ class ItemResult:
             (the engine's tokenizer, no special tokens); None without ``think_end``.
         truncated_thought: with ``chat.think_end``, the thought was opened but never closed (the token budget ran
             out): the answer scored is empty.
+        images: for an item whose request carried images (lm-eval's ``doc_to_image``), one dict per image, in
+            order: ``sha256`` (its content hash, part of ``item_hash`` and of the journal key) and ``thumbnail`` (a
+            small PNG as a ``data:`` URI for the report, or None); None for a text-only item.
     """
 
     task: str
@@ -68,6 +71,7 @@ class ItemResult:
     thinking_tokens: int | None = None
     answer_tokens: int | None = None
     truncated_thought: bool = False
+    images: tuple[dict[str, Any], ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -80,6 +84,10 @@ class ItemResult:
             d["choices"] = list(d["choices"])
         if d["source_id"] is None:
             del d["source_id"]  # records of items without a dataset id stay as they were
+        if d["images"] is None:
+            del d["images"]  # text-only items' records stay as they were
+        else:
+            d["images"] = list(d["images"])
         return d
 
     @classmethod
@@ -87,6 +95,8 @@ class ItemResult:
         d = dict(d)
         if d.get("choices") is not None:
             d["choices"] = tuple(d["choices"])
+        if d.get("images") is not None:
+            d["images"] = tuple(d["images"])
         return cls(**d)
 
 

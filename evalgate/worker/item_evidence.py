@@ -45,6 +45,8 @@ def logit_evidence(engine: Any, records: dict[str, Any], tasks: dict[str, TaskRe
     A baseline worker scores its own outputs and journals them (``spec["scores"]``); a candidate worker scores
     the baseline's outputs (``ref_gens``: the baseline's generation journal, loaded once per worker) and attaches
     ``evidence.logit_divergence`` to each item. Items without a baseline score are left without one (the report says so); nothing here changes a score.
+    Generations from images (their record holds ``images``) are not scored: their prompt token ids hold the image
+    placeholders, not the pixels, so a teacher-forced pass over them alone would score another input.
     """
     import dataclasses
 
@@ -58,7 +60,8 @@ def logit_evidence(engine: Any, records: dict[str, Any], tasks: dict[str, TaskRe
     if ref_gens is None:  # baseline: score own outputs once
         journal = GenerationJournal(Path(spec["scores"]))
         done = journal.load()
-        todo = [key for key in keys.values() if key not in done and records.get(key, {}).get("token_ids")]
+        todo = [key for key in keys.values() if key not in done and records.get(key, {}).get("token_ids")
+                and not records[key].get("images")]
         for start in range(0, len(todo), SCORE_BATCH):  # one batched engine submission per journaled group
             group = todo[start:start + SCORE_BATCH]
             scored = engine.score([(records[x]["prompt_token_ids"], records[x]["token_ids"]) for x in group], k)
@@ -68,7 +71,8 @@ def logit_evidence(engine: Any, records: dict[str, Any], tasks: dict[str, TaskRe
     ref_scores = GenerationJournal(Path(spec["reference"]["scores"])).load()
     # Every scored baseline output of the suite in one batched scoring call.
     wanted = {key: ref_gens[key] for key in keys.values()
-              if key in ref_gens and key in ref_scores and ref_gens[key].get("token_ids")}
+              if key in ref_gens and key in ref_scores and ref_gens[key].get("token_ids")
+              and not ref_gens[key].get("images")}
     scored = dict(zip(wanted, engine.score([(g["prompt_token_ids"], g["token_ids"]) for g in wanted.values()], k)))
     out = {}
     for name, t in tasks.items():

@@ -1,7 +1,13 @@
 """lm-eval's ``LM`` contract over a ``VllmEngine`` (``make_lm``): journaled ``generate_until``, one engine submission
 per (stop strings, token budget) group, and ``loglikelihood`` / ``loglikelihood_rolling`` from vLLM's prompt
 log-probs, tokenised as lm-eval's HF backend tokenises them. ``on_answer`` lets scoring start while the engine is
-still generating (``evalgate.suites.scoring``)."""
+still generating (``evalgate.suites.scoring``).
+
+Images: a multimodal task (lm-eval's ``doc_to_image``) adds a third request argument ``{"visual": [PIL images]}``, as
+lm-eval's ``vllm-vlm`` model receives it; the adapter sends them to vLLM as ``multi_modal_data`` with the context as
+the text prompt (its ``<image>`` placeholders expanded by vLLM's processor), and each image's content hash
+(``image_hash``) is part of the request key, so two requests that differ only in an image never share a journal
+record."""
 
 from __future__ import annotations
 
@@ -12,12 +18,46 @@ from evalgate.inputs.config import Sampling
 from evalgate.worker.vllm_engine import VllmEngine, _round
 
 
-def request_key(prompt: str, stop: list[str], max_tokens: int) -> str:
-    """Identity of one generation request within a config (the journal key): sha256 of its inputs."""
+def request_key(prompt: str, stop: list[str], max_tokens: int, images: tuple[str, ...] | list[str] = ()) -> str:
+    """Identity of one generation request within a config (the journal key): sha256 of its inputs, the images'
+    content hashes (``image_hash``, in request order) among them when there are any (a text-only request keeps
+    the key it had before images existed)."""
     import hashlib
     import json
 
-    return hashlib.sha256(json.dumps([prompt, stop, max_tokens], ensure_ascii=False).encode()).hexdigest()
+    parts: list[Any] = [prompt, stop, max_tokens] + ([list(images)] if images else [])
+    return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()
+
+
+def image_hash(image: Any) -> str:
+    """An image's content hash: lm-eval's own (``lm_eval.utils.convert_pil_to_hash``, sha256 of the PNG bytes, which
+    are lossless: equal for equal mode, size and pixels). lm-eval puts the same hash in place of every image of a
+    logged sample (``hash_dict_images``), so ``suite_eval`` rebuilds the request key from the sample. A string
+    (already hashed) is returned as it is."""
+    if isinstance(image, str):
+        return image
+    from lm_eval.utils import convert_pil_to_hash
+
+    return str(convert_pil_to_hash(image))
+
+
+def request_images(args: tuple[Any, ...]) -> list[Any]:
+    """The images of an lm-eval request (``args`` = ``(context, gen_kwargs[, {"visual": [...]}])``), in order; a single
+    image not in a list counts as a list of one."""
+    if len(args) < 3 or not isinstance(args[2], dict):
+        return []
+    visual = args[2].get("visual")
+    if visual is None:
+        return []
+    return list(visual) if isinstance(visual, (list, tuple)) else [visual]
+
+
+def engine_prompt(context: str, images: list[Any]) -> Any:
+    """What the engine is given for one request: the context, or with images vLLM's ``TextPrompt`` form
+    ``{"prompt": context, "multi_modal_data": {"image": image or [images]}}`` (as lm-eval's ``vllm-vlm`` builds it)."""
+    if not images:
+        return context
+    return {"prompt": context, "multi_modal_data": {"image": images[0] if len(images) == 1 else list(images)}}
 
 
 def request_params(gen_kwargs: dict[str, Any], sampling: Sampling,
@@ -66,19 +106,24 @@ def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0,
     template = chat.get("template")
     on_text = on_answer or (lambda request, text: None)
 
-    def answer_of(args: tuple[str, dict[str, Any]], text: str) -> str:
-        """What lm-eval scores for a request ``args`` = (context, gen_kwargs) whose raw generation is ``text``."""
+    def answer_of(args: tuple[Any, ...], text: str) -> str:
+        """What lm-eval scores for a request ``args`` = (context, gen_kwargs[, visual]) whose raw generation is
+        ``text``."""
         if not think_end:
             return text
-        context, kwargs = args
+        context, kwargs = args[0], args[1]
         return split_thought(context, text, think_end, request_params(kwargs, engine.sampling)[0]).answer
 
     def notify(request: Any, text: str) -> None:
         on_text(request, answer_of(tuple(request.args), text))
 
     class EvalgateLM(LM):
-        """lm-eval model adapter: ``generate_until``, and ``loglikelihood`` / ``loglikelihood_rolling`` from prompt
-        log-probs (multiple-choice tasks), all journaled."""
+        """lm-eval model adapter: ``generate_until`` (with images: ``MULTIMODAL``), and ``loglikelihood`` /
+        ``loglikelihood_rolling`` from prompt log-probs (multiple-choice tasks), all journaled."""
+
+        # lm-eval runs tasks with ``doc_to_image`` only on a model that says so, and then logs every sample with its
+        # images replaced by their hashes (``hash_dict_images``): what ``suite_eval`` reads back.
+        MULTIMODAL = True
 
         def __init__(self) -> None:
             super().__init__()
@@ -86,10 +131,18 @@ def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0,
             self.reused = 0
             self.generated = 0
             self.engine_s = 0.0
+            self.thumbnails: dict[str, str] = {}  # image hash -> the report's thumbnail (a data: URI)
 
         def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
-            keys, todo = group_requests(self, [req.args for req in requests], requests, engine.sampling, notify,
-                                        think_end)
+            from evalgate.suites.pages import thumbnail_data_uri
+
+            for req in requests:
+                for im in request_images(tuple(req.args)):
+                    h = image_hash(im)
+                    if h not in self.thumbnails and not isinstance(im, str):
+                        self.thumbnails[h] = thumbnail_data_uri(im)
+            keys, todo = group_requests(self, [tuple(req.args) for req in requests], requests, engine.sampling,
+                                        notify, think_end)
             for (stop, max_toks), group in todo.items():  # one engine submission per group: vLLM batches it all
                 _generate_group(self, engine, journal, logprobs, notify, list(stop), max_toks, list(group.items()))
             return [answer_of(tuple(req.args), self.records[k]["text"]) for req, k in zip(requests, keys)]
@@ -120,14 +173,15 @@ def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0,
             """The template text lm-eval records (None when chat is off)."""
             return (template or getattr(engine.tokenizer(), "chat_template", None)) if chat_template else None
 
-        def reasoning(self, context: str, gen_kwargs: dict[str, Any]) -> dict[str, Any] | None:
+        def reasoning(self, context: str, gen_kwargs: dict[str, Any],
+                      images: tuple[str, ...] = ()) -> dict[str, Any] | None:
             """The thought of the generation answering ``(context, gen_kwargs)``: ``{"thought": text up to and
             including the last think_end (the whole output when truncated) or None, "thinking_tokens": its token
             count, "answer_tokens": the scored answer's token count (the engine's tokenizer, no special tokens),
             "truncated_thought": bool}``; None without ``think_end`` or for a request not answered."""
             if not think_end:
                 return None
-            rec = self.records.get(request_key(context, *request_params(gen_kwargs, engine.sampling, think_end)))
+            rec = self.records.get(request_key(context, *request_params(gen_kwargs, engine.sampling, think_end), images))
             if rec is None:
                 return None
             t = split_thought(context, rec["text"], think_end, request_params(gen_kwargs, engine.sampling)[0])
@@ -140,6 +194,9 @@ def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0,
                     "truncated_thought": t.truncated}
 
         def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+            if any(request_images(tuple(req.args)) for req in requests):
+                raise ValueError("a loglikelihood request with images: evalgate scores images in generate_until "
+                                 "tasks only")
             out = score_pairs(engine, journal, self, [tuple(req.args) for req in requests])
             return [(r["logprob"], r["is_greedy"]) for r in out]
 
@@ -149,37 +206,42 @@ def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0,
     return EvalgateLM()
 
 
-Groups = dict[tuple[tuple[str, ...], int], dict[str, tuple[str, list[Any]]]]
+Groups = dict[tuple[tuple[str, ...], int], dict[str, tuple[Any, list[Any]]]]
 
 
-def group_requests(lm: Any, args: list[tuple[str, dict[str, Any]]], requests: list[Any], sampling: Sampling,
+def group_requests(lm: Any, args: list[tuple[Any, ...]], requests: list[Any], sampling: Sampling,
                    notify: Callable[[Any, str], None], think_end: str | None = None) -> tuple[list[str], Groups]:
-    """Split ``generate_until`` requests (``args``: lm-eval's ``(context, gen_kwargs)`` per request) into those the
-    journal (``lm.records``) answers, notified at once and counted in ``lm.reused``, and those the engine must run
-    (``think_end``: ``request_params``'s).
+    """Split ``generate_until`` requests (``args``: lm-eval's ``(context, gen_kwargs[, {"visual": images}])`` per
+    request) into those the journal (``lm.records``) answers, notified at once and counted in ``lm.reused``, and
+    those the engine must run (``think_end``: ``request_params``'s).
 
     Returns:
-        ``(keys, todo)``: each request's key (``request_key``), in order; and ``(stop strings, token budget)`` ->
-        request key -> ``(prompt, the requests waiting for it)``, each distinct prompt once per group.
+        ``(keys, todo)``: each request's key (``request_key``, with its images' hashes), in order; and ``(stop
+        strings, token budget)`` -> request key -> ``(engine prompt (``engine_prompt``), the requests waiting for
+        it)``, each distinct prompt once per group.
     """
     keys: list[str] = []
     todo: Groups = {}
-    for (context, kwargs), req in zip(args, requests):
+    for a, req in zip(args, requests):
+        context, kwargs = a[0], a[1]
+        images = request_images(a)
         stop, max_toks = request_params(kwargs, sampling, think_end)
-        key = request_key(context, stop, max_toks)
+        key = request_key(context, stop, max_toks, tuple(image_hash(im) for im in images))
         keys.append(key)
         if key in lm.records:
             lm.reused += 1
             notify(req, lm.records[key]["text"])
         else:
-            todo.setdefault((tuple(stop), max_toks), {}).setdefault(key, (context, []))[1].append(req)
+            todo.setdefault((tuple(stop), max_toks), {}).setdefault(
+                key, (engine_prompt(context, images), []))[1].append(req)
     return keys, todo
 
 
 def _generate_group(lm: Any, engine: Any, journal: Any, logprobs: int, notify: Callable[[Any, str], None],
-                    stop: list[str], max_toks: int, items: list[tuple[str, tuple[str, list[Any]]]]) -> None:
-    """One engine submission of ``items`` (key, (prompt, waiting requests)); each generation is journaled and its
-    waiting requests notified the engine step it finishes in."""
+                    stop: list[str], max_toks: int, items: list[tuple[str, tuple[Any, list[Any]]]]) -> None:
+    """One engine submission of ``items`` (key, (engine prompt, waiting requests)); each generation is journaled and
+    its waiting requests notified the engine step it finishes in. A generation from images records their hashes
+    (``images``): its prompt token ids alone do not reproduce it (``item_evidence`` leaves it unscored)."""
     import contextlib
     import time
 
@@ -187,7 +249,7 @@ def _generate_group(lm: Any, engine: Any, journal: Any, logprobs: int, notify: C
     stream = engine.generate_stream([p for _, (p, _) in items], max_tokens=max_toks, stop=stop, logprobs=logprobs)
     with contextlib.closing(stream):  # an error here aborts what is still in flight, at once
         for finished in stream:
-            new = {items[i][0]: vars(g) for i, g in finished}
+            new = {items[i][0]: _record(g, items[i][1][0]) for i, g in finished}
             if journal is not None:
                 journal.append(new)
             lm.records.update(new)
@@ -197,6 +259,15 @@ def _generate_group(lm: Any, engine: Any, journal: Any, logprobs: int, notify: C
                 for req in waiting:
                     notify(req, lm.records[key]["text"])
     lm.engine_s += time.monotonic() - t0
+
+
+def _record(gen: Any, prompt: Any) -> dict[str, Any]:
+    """A finished ``Generation`` as its journal record; with the image hashes (``images``) of a prompt that had any."""
+    rec = dict(vars(gen))
+    mm = prompt.get("multi_modal_data", {}).get("image") if isinstance(prompt, dict) else None
+    if mm is not None:
+        rec["images"] = [image_hash(im) for im in (mm if isinstance(mm, list) else [mm])]
+    return rec
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ def evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None, sampling: 
         if not out or "samples" not in out:
             raise StoreError(f"lm-eval returned no logged samples for suite {suite['name']}")
         samples.update(out["samples"])
-    from evalgate.worker.lm_adapter import request_key, request_params
+    from evalgate.worker.lm_adapter import image_hash, request_images, request_key, request_params
 
     results: dict[str, TaskResult] = {}
     keys: dict[tuple[str, int], str] = {}
@@ -57,12 +57,15 @@ def evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None, sampling: 
             if _is_loglikelihood(s):  # no generation: no decode or logit evidence, the choices' log-probs instead
                 items.append(dataclasses.replace(_choice_item(task, s, metric, lm.records), source_id=sid))
                 continue
-            context, gen_kwargs = s["arguments"][0]
+            context, gen_kwargs = s["arguments"][0][:2]
+            images = tuple(image_hash(im) for im in request_images(tuple(s["arguments"][0])))
             think_end = (chat or {}).get("think_end")
-            key = request_key(context, *request_params(gen_kwargs, sampling, think_end))
+            key = request_key(context, *request_params(gen_kwargs, sampling, think_end), images)
             keys[(task, int(s["doc_id"]))] = key
-            reasoning = lm.reasoning(context, gen_kwargs) if think_end else None
-            items.append(dataclasses.replace(_item(task, s, metric, lm.records.get(key, {}), reasoning), source_id=sid))
+            reasoning = lm.reasoning(context, gen_kwargs, images) if think_end else None
+            item = _item(task, s, metric, lm.records.get(key, {}), reasoning, images,
+                         getattr(lm, "thumbnails", {}))
+            items.append(dataclasses.replace(item, source_id=sid))
         results[task] = TaskResult(task=task, suite=suite["name"], metric=metric,
                                    items=tuple(sorted(items, key=lambda i: i.item_id)))
     return results, keys
@@ -89,17 +92,37 @@ def _first_filter(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _item(task: str, sample: dict[str, Any], metric: str, gen: dict[str, Any],
-          reasoning: dict[str, Any] | None = None) -> ItemResult:
+          reasoning: dict[str, Any] | None = None, images: tuple[str, ...] = (),
+          thumbnails: dict[str, str] | None = None) -> ItemResult:
     """One logged lm-eval sample as an ``ItemResult``; ``gen`` is its generation record (token count, finish),
-    ``reasoning`` its thought and token counts (``lm.reasoning``; None without ``chat.think_end``)."""
+    ``reasoning`` its thought and token counts (``lm.reasoning``; None without ``chat.think_end``), ``images`` the
+    content hashes of its request's images (``item_hash`` then covers them: ``image_item_hash``), ``thumbnails``
+    the adapter's image hash -> thumbnail map."""
     metrics = {k: float(sample[k]) for k in sample.get("metrics", []) if isinstance(sample.get(k), (int, float))}
+    item_hash = image_item_hash(sample, images) if images else str(sample["doc_hash"])
     return ItemResult(
-        task=task, item_id=int(sample["doc_id"]), item_hash=str(sample["doc_hash"]),
+        task=task, item_id=int(sample["doc_id"]), item_hash=item_hash,
         prompt=str(sample["arguments"][0][0]), target=str(sample["target"]),
         output=str(sample["resps"][0][0]), score=float(metrics[metric]), metrics=metrics,
         n_tokens=gen.get("n_tokens"), finish_reason=gen.get("finish_reason"), cluster=_cluster(sample),
+        images=tuple({"sha256": h, "thumbnail": (thumbnails or {}).get(h)} for h in images) or None,
         **(reasoning or {}),
     )
+
+
+def image_item_hash(sample: dict[str, Any], images: tuple[str, ...]) -> str:
+    """The item hash of a sample with images: lm-eval's ``doc_hash`` formula (sha256 of the document as indented
+    JSON) over the logged document, in which lm-eval has put each image's content hash in place of the image
+    (``hash_dict_images``), followed by the request's image hashes. lm-eval's own ``doc_hash`` is taken before that
+    substitution and serialises an image as its ``repr`` (mode, size and memory address): it neither sees the pixels
+    nor stays the same from run to run."""
+    import hashlib
+    import json
+
+    from lm_eval.utils import handle_non_serializable
+
+    doc = json.dumps(sample.get("doc"), indent=2, default=handle_non_serializable, ensure_ascii=False)
+    return hashlib.sha256("\n".join([doc, *images]).encode("utf-8")).hexdigest()
 
 
 def _is_loglikelihood(sample: dict[str, Any]) -> bool:

@@ -83,7 +83,7 @@ class VllmEngine:
         self.llm.wake_up()
         self.llm.reset_prefix_cache()
 
-    def generate(self, prompts: list[str], *, max_tokens: int, stop: list[str], logprobs: int = 0) -> list[Generation]:
+    def generate(self, prompts: list[Any], *, max_tokens: int, stop: list[str], logprobs: int = 0) -> list[Generation]:
         """Greedy (or the config's) completions of ``prompts``, one engine submission, order preserved.
 
         ``logprobs`` > 0 records the top-``logprobs`` next-token log-probs at every output position (vLLM's raw
@@ -95,9 +95,12 @@ class VllmEngine:
                 out[i] = gen
         return [g for g in out if g is not None]  # generate_stream answers every index (or raises)
 
-    def generate_stream(self, prompts: list[str], *, max_tokens: int, stop: list[str],
+    def generate_stream(self, prompts: list[Any], *, max_tokens: int, stop: list[str],
                         logprobs: int = 0) -> Iterator[list[tuple[int, Generation]]]:
         """Submit every prompt to the engine at once; after each engine step, yield what finished in it.
+
+        A prompt is a string, or vLLM's ``TextPrompt`` dict ``{"prompt": text, "multi_modal_data": {"image": ...}}``
+        for a request with images (``lm_adapter.engine_prompt``); vLLM's own input processing renders both.
 
         One submission lets vLLM's scheduler batch all of them (continuous batching: a finished request's slot is
         refilled at once, no barrier). Requests are added with ``LLM.enqueue`` (vLLM's public add-without-running

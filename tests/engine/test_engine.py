@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from evalgate.engine import readback
 from evalgate.inputs.config import Sampling
 from evalgate.worker.lm_adapter import group_requests, request_key, request_params
@@ -84,6 +86,22 @@ def test_readback_marks_ssm_settings_inactive_without_ssm_layers() -> None:
     args = readback.effective_config(_vc(False), {})["engine_args"]
     assert args["mamba_ssm_cache_dtype"] == readback.NO_SSM and args["mamba_backend"] == readback.NO_SSM
     assert args["dtype"] == "float32"
+
+
+def test_readback_reads_multimodal_args_from_the_models_multimodal_config() -> None:
+    """vLLM keeps limit_mm_per_prompt and mm_processor_cache_gb in model_config.multimodal_config; model_config itself
+    holds them only as init arguments, read as None whatever was applied (what the readback said before)."""
+    mm_config = pytest.importorskip("vllm.config.multimodal", reason="needs vLLM")
+    vc = _vc(False)
+    vc.model_config.limit_mm_per_prompt = vc.model_config.mm_processor_cache_gb = None  # the init arguments
+    vc.model_config.multimodal_config = mm_config.MultiModalConfig(limit_per_prompt={"image": 1},
+                                                                   mm_processor_cache_gb=0)
+    args = readback.effective_config(vc, {"limit_mm_per_prompt": {"image": 1}, "mm_processor_cache_gb": 0})
+    assert args["engine_args"]["limit_mm_per_prompt"] == {"image": 1}
+    assert args["engine_args"]["mm_processor_cache_gb"] == 0.0
+    vc.model_config.multimodal_config = None  # a text-only model
+    args = readback.effective_config(vc, {"limit_mm_per_prompt": {"image": 1}})
+    assert args["engine_args"]["limit_mm_per_prompt"] == readback.UNRESOLVED
 
 
 def test_spec_counts_from_the_acceptance_histogram() -> None:

@@ -162,7 +162,7 @@ def test_hybrid_baseline_pins_every_switch_off_and_each_candidate_flips_only_its
     assert _differs("fp16-state-sr") == {"enable_mamba_cache_stochastic_rounding": (None, True),
                                          "mamba_backend": ("triton", "flashinfer"),
                                          "mamba_ssm_cache_dtype": ("float32", "float16")}
-    for family in ("dense", "gdn"):
+    for family in ("dense", "gdn", "vl"):
         assert load_config(f"{family}/baseline", CONFIGS_DIR, check_engine_args=False).engine_args[
             "async_scheduling"] is False
 

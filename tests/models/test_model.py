@@ -64,10 +64,12 @@ def test_embedded_aliases_are_the_ones_resolve_model_knows(monkeypatch: pytest.M
     """The aliases config.py accepts are exactly those resolve_model maps to a local model (an unknown one would be
     passed through to vLLM as a hub name, which is why it is refused at load)."""
     assert set(model.EMBEDDED_ALIASES) == {"embedded:nemotron-h-tiny", "embedded:gemma-3-270m",
-                                           "embedded:qwen3-next-tiny", "embedded:nemotron-h-8b-shape",
+                                           "embedded:qwen3-next-tiny", "embedded:idefics3-tiny",
+                                           "embedded:nemotron-h-8b-shape",
                                            "embedded:nemotron-3-nano-30b-a3b-shape", "embedded:nemotron-h-cpu-shape"}
     monkeypatch.setattr(model, "prepare_embedded_model", lambda home=None: Path("/prepared/gemma"))
     monkeypatch.setattr(model, "prepare_qwen3_next_model", lambda home=None: Path("/prepared/qwen3-next"))
+    monkeypatch.setattr(model, "prepare_idefics3_model", lambda home=None: Path("/prepared/idefics3"))
     monkeypatch.setattr("evalgate.models.shapes.prepare_shape", lambda alias, home: Path("/prepared") / alias)
     for alias in model.EMBEDDED_ALIASES:
         assert model.resolve_model(alias) != alias, alias
@@ -77,6 +79,7 @@ def test_embedded_aliases_are_the_ones_resolve_model_knows(monkeypatch: pytest.M
 def test_model_dirs_and_marker(tmp_path: Path) -> None:
     assert model.embedded_model_dir(tmp_path) == tmp_path / "models" / "gemma-3-270m"
     assert model.qwen3_next_model_dir(tmp_path) == tmp_path / "models" / "qwen3-next-tiny"
+    assert model.idefics3_model_dir(tmp_path) == tmp_path / "models" / "idefics3-tiny"
     d = model.embedded_model_dir(tmp_path)
     d.mkdir(parents=True)
     assert not model.is_prepared(d)

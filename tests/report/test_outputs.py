@@ -314,3 +314,43 @@ def test_sigterm_is_an_interrupt(tmp_path: Path) -> None:
             time.sleep(5)  # the handler raises at the next bytecode boundary
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+def test_image_items_show_escaped_thumbnails_and_only_png_data_uris() -> None:
+    """An item whose request carried images shows each as a thumbnail (a PNG data: URI, allowed by the CSP's
+    ``img-src data:`` and nothing else); a stored thumbnail that is not a well-formed PNG data URI is shown as its
+    hash only."""
+    import dataclasses
+
+    from PIL import Image
+
+    from evalgate.results.records import ItemResult, TaskResult
+    from evalgate.suites.pages import thumbnail_data_uri
+
+    page = Image.new("RGB", (320, 200), (255, 255, 255))
+    good = thumbnail_data_uri(page)
+    assert good.startswith("data:image/png;base64,") and len(good) < 2000
+    import base64
+    import io
+
+    with Image.open(io.BytesIO(base64.b64decode(good.split(",", 1)[1]))) as small:
+        assert small.size == (96, 60)  # the longer side at 96, aspect kept
+    evil = 'data:image/png;base64,AAAA" onerror="document.title=1'
+    base, cand = task("t", "s", ["a", "b"], [1.0, 1.0]), task("t", "s", ["a2", "b2"], [1.0, 1.0])
+
+    def with_images(t: TaskResult, thumbs: list[str]) -> TaskResult:
+        items = tuple(dataclasses.replace(i, images=({"sha256": f"{i.item_id:02d}" * 32, "thumbnail": th},))
+                      for i, th in zip(t.items, thumbs))
+        return dataclasses.replace(t, items=items)
+
+    base, cand = with_images(base, [good, evil]), with_images(cand, [good, evil])
+    assert ItemResult.from_dict(base.items[0].to_dict()) == base.items[0]  # stored and read back whole
+    assert "images" not in task("t", "s", ["a"], [1.0]).items[0].to_dict()  # text items' records as before
+    doc = document({"t": base}, {"t": cand})
+    changed = {f["item_id"]: f for f in doc["tasks"][0]["changed_outputs"]}
+    assert changed[0]["images"] == [{"sha256": "00" * 32, "thumbnail": good}]
+    assert changed[1]["images"] == [{"sha256": "01" * 32, "thumbnail": None}]
+    html = render_html(doc)
+    assert "img-src data:\">" in html and html.count("<img ") == 1
+    assert f'<img class="thumb" src="{good}" alt="input image {"00" * 6}"' in html
+    assert "onerror" not in html and f"input image {'01' * 6} (no thumbnail)" in html
