@@ -25,12 +25,13 @@ from typing import Any, Protocol
 from evalgate.compare.pairing import TaskComparison, compare_tasks
 from evalgate.compare.replay import ReplayComparison, ReplayRun
 from evalgate.errors import ConfigError, ExitCode, StoreError
-from evalgate.evaluate.manifest import Manifest, SuiteEntry, side
+from evalgate.evaluate.manifest import side
 from evalgate.evaluate.runner import ConfigRun, SpeedError, versions
 from evalgate.gate import judge_run
 from evalgate.inputs.thresholds import ConfigPolicy, Thresholds
 from evalgate.report.document import build_verdict
 from evalgate.report.outputs import write_outputs
+from evalgate.results.manifest import Manifest, SuiteEntry
 from evalgate.results.records import TaskResult
 from evalgate.results.store import write_json_atomic
 from evalgate.speed.block import SpeedBlock
