@@ -146,7 +146,7 @@ def decide_and_render(comparisons: list[TaskComparison], sides: Evaluated, polic
     ``sides.files``, ``manifest.json``, ``verdict.json`` and the rendered outputs (``outputs.write_outputs``) in
     ``out``; ``policy``: ``Thresholds.policy(sides.gate_name)``. Returns the verdict document and the rendered files'
     paths (``{"html", "junit", "markdown"}``)."""
-    manifest = sides.manifest.as_json()
+    manifest = sides.manifest
     judgement = judge_run(comparisons, policy, manifest, expect=sides.expect, effective=sides.effective,
                           speed=sides.speed, replay=replay)
     verdict = build_verdict(judgement, comparisons, manifest, near_tie=policy.near_tie_logprob, speed=sides.speed,
@@ -154,7 +154,7 @@ def decide_and_render(comparisons: list[TaskComparison], sides: Evaluated, polic
     doc = verdict.to_dict()
     for filename, obj in sides.files.items():
         write_json_atomic(out / filename, obj)
-    write_json_atomic(out / "manifest.json", manifest)
+    write_json_atomic(out / "manifest.json", manifest.as_json())
     write_json_atomic(out / "verdict.json", doc)
     return doc, write_outputs(verdict, out)
 
