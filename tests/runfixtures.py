@@ -11,6 +11,7 @@ from evalgate.compare.pairing import compare_tasks
 from evalgate.gate import Decision, decide, judge
 from evalgate.inputs.thresholds import Thresholds
 from evalgate.report.document import build_verdict
+from evalgate.results.manifest import Manifest
 from evalgate.results.records import ItemResult, TaskResult
 from evalgate.results.store import tasks_to_json, write_json_atomic
 
@@ -44,10 +45,12 @@ def manifest(base: dict[str, Any], cand: dict[str, Any], tasks: list[str]) -> di
 def verdict_of(decision: Decision, comps: list[Any], manifest: dict[str, Any], *, spec_floors: Any = None,
                **options: Any) -> Any:
     """The ``Verdict`` the pipeline builds from ``decision`` (``gate.decide``'s): ``gate.judge`` (the overrides, with
-    ``spec_floors``, ``speed`` and ``speed_floors`` from ``options``) then ``document.build_verdict``."""
-    judgement = judge(decision, comps, manifest, spec_floors=spec_floors, speed=options.get("speed"),
+    ``spec_floors``, ``speed`` and ``speed_floors`` from ``options``) then ``document.build_verdict``; ``manifest``
+    (a ``manifest.json`` object) is validated once into a ``Manifest``, as a stored run's is."""
+    typed = Manifest.model_validate(manifest)
+    judgement = judge(decision, comps, typed, spec_floors=spec_floors, speed=options.get("speed"),
                       speed_floors=options.get("speed_floors"))
-    return build_verdict(judgement, comps, manifest, **options)
+    return build_verdict(judgement, comps, typed, **options)
 
 
 def gate_document(decision: Decision, comps: list[Any], manifest: dict[str, Any], **options: Any) -> dict[str, Any]:

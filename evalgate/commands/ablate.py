@@ -25,7 +25,7 @@ import dataclasses
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ from evalgate.evaluate import runner
 from evalgate.evaluate.placement import Alternation, placement_record
 from evalgate.evaluate.placement import resolve as resolve_placement
 from evalgate.evaluate.preflight import check_suites
-from evalgate.gate.recommend import recommend, recommendation_lines
+from evalgate.gate.recommend import AblationRow, AblationSwitch, AblationTask, recommend, recommendation_lines
 from evalgate.inputs import config as config_mod
 from evalgate.inputs.chat import check_protocols
 from evalgate.inputs.speed_only import check_speed_only
@@ -52,7 +52,7 @@ from evalgate.report.verdict import Verdict, as_verdict
 from evalgate.report.wording import speed_mde_note
 from evalgate.results.store import ResultStore, write_json_atomic
 from evalgate.speed.block import SpeedBlock, SpeedLevel
-from evalgate.speed.economics import usd
+from evalgate.speed.economics import EconomicsLevel, usd
 from evalgate.speed.measure import check_profile, check_speed_only_profile, speed_profile, traffic_source
 from evalgate.speed.precision import METHOD as PRECISION_METHOD
 from evalgate.speed.precision import precision_note
@@ -199,12 +199,13 @@ def plan_variants(base: Any, recipe: Any, known: dict[str, Any], refuse: Any) ->
     return out
 
 
-def ablation_rows(variants: list[Variant], docs: Mapping[str, Verdict | Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One row per variant (the JSON-able rows of ``ablation.json``): ``label``, ``kind``, ``config``, ``verdict``,
-    ``speed`` rows (each level of the verdict's ``SpeedBlock`` as written in ``verdict.json``; empty when speed was
-    not measured or failed), ``speed_status`` and ``speed_error`` (None when not measured), ``economics`` rows (the
-    verdict's cost per concurrency level; empty without an ``economics`` section) and the per-task Δ (points).
-    ``docs``: config name -> its verdict (``Outcome.doc``, read through ``verdict.as_verdict``).
+def ablation_rows(variants: list[Variant], docs: Mapping[str, Verdict | Mapping[str, Any]]) -> list[AblationRow]:
+    """One row per variant (``recommend.AblationRow``, written to ``ablation.json`` by its ``as_json``): ``label``,
+    ``kind``, ``config``, ``skipped``, ``switches`` and, for a variant with a verdict, ``verdict``, ``speed`` (the
+    verdict's ``SpeedLevel``s; empty when speed was not measured or failed), ``speed_status`` and ``speed_error``
+    (None when not measured), ``economics`` (the verdict's ``EconomicsLevel``s; empty without an ``economics``
+    section) and the per-task Δ (points). ``docs``: config name -> its verdict (``Outcome.doc``, read through
+    ``verdict.as_verdict``).
 
     Raises:
         pydantic.ValidationError: a document is not a verdict document.
@@ -212,40 +213,38 @@ def ablation_rows(variants: list[Variant], docs: Mapping[str, Verdict | Mapping[
     rows = []
     for v in variants:
         doc = docs.get(v.config.name) if not v.skipped else None
-        row: dict[str, Any] = {"label": v.label, "kind": v.kind, "config": v.config.name, "skipped": v.skipped,
-                               "switches": [dataclasses.asdict(s) for s in v.switches]}
+        gated: dict[str, Any] = {}
         if doc is not None:
             verdict = as_verdict(doc)
             sp, cost = verdict.speed, verdict.economics
-            row.update(verdict=verdict.verdict,
-                       speed=[lv.model_dump(exclude_unset=True) for lv in sp.levels] if sp is not None else [],
-                       speed_status=None if sp is None else sp.status, speed_error=None if sp is None else sp.error,
-                       economics=[lv.model_dump(exclude_unset=True) for lv in cost.levels] if cost is not None else [],
-                       tasks=[{k: getattr(t, k) for k in ("suite", "task", "delta", "ci_low", "ci_high", "verdict")}
-                              for t in verdict.tasks])
-        rows.append(row)
+            gated = dict(verdict=verdict.verdict, speed=list(sp.levels) if sp is not None else [],
+                         speed_status=None if sp is None else sp.status, speed_error=None if sp is None else sp.error,
+                         economics=list(cost.levels) if cost is not None else [],
+                         tasks=[AblationTask(suite=t.suite, task=t.task, delta=t.delta, ci_low=t.ci_low,
+                                             ci_high=t.ci_high, verdict=t.verdict) for t in verdict.tasks])
+        rows.append(AblationRow(label=v.label, kind=v.kind, config=v.config.name, skipped=v.skipped,
+                                switches=[AblationSwitch(**dataclasses.asdict(s)) for s in v.switches], **gated))
     return rows
 
 
-def render_table(rows: list[dict[str, Any]]) -> str:
+def render_table(rows: Sequence[AblationRow]) -> str:
     """The ablation as a plain-text table: switch, speed-up [interval] per concurrency (and the candidate's $ per
     million output tokens with an ``economics`` section), Δ [interval] per task, verdict (a skipped or not-run row:
     why, on one line); then, when some speed was measured, the recommendation per concurrency
     (``recommend.recommend``)."""
     lines = []
-    width = max((len(r["label"]) for r in rows), default=0)  # whole labels: cumulative ones differ at their ends
+    width = max((len(r.label) for r in rows), default=0)  # whole labels: cumulative ones differ at their ends
     for r in rows:
-        if r["skipped"]:
-            lines.append(f"{r['kind']:10} {r['label']:{width}} skipped: {r['skipped']}")
+        if r.skipped:
+            lines.append(f"{r.kind:10} {r.label:{width}} skipped: {r.skipped}")
             continue
-        if r.get("pending"):
-            lines.append(f"{r['kind']:10} {r['label']:{width}} not run: {r['not_run']}")
+        if r.pending:
+            lines.append(f"{r.kind:10} {r.label:{width}} not run: {r.not_run}")
             continue
-        speed = "; ".join(_speed_cell(s, r.get("economics")) for s in r.get("speed") or []) or (
-            f"speed {r.get('speed_status') or 'not measured'}")
-        deltas = ", ".join(f"{t['task']} {pts(t['delta'])} [{pts(t['ci_low'])}, {pts(t['ci_high'])}]"
-                           for t in r.get("tasks", []))
-        lines.append(f"{r['kind']:10} {r['label']:{width}} {r.get('verdict', '?'):12} {speed} | {deltas}")
+        speed = "; ".join(_speed_cell(s, r.economics) for s in r.speed) or (
+            f"speed {r.speed_status or 'not measured'}")
+        deltas = ", ".join(f"{t.task} {pts(t.delta)} [{pts(t.ci_low)}, {pts(t.ci_high)}]" for t in r.tasks)
+        lines.append(f"{r.kind:10} {r.label:{width}} {r.verdict or '?':12} {speed} | {deltas}")
     recs = recommendation_lines(recommend(rows))
     if recs:
         lines += ["", "recommendation (fastest PASS variant whose speed-up's lower bound is > 1):",
@@ -253,51 +252,49 @@ def render_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _cost_at(economics: list[dict[str, Any]] | None, c: int) -> float | None:
+def _cost_at(economics: Sequence[EconomicsLevel], c: int) -> float | None:
     """The candidate's $ per million output tokens at concurrency ``c`` from a row's ``economics`` levels."""
-    lv = next((e for e in economics or [] if e.get("concurrency") == c), None)
-    return None if lv is None else (lv.get("candidate") or {}).get("usd_per_mtok")
+    lv = next((e for e in economics if e.concurrency == c), None)
+    return None if lv is None else lv.candidate.usd_per_mtok
 
 
-def _speed_cell(s: dict[str, Any], economics: list[dict[str, Any]] | None = None) -> str:
-    lo, hi = s.get("ci_low"), s.get("ci_high")
+def _speed_cell(s: SpeedLevel, economics: Sequence[EconomicsLevel] = ()) -> str:
+    lo, hi = s.ci_low, s.ci_high
     ci = f"[{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "[n/a]"
-    prec = precision_note(s.get("precision"))
-    cost = _cost_at(economics, s["concurrency"])
-    return (f"c={s['concurrency']} \u00d7{s['ratio']:.2f} {ci}" + (f" ({prec})" if prec else "")
+    prec = precision_note(s.precision)
+    cost = _cost_at(economics, s.concurrency)
+    return (f"c={s.concurrency} \u00d7{s.ratio:.2f} {ci}" + (f" ({prec})" if prec else "")
             + ("" if cost is None else f" {usd(cost)}/M"))
 
 
-def render_html(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+def render_html(rows: Sequence[AblationRow], meta: dict[str, Any]) -> str:
     """``ablation.html``: the table (with the candidate's $ per million output tokens under each speed-up when the
-    verdicts carry costs), the recommendation per concurrency (``recommend.recommend``), the trade-off plot (each variant's headline speed-up against each task's Δ) and,
-    for a sweep, speed-up by concurrency per variant; unless ``meta["complete"]``, a line at the top saying how many
-    rows are missing. Self-contained, no scripts, autoescaped."""
+    verdicts carry costs), the recommendation per concurrency (``recommend.recommend``), the trade-off plot (each
+    variant's headline speed-up against each task's Δ) and, for a sweep, speed-up by concurrency per variant; unless
+    ``meta["complete"]``, a line at the top saying how many rows are missing. Self-contained, no scripts,
+    autoescaped."""
     from jinja2 import Environment, PackageLoader, select_autoescape
-
 
     points, sweep = [], []
     for r in rows:
-        levels = r.get("speed") or []
-        head = levels[0] if levels else {}
-        for t in r.get("tasks", []):
-            points.append({"label": f"{r['label'][:40]} / {t['task']}", "ratio": head.get("ratio"),
-                           "ratio_low": head.get("ci_low"), "ratio_high": head.get("ci_high"), "delta": t["delta"],
-                           "delta_low": t["ci_low"], "delta_high": t["ci_high"], "verdict": r.get("verdict")})
-        sweep += [{"series": r["label"][:40], **{k: s.get(k) for k in ("concurrency", "ratio", "ci_low", "ci_high")}}
-                  for s in levels]
+        head = r.speed[0] if r.speed else SpeedLevel()
+        for t in r.tasks:
+            points.append({"label": f"{r.label[:40]} / {t.task}", "ratio": head.ratio, "ratio_low": head.ci_low,
+                           "ratio_high": head.ci_high, "delta": t.delta, "delta_low": t.ci_low,
+                           "delta_high": t.ci_high, "verdict": r.verdict})
+        sweep += [{"series": r.label[:40], "concurrency": s.concurrency, "ratio": s.ratio, "ci_low": s.ci_low,
+                   "ci_high": s.ci_high} for s in r.speed]
     env = Environment(loader=PackageLoader("evalgate.report", "templates"), autoescape=select_autoescape(default=True),
                       trim_blocks=True, lstrip_blocks=True)
     env.filters["pts"] = pts
     env.globals.update(repeats_note=repeats_note, precision_note=precision_note, repeats_words=repeats_words,
                        usd=usd, cost_at=_cost_at)
-    levels = sorted({s["concurrency"] for r in rows for s in r.get("speed") or []})
+    levels = sorted({s.concurrency for r in rows for s in r.speed})
     return env.get_template("ablation.html.j2").render(
         rows=rows, meta=meta, recommendation=recommend(rows), tradeoff=tradeoff_plot(points, title="each switch: speed-up against each task's \u0394"),
         sweep=sweep_plot(sweep) if len(levels) > 1 else "", levels=levels,
-        mde_note=speed_mde_note(SpeedBlock(
-            levels=[SpeedLevel.model_validate(s) for r in rows for s in r.get("speed") or []],
-            profile=meta.get("profile") or {})))
+        mde_note=speed_mde_note(SpeedBlock(levels=[s for r in rows for s in r.speed],
+                                           profile=meta.get("profile") or {})))
 
 
 def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_path: Path, suite_names: list[str] | None,
@@ -422,7 +419,7 @@ def _save_progress(out: Path, *state: Any) -> None:
 
 
 def _write_files(out: Path, variants: list[Variant], docs: dict[str, Any], failed: dict[str, str],
-                 refused: dict[str, str], meta: dict[str, Any], pending: set[str]) -> list[dict[str, Any]]:
+                 refused: dict[str, str], meta: dict[str, Any], pending: set[str]) -> list[AblationRow]:
     """Write ``ablation.json`` and ``ablation.html`` (each atomically: a temp file in ``out``, then ``os.replace``)
     from what is done so far; return the rows.
 
@@ -433,13 +430,14 @@ def _write_files(out: Path, variants: list[Variant], docs: dict[str, Any], faile
     variants = [dataclasses.replace(v, skipped=v.skipped or refused.get(v.config.name, "")) for v in variants]
     rows = ablation_rows(variants, docs)
     for r in rows:
-        if r["config"] in failed and not r.get("verdict"):
-            r["skipped"] = f"failed: {failed[r['config']]}"
-        r["pending"] = not r["skipped"] and r["config"] in pending
-        if r["pending"]:
-            r["not_run"] = "the ablation stopped before this row finished" if meta["stopped"] else "pending"
+        if r.config in failed and not r.verdict:
+            r.skipped = f"failed: {failed[r.config]}"
+        r.pending = not r.skipped and r.config in pending
+        if r.pending:
+            r.not_run = "the ablation stopped before this row finished" if meta["stopped"] else "pending"
 
-    write_json_atomic(out / "ablation.json", {"meta": meta, "rows": rows, "recommendation": recommend(rows)})
+    write_json_atomic(out / "ablation.json", {"meta": meta, "rows": [r.as_json() for r in rows],
+                                              "recommendation": recommend(rows)})
     html, tmp = out / "ablation.html", out / ".ablation.html.tmp"
     tmp.write_text(render_html(rows, meta), encoding="utf-8")
     os.replace(tmp, html)

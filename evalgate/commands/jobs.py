@@ -32,7 +32,6 @@ from evalgate.engine.device import check_same_hardware
 from evalgate.engine.platform import check_platform
 from evalgate.errors import ConfigError, StoreError
 from evalgate.evaluate import runner
-from evalgate.evaluate.manifest import Manifest
 from evalgate.evaluate.placement import Alternation, Placement, placement_record, summary_line
 from evalgate.evaluate.placement import resolve as resolve_placement
 from evalgate.evaluate.preflight import check_suites
@@ -47,6 +46,7 @@ from evalgate.inputs.speed_only import check_speed_only
 from evalgate.inputs.thresholds import Thresholds, load_thresholds
 from evalgate.models.embedded import check_home, evalgate_home
 from evalgate.paths import check_writable_dir
+from evalgate.results.manifest import Manifest
 from evalgate.results.store import ResultStore, tasks_to_json, write_json_atomic
 from evalgate.speed.block import SpeedBlock
 from evalgate.speed.measure import check_profile, check_speed_only_profile, measure_speed_safely, speed_profile

@@ -25,12 +25,13 @@ from typing import Any, Protocol
 from evalgate.compare.pairing import TaskComparison, compare_tasks
 from evalgate.compare.replay import ReplayComparison, ReplayRun
 from evalgate.errors import ConfigError, ExitCode, StoreError
-from evalgate.evaluate.manifest import Manifest, SuiteEntry, side
+from evalgate.evaluate.manifest import side
 from evalgate.evaluate.runner import ConfigRun, SpeedError, versions
 from evalgate.gate import judge_run
 from evalgate.inputs.thresholds import ConfigPolicy, Thresholds
 from evalgate.report.document import build_verdict
 from evalgate.report.outputs import write_outputs
+from evalgate.results.manifest import Manifest, SuiteEntry
 from evalgate.results.records import TaskResult
 from evalgate.results.store import write_json_atomic
 from evalgate.speed.block import SpeedBlock
@@ -145,7 +146,7 @@ def decide_and_render(comparisons: list[TaskComparison], sides: Evaluated, polic
     ``sides.files``, ``manifest.json``, ``verdict.json`` and the rendered outputs (``outputs.write_outputs``) in
     ``out``; ``policy``: ``Thresholds.policy(sides.gate_name)``. Returns the verdict document and the rendered files'
     paths (``{"html", "junit", "markdown"}``)."""
-    manifest = sides.manifest.as_json()
+    manifest = sides.manifest
     judgement = judge_run(comparisons, policy, manifest, expect=sides.expect, effective=sides.effective,
                           speed=sides.speed, replay=replay)
     verdict = build_verdict(judgement, comparisons, manifest, near_tie=policy.near_tie_logprob, speed=sides.speed,
@@ -153,7 +154,7 @@ def decide_and_render(comparisons: list[TaskComparison], sides: Evaluated, polic
     doc = verdict.to_dict()
     for filename, obj in sides.files.items():
         write_json_atomic(out / filename, obj)
-    write_json_atomic(out / "manifest.json", manifest)
+    write_json_atomic(out / "manifest.json", manifest.as_json())
     write_json_atomic(out / "verdict.json", doc)
     return doc, write_outputs(verdict, out)
 

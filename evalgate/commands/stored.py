@@ -20,11 +20,11 @@ from pydantic import ValidationError
 from evalgate import gate
 from evalgate.engine.device import describe
 from evalgate.errors import StoreError
-from evalgate.evaluate.manifest import Manifest
 from evalgate.inputs.chat import describe_difference
 from evalgate.paths import check_writable_dir
 from evalgate.report.outputs import write_outputs
 from evalgate.report.verdict import VERSION, ManifestShape, SpeedShape, Verdict
+from evalgate.results.manifest import Manifest
 from evalgate.results.store import read_json, tasks_from_json
 
 

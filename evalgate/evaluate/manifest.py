@@ -1,105 +1,15 @@
-"""``manifest.json``: what a run ran (configs requested and applied, suites, versions, timings), as a typed model.
-
-The file's keys are unchanged from the untyped dict it replaces (and it is embedded as ``verdict.json``'s
-``manifest``, whose keys stay byte-compatible), so the schema version is not written into the file: a manifest
-without one is version ``VERSION``. ``evalgate compare`` writes the same model with ``compared_runs`` and each side's
-``run_dir``; readers of older or foreign manifests get extra keys kept, never dropped.
-"""
+"""``manifest.json`` of a run: the typed model (:class:`~evalgate.results.manifest.Manifest`, re-exported from
+``evalgate.results.manifest``, where the stages that read it can import it) and :func:`side`, one side's entry built
+from a ``runner.ConfigRun``."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from evalgate.errors import StoreError
 from evalgate.inputs.chat import protocol
-from evalgate.results.store import read_json
+from evalgate.results.manifest import Manifest, Side, SuiteEntry
 
-
-class SuiteEntry(BaseModel):
-    """One suite run: its name, its tasks and the content hash of its files (the store key part)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    name: str = Field(description="suite name (its folder under suites/)")
-    tasks: list[str] = Field(description="task names, in the suite's order")
-    content_hash: str = Field(description="sha256 over the suite's files (suites.content_hash)")
-
-
-class Side(BaseModel):
-    """One side (baseline or candidate) of a run."""
-
-    model_config = ConfigDict(extra="allow")
-
-    name: str = Field(description="config name")
-    path: str | None = Field(None, description="the config file")
-    expect: str | None = Field(None, description="'lossy' or 'lossless' (the config's expectation)")
-    requested: dict[str, Any] = Field(default_factory=dict, description="the config's identity as requested")
-    effective: dict[str, Any] = Field(default_factory=dict, description="what the engine applied (read back)")
-    spec_decode: dict[str, Any] = Field(default_factory=dict, description="speculative-decoding counters, summed")
-    evidence_sources: dict[str, str] = Field(default_factory=dict, description="where evidence came from")
-    cached_suites: list[str] = Field(default_factory=list, description="suites served from the store")
-    generations: dict[str, int] = Field(default_factory=dict, description="requests reused / generated")
-    device: dict[str, Any] | None = Field(None, description="the hardware the side ran on "
-                                          "(engine.device.device_identity); None in runs made before it was recorded")
-    protocol: dict[str, Any] | None = Field(None, description="how prompts were sent (chat.protocol: completion or "
-                                            "chat, template sha256, kwargs, system prompt hash); None in runs made "
-                                            "before it was recorded (completion)")
-
-
-class Manifest(BaseModel):
-    """The run manifest (``manifest.json``). Dumped with ``exclude_unset``: only the keys a run set are written."""
-
-    model_config = ConfigDict(extra="allow")
-    VERSION: ClassVar[int] = 1
-
-    created: str = Field(description="the run's UTC time stamp, e.g. 20261201T104705Z")
-    model: Any = Field(description="the model evaluated (a compare of two models: 'a → b')")
-    limit: Any = Field(description="items per task (None = all; a compare of two limits: 'a → b')")
-    versions: dict[str, str] = Field(description="installed package versions (runner.versions)")
-    thresholds: str = Field(description="the thresholds file applied")
-    timings: dict[str, Any] = Field(description="seconds by phase, e.g. load, baseline:total, compare")
-    suites: list[SuiteEntry] = Field(description="the suites run")
-    compared_runs: dict[str, str] | None = Field(None, description="evalgate compare: the two run directories")
-    placement: dict[str, Any] | None = Field(
-        None, description="where the two engines lived (evalgate.evaluate.placement): mode together/alternate, requested, "
-                          "source, reason, figures; per side the sleep mode applied, sleeps, wakes, restarts")
-    speed_only: bool | None = Field(
-        None, description="--speed-only: no quality suite ran, only speed was measured (the verdict is never PASS)")
-    baseline: Side = Field(description="the baseline side")
-    candidate: Side = Field(description="the candidate side")
-
-    def as_json(self) -> dict[str, Any]:
-        """The JSON object written to ``manifest.json`` (and embedded in ``verdict.json``)."""
-        return self.model_dump(mode="json", exclude_unset=True)
-
-    @classmethod
-    def read(cls, path: Path) -> Manifest:
-        """Load ``path``.
-
-        Raises:
-            StoreError: missing, unreadable or not a manifest (naming the file and the first bad field).
-        """
-        return cls.checked(read_json(path, "run manifest"), path)
-
-    @classmethod
-    def checked(cls, data: Any, path: Path) -> Manifest:
-        """``data`` (a JSON value read from ``path``) validated as a manifest: every required key present and of its
-        type (``suites`` a list of ``{name, tasks, content_hash}`` with string hashes, ...).
-
-        Raises:
-            StoreError (exit 3): naming ``path`` and the first bad field, e.g. ``suites: Field required`` or
-                ``suites.0.content_hash: Input should be a valid string``.
-        """
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            msg = err["msg"].split(" or instance of ")[0]  # not the model class names
-            raise StoreError(f"{path}: malformed run manifest: {where}: {msg}") from None
+__all__ = ["Manifest", "Side", "SuiteEntry", "side"]
 
 
 def side(run: Any) -> Side:

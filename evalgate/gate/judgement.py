@@ -19,6 +19,7 @@ from evalgate.gate.accuracy import Decision, decide, speed_only_decision
 from evalgate.gate.overrides import health_alpha, health_failures, overrule
 from evalgate.gate.replay import ReplayDecision, combine, decide_replay
 from evalgate.inputs.thresholds import ConfigPolicy, SpecDecodeFloors, SpeedFloors
+from evalgate.results.manifest import Manifest
 from evalgate.results.records import ItemResult
 from evalgate.speed.block import SpeedBlock
 
@@ -67,7 +68,7 @@ def task_evidence(pairs: Sequence[tuple[ItemResult, ItemResult]], spec: SpecDeco
             "failures": failures}
 
 
-def judge(decision: Decision, comparisons: Sequence[TaskComparison], manifest: Mapping[str, Any], *,
+def judge(decision: Decision, comparisons: Sequence[TaskComparison], manifest: Manifest, *,
           spec_floors: SpecDecodeFloors | None = None, speed: SpeedBlock | None = None,
           speed_floors: SpeedFloors | None = None) -> Judgement:
     """``decision`` (from :func:`decide`) with the overrides applied to the run's evidence.
@@ -75,30 +76,31 @@ def judge(decision: Decision, comparisons: Sequence[TaskComparison], manifest: M
     Args:
         decision: the accuracy rule's decision over the same tasks as ``comparisons``.
         comparisons: from ``compare.compare_tasks``.
-        manifest: run metadata with ``baseline``/``candidate`` (``expect``, ``spec_decode`` counters, ``effective``
-            engine args: speculative decoding on or off).
+        manifest: the run manifest (``results.manifest.Manifest``); read: each side's ``spec_decode`` counters,
+            the candidate's ``expect`` (unset: lossy) and ``effective`` engine args (speculative decoding on or off).
         spec_floors: ``thresholds.SpecDecodeFloors`` for the candidate (None: no floors); a missed floor BLOCKs.
         speed: the ``speed`` block (``speed.block.SpeedBlock``; only a measured one is checked; None: speed was not
             measured); speed_floors: ``thresholds.SpeedFloors`` (speed floors and latency objectives; None: none).
     Returns:
         The :class:`Judgement`.
     Raises:
-        KeyError: ``manifest`` lacks ``baseline`` or ``candidate``; ValueError: a comparison without items.
+        ValueError: a comparison without items.
     """
-    cand = manifest["candidate"]
-    spec = {role: spec_decode_health(manifest[role].get("spec_decode") or {}) for role in ("baseline", "candidate")}
-    expect = cand.get("expect", "lossy")
+    cand = manifest.candidate
+    spec = {role: spec_decode_health(side.spec_decode) for role, side in (("baseline", manifest.baseline),
+                                                                          ("candidate", cand))}
+    expect = cand.expect or "lossy"
     level = health_alpha([td.threshold.alpha for td in decision.tasks], len(comparisons), len(HEALTH_INDICATORS))
     evidence = {c.task: task_evidence(c.pairs, spec["candidate"], lossless=expect == "lossless", health_alpha=level)
                 for c in comparisons}
-    speculative = bool((cand.get("effective") or {}).get("engine_args", {}).get("speculative_config"))
+    speculative = bool((cand.effective.get("engine_args") or {}).get("speculative_config"))
     final = overrule(decision, {t: e["failures"] for t, e in evidence.items()}, expect=expect,
                      spec=spec["candidate"], speculative=speculative, spec_floors=spec_floors, speed=speed,
                      speed_floors=speed_floors)
     return Judgement(final, evidence, spec)
 
 
-def judge_run(comparisons: Sequence[TaskComparison], policy: ConfigPolicy, manifest: Mapping[str, Any], *,
+def judge_run(comparisons: Sequence[TaskComparison], policy: ConfigPolicy, manifest: Manifest, *,
               expect: str, effective: Mapping[str, Any],
               speed: SpeedBlock | None = None, replay: ReplayComparison | None = None) -> Judgement:
     """The whole decision of one gate run: :func:`decide` over the comparisons, then :func:`judge`, then the replay
@@ -114,13 +116,13 @@ def judge_run(comparisons: Sequence[TaskComparison], policy: ConfigPolicy, manif
         speed: the ``speed`` block (``speed.block.SpeedBlock``, measured or failed), None when not measured.
         replay: the replayed requests compared (``compare.replay.ReplayComparison``), None when no replay ran.
     Returns:
-        The :class:`Judgement`; with ``manifest["speed_only"]`` and no comparisons (``--speed-only``) the accuracy
+        The :class:`Judgement`; with ``manifest.speed_only`` and no comparisons (``--speed-only``) the accuracy
         rule is :func:`~evalgate.gate.accuracy.speed_only_decision` (INCONCLUSIVE: quality not measured).
     Raises:
         ValueError: no tasks outside a speed-only run (an error, never a pass), a comparison without items, or a
             replay without requests.
     """
-    if manifest.get("speed_only") and not comparisons:  # --speed-only: quality not measured, never a PASS
+    if manifest.speed_only and not comparisons:  # --speed-only: quality not measured, never a PASS
         decision = speed_only_decision(effective["baseline"], effective["candidate"])
     else:
         decision = decide([(c.suite, c.task, c.comparison) for c in comparisons], policy,

@@ -22,13 +22,14 @@ from evalgate.fmt import json_number as _num
 from evalgate.gate.replay import ReplayDecision
 from evalgate.inputs.thresholds import SpeedFloors
 from evalgate.report.verdict import VERSION, Verdict
+from evalgate.results.manifest import Manifest
 from evalgate.speed.block import SpeedBlock, SpeedThresholds
 from evalgate.speed.economics import economics_block
 
 __all__ = ["build_verdict", "gate_document"]
 
 
-def build_verdict(judgement: gate.Judgement, comparisons: list[TaskComparison], manifest: dict[str, Any], *,
+def build_verdict(judgement: gate.Judgement, comparisons: list[TaskComparison], manifest: Manifest, *,
                   near_tie: float = 0.0, speed: SpeedBlock | None = None,
                   speed_floors: SpeedFloors | None = None,
                   economics: Mapping[str, Any] | None = None, replay_run: ReplayRun | None = None) -> Verdict:
@@ -38,8 +39,10 @@ def build_verdict(judgement: gate.Judgement, comparisons: list[TaskComparison], 
     Args:
         judgement: from ``gate.judge`` (or ``gate.judge_run``) over the same comparisons and manifest.
         comparisons: from ``compare.compare_tasks`` (same tasks as the decision).
-        manifest: run metadata: ``baseline``/``candidate`` (name, requested, effective, expect, spec_decode,
-            evidence_sources), suites, versions, timings.
+        manifest: the run manifest (``results.manifest.Manifest``: ``baseline``/``candidate`` with name,
+            requested, effective, expect, spec_decode, evidence_sources; suites, versions, timings). The verdict
+            embeds it as ``Manifest.as_json()`` (the same object as ``manifest.json``); ``Verdict.manifest`` stays a
+            mapping, so verdicts of older or foreign runs still read.
         near_tie: nats (``ConfigPolicy.near_tie_logprob``); each task lists as ``tie_flips`` the differing items whose
             first flip was within it (numerics), for lossy configs too.
         speed: the ``speed`` block (``speed.block.SpeedBlock``: measured by ``speed.speed_block``, or a failed
@@ -54,31 +57,31 @@ def build_verdict(judgement: gate.Judgement, comparisons: list[TaskComparison], 
         replay_run: the replay's answers (``compare.replay.ReplayRun``); with ``judgement.replay`` the verdict gets
             a ``replay`` block (``_replay_block``).
     Raises:
-        KeyError: ``manifest`` lacks ``baseline`` or ``candidate``, or a task has no judged evidence.
+        KeyError: a task has no judged evidence.
     """
-    base, cand = manifest["baseline"], manifest["candidate"]
+    base, cand = manifest.baseline, manifest.candidate
     decision, evidence, spec = judgement.decision, judgement.evidence, judgement.spec
     by_task = {c.task: c for c in comparisons}
     gated = decision.verdict is not gate.Verdict.NO_OP
     tasks = [_task_row(td, by_task[td.task], near_tie, gated, evidence[td.task]) for td in decision.tasks]
     reasons = list(decision.reasons)
     if not gated:
-        reasons += _not_applied(base.get("requested") or {}, cand.get("requested") or {}, cand.get("effective") or {})
+        reasons += _not_applied(base.requested, cand.requested, cand.effective)
     doc: dict[str, Any] = {
         "version": VERSION, "verdict": decision.verdict.value, "reasons": reasons, "tasks": tasks,
-        "config_diff": _diff_rows(base["requested"], cand["requested"]),
-        "effective_diff": _diff_rows(base["effective"], cand["effective"]),
+        "config_diff": _diff_rows(base.requested, cand.requested),
+        "effective_diff": _diff_rows(base.effective, cand.effective),
         "spec_decode": {role: as_dict(h) for role, h in spec.items()},
         # Where the candidate's acceptance counts came from (runner.ConfigRun.evidence_sources); None when none.
-        "spec_decode_source": (cand.get("evidence_sources") or {}).get("spec_decode"),
-        "manifest": manifest,
+        "spec_decode_source": cand.evidence_sources.get("spec_decode"),
+        "manifest": manifest.as_json(),
     }
     if speed is not None:
         doc["speed"] = speed.model_copy(update={"thresholds": None if speed_floors is None else SpeedThresholds(
             min_speedup=speed_floors.min_speedup, max_slowdown=speed_floors.max_slowdown,
             **({"slos_ms": speed_floors.slos()} if speed_floors.slos() else {}))})
-    cost = economics_block(speed, economics, {role: (manifest[role].get("requested") or {}).get("engine_args")
-                                              for role in ("baseline", "candidate")})
+    cost = economics_block(speed, economics, {"baseline": base.requested.get("engine_args"),
+                                              "candidate": cand.requested.get("engine_args")})
     if cost is not None:
         doc["economics"] = cost
     if judgement.replay is not None and replay_run is not None:
@@ -130,7 +133,7 @@ def _replay_block(rd: ReplayDecision, run: ReplayRun) -> dict[str, Any]:
     return block
 
 
-def gate_document(judgement: gate.Judgement, comparisons: list[TaskComparison], manifest: dict[str, Any],
+def gate_document(judgement: gate.Judgement, comparisons: list[TaskComparison], manifest: Manifest,
                   **options: Any) -> dict[str, Any]:
     """``build_verdict(...).to_dict()``: the JSON-able document written as ``verdict.json`` (same arguments)."""
     return build_verdict(judgement, comparisons, manifest, **options).to_dict()

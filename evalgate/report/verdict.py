@@ -10,7 +10,9 @@ not ``2.0``). Points are percentage points (0-100 scale); shares are 0..1; KL is
 
 Every part is a ``results.document.Record``. The ``speed`` block's parts are the speed stage's own records
 (``evalgate.speed.block``: ``SpeedBlock`` and its levels, sides, latencies, goodput, precision and thresholds), which
-the gate and the economics read before the verdict exists; they are re-exported here under the same names.
+the gate and the economics read before the verdict exists, and so are the ``economics`` block's
+(``evalgate.speed.economics``: ``EconomicsBlock``, ``EconomicsLevel``, ``EconomicsSide``), which the ablation's rows
+carry to ``gate.recommend``; they are re-exported here under the same names.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from evalgate.speed.block import (
     SpeedSide,
     SpeedThresholds,
 )
+from evalgate.speed.economics import EconomicsBlock, EconomicsLevel, EconomicsSide
 
 __all__ = ["Choice", "CrossCheck", "DecodeSummary", "DiffRow", "Divergence", "EconomicsBlock", "EconomicsLevel",
            "EconomicsSide", "Evidence", "Flip", "HealthShares", "HealthShift", "Lossless", "ManifestShape", "Number",
@@ -288,42 +291,6 @@ class SpecDecodeCounts(_Record):
     accepted_tokens: Number = _f("``spec_decode_num_accepted_tokens``", 0.0)
     acceptance_rate: Number | None = _f("accepted / draft tokens, 0..1")
     mean_acceptance_length: Number | None = _f("1 + accepted / drafts (tokens per target step)")
-
-
-class EconomicsSide(_Record):
-    """One side's cost at one concurrency level, at full load (``economics.economics_block``); US dollars."""
-
-    output_tok_s: Number | None = _f("the side's median output tok/s at this level")
-    usd_per_mtok: Number | None = _f("gpu_hour_usd * gpus * 1e6 / (output tok/s * 3600): $ per million output tokens")
-    break_even_utilisation: Number | None = _f("usd_per_mtok / api_usd_per_mtok: the share of the hour the GPUs must be "
-                                               "busy for self-hosting to beat the API (> 1: never); None without an "
-                                               "API price")
-    api_saving_usd_per_mtok: Number | None = _f("api_usd_per_mtok − usd_per_mtok (full load); None without an API price")
-    api_saving_share: Number | None = _f("1 − break_even_utilisation (full load); None without an API price")
-
-
-class EconomicsLevel(_Record):
-    """The switch's cost change at one concurrency level (``economics.economics_block``)."""
-
-    concurrency: int = _f("concurrent requests", 0)
-    baseline: EconomicsSide = Field(default_factory=EconomicsSide, description="the baseline's cost")
-    candidate: EconomicsSide = Field(default_factory=EconomicsSide, description="the candidate's cost")
-    saving_usd_per_mtok: Number | None = _f("baseline − candidate $ per million output tokens (> 0: the switch saves)")
-    cost_change: Number | None = _f("candidate / baseline cost − 1 (negative: cheaper) = (GPU ratio / speed-up) − 1")
-    cost_change_low: Number | None = _f("its interval's low end, from the speed-up's high end; None without one")
-    cost_change_high: Number | None = _f("its interval's high end, from the speed-up's low end; None without one")
-    level: Number | None = _f("the interval's level (the speed-up's)")
-
-
-class EconomicsBlock(_Record):
-    """What the measured throughput costs (``economics``; ``thresholds.yaml`` ``economics``). Report only: never
-    changes the verdict."""
-
-    gpu_hour_usd: Number | None = _f("price of one GPU-hour, US dollars")
-    api_usd_per_mtok: Number | None = _f("the API price compared against, $ per million output tokens; None: not set")
-    gpus: dict[str, int] = Field(default_factory=dict, description="GPUs per engine, per side")
-    gpus_source: str = _f("``economics.gpus`` or the engine args' parallel sizes", "")
-    levels: list[EconomicsLevel] = _list("one row per measured concurrency level")
 
 
 class ReplayRequest(_Record):

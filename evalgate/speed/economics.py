@@ -18,7 +18,9 @@ Formulas (units: US dollars, GPU-hours, output tokens per second):
   ``u > u* = usd_per_mtok / api_usd_per_mtok``, the break-even utilisation (``u* > 1``: the API is cheaper even at
   100 %). The saving at full load is ``api_usd_per_mtok - usd_per_mtok`` (share: ``1 - u*``).
 
-Economics is reported beside the verdict and never changes it.
+Economics is reported beside the verdict and never changes it. Its block's typed records (:class:`EconomicsBlock`,
+:class:`EconomicsLevel`, :class:`EconomicsSide`) live here, as the speed block's live in ``block``: the verdict
+(``report.verdict``, which re-exports them) and the ablation's rows (``gate.recommend.AblationRow``) both carry them.
 """
 
 from __future__ import annotations
@@ -27,16 +29,58 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import Field
+
 from evalgate.fmt import num
+from evalgate.results.document import Number
+from evalgate.results.document import Record as _Record
+from evalgate.results.document import described as _f
+from evalgate.results.document import described_list as _list
 from evalgate.speed.block import SpeedBlock
 
-__all__ = ["SECONDS_PER_HOUR", "TOKENS_PER_MILLION", "break_even_utilisation", "cost_ratio_interval",
-           "economics_block", "economics_lines", "economics_properties", "engine_gpus", "pct", "usd", "usd_per_mtok",
-           "utilisation"]
+__all__ = ["SECONDS_PER_HOUR", "TOKENS_PER_MILLION", "EconomicsBlock", "EconomicsLevel", "EconomicsSide",
+           "break_even_utilisation", "cost_ratio_interval", "economics_block", "economics_lines",
+           "economics_properties", "engine_gpus", "pct", "usd", "usd_per_mtok", "utilisation"]
 
 SECONDS_PER_HOUR = 3600.0
 TOKENS_PER_MILLION = 1e6
 ROLES = ("baseline", "candidate")
+
+
+class EconomicsSide(_Record):
+    """One side's cost at one concurrency level, at full load (``economics.economics_block``); US dollars."""
+
+    output_tok_s: Number | None = _f("the side's median output tok/s at this level")
+    usd_per_mtok: Number | None = _f("gpu_hour_usd * gpus * 1e6 / (output tok/s * 3600): $ per million output tokens")
+    break_even_utilisation: Number | None = _f("usd_per_mtok / api_usd_per_mtok: the share of the hour the GPUs must be "
+                                               "busy for self-hosting to beat the API (> 1: never); None without an "
+                                               "API price")
+    api_saving_usd_per_mtok: Number | None = _f("api_usd_per_mtok − usd_per_mtok (full load); None without an API price")
+    api_saving_share: Number | None = _f("1 − break_even_utilisation (full load); None without an API price")
+
+
+class EconomicsLevel(_Record):
+    """The switch's cost change at one concurrency level (``economics.economics_block``)."""
+
+    concurrency: int = _f("concurrent requests", 0)
+    baseline: EconomicsSide = Field(default_factory=EconomicsSide, description="the baseline's cost")
+    candidate: EconomicsSide = Field(default_factory=EconomicsSide, description="the candidate's cost")
+    saving_usd_per_mtok: Number | None = _f("baseline − candidate $ per million output tokens (> 0: the switch saves)")
+    cost_change: Number | None = _f("candidate / baseline cost − 1 (negative: cheaper) = (GPU ratio / speed-up) − 1")
+    cost_change_low: Number | None = _f("its interval's low end, from the speed-up's high end; None without one")
+    cost_change_high: Number | None = _f("its interval's high end, from the speed-up's low end; None without one")
+    level: Number | None = _f("the interval's level (the speed-up's)")
+
+
+class EconomicsBlock(_Record):
+    """What the measured throughput costs (``economics``; ``thresholds.yaml`` ``economics``). Report only: never
+    changes the verdict."""
+
+    gpu_hour_usd: Number | None = _f("price of one GPU-hour, US dollars")
+    api_usd_per_mtok: Number | None = _f("the API price compared against, $ per million output tokens; None: not set")
+    gpus: dict[str, int] = Field(default_factory=dict, description="GPUs per engine, per side")
+    gpus_source: str = _f("``economics.gpus`` or the engine args' parallel sizes", "")
+    levels: list[EconomicsLevel] = _list("one row per measured concurrency level")
 
 
 def usd_per_mtok(gpu_hour_usd: float, gpus: int, output_tok_s: float) -> float:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from evalgate.commands import ablate
+from evalgate.gate.recommend import AblationRow
 from evalgate.inputs.config import CONFIGS_DIR, list_configs, load_baseline, load_config
 
 
@@ -150,8 +151,8 @@ def test_rows_and_table() -> None:
            "speed": {"status": "measured", "levels": [{"concurrency": 16, "ratio": 1.5, "ci_low": 1.3, "ci_high": 1.7,
                                                        "verdict": "faster"}]}}
     rows = ablate.ablation_rows(variants, {"fp16-state": doc})
-    assert rows[0]["verdict"] == "PASS" and rows[0]["speed"][0]["ratio"] == 1.5
-    assert rows[1]["skipped"] == "stochastic rounding needs CUDA"
+    assert rows[0].verdict == "PASS" and rows[0].speed[0].ratio == 1.5
+    assert rows[1].skipped == "stochastic rounding needs CUDA"
     table = ablate.render_table(rows)
     assert "c=16 \u00d71.50 [1.30, 1.70]" in table and "t \u22120.4 [\u22121.2, +0.3]" in table
     assert "skipped: FlashInfer needs CUDA" in table
@@ -173,11 +174,12 @@ def test_rows_and_table() -> None:
 def test_pending_rows_in_table_and_html() -> None:
     """A row not run yet: one line in the table; in the HTML its cell and the "did not finish" line, its label (from
     config values) escaped."""
-    row = {"label": "env X=<b>&", "kind": "alone", "config": "r~X", "skipped": "", "switches": [], "pending": True,
-           "not_run": "the ablation stopped before this row finished"}
-    done = {"label": "a=1", "kind": "alone", "config": "r~a", "skipped": "", "switches": [], "pending": False,
-            "verdict": "PASS", "speed": [], "speed_status": None, "speed_error": None,
-            "tasks": [{"suite": "s", "task": "t", "delta": 0.5, "ci_low": -1.0, "ci_high": 2.0, "verdict": "PASS"}]}
+    row = AblationRow(label="env X=<b>&", kind="alone", config="r~X", skipped="", switches=[], pending=True,
+                      not_run="the ablation stopped before this row finished")
+    done = AblationRow.model_validate({
+        "label": "a=1", "kind": "alone", "config": "r~a", "skipped": "", "switches": [], "pending": False,
+        "verdict": "PASS", "speed": [], "speed_status": None, "speed_error": None,
+        "tasks": [{"suite": "s", "task": "t", "delta": 0.5, "ci_low": -1.0, "ci_high": 2.0, "verdict": "PASS"}]})
     assert ablate.render_table([row]) == ("alone      env X=<b>& not run: the ablation stopped before this "
                                           "row finished")
     meta = {"recipe": "r", "baseline": "b", "model": "m", "limit": None, "profile": None, "device": "cpu", "isa": [],
@@ -236,6 +238,8 @@ def test_ablate_command_with_fake_workers(monkeypatch, tmp_path, capsys) -> None
     assert not any("mamba_backend" in n or "stochastic" in n for n in started)
     saved = json.loads((out / "ablation.json").read_text())
     rows = saved["rows"]
+    # ablation.json's rows read back into the typed rows and dump to the same JSON, key order included
+    assert json.dumps([AblationRow.model_validate(r).as_json() for r in rows]) == json.dumps(rows)
     assert saved["meta"]["complete"] is True and saved["meta"]["stopped"] == ""
     assert len(rows) == 12 and sum(bool(r["skipped"]) for r in rows) == 4
     assert not any(r["pending"] for r in rows) and not any("not_run" in r for r in rows)

@@ -8,20 +8,21 @@ from typing import Any
 import pytest
 
 from evalgate.commands import ablate
-from evalgate.gate.recommend import recommend, recommendation_lines
+from evalgate.gate.recommend import AblationRow, recommend, recommendation_lines
 
 
 def _row(label: str, verdict: str, *levels: tuple[int, float, float | None, float | None], config: str | None = None,
-         switches: int = 1, cost: dict[int, float] | None = None, **extra: Any) -> dict[str, Any]:
+         switches: int = 1, cost: dict[int, float] | None = None, **extra: Any) -> AblationRow:
     """An ``ablate.ablation_rows`` row that ran: ``levels`` are ``(concurrency, ratio, ci_low, ci_high)``."""
-    return {"label": label, "kind": "alone", "config": config or f"r~{label}", "skipped": "", "pending": False,
-            "switches": [{"section": "engine_args", "key": f"k{i}", "value": 1} for i in range(switches)],
-            "verdict": verdict, "speed_status": "measured", "speed_error": None, "tasks": [],
-            "speed": [{"concurrency": c, "ratio": r, "ci_low": lo, "ci_high": hi, "level": 0.95,
-                       "verdict": "faster" if lo is not None and lo > 1 else "no measurable speed-up"}
-                      for c, r, lo, hi in levels],
-            "economics": [{"concurrency": c, "candidate": {"usd_per_mtok": v}} for c, v in (cost or {}).items()],
-            **extra}
+    return AblationRow.model_validate({
+        "label": label, "kind": "alone", "config": config or f"r~{label}", "skipped": "", "pending": False,
+        "switches": [{"section": "engine_args", "key": f"k{i}", "value": 1} for i in range(switches)],
+        "verdict": verdict, "speed_status": "measured", "speed_error": None, "tasks": [],
+        "speed": [{"concurrency": c, "ratio": r, "ci_low": lo, "ci_high": hi, "level": 0.95,
+                   "verdict": "faster" if lo is not None and lo > 1 else "no measurable speed-up"}
+                  for c, r, lo, hi in levels],
+        "economics": [{"concurrency": c, "candidate": {"usd_per_mtok": v}} for c, v in (cost or {}).items()],
+        **extra})
 
 
 def test_fastest_pass_with_lower_bound_above_one_per_level() -> None:
@@ -63,10 +64,10 @@ def test_ties_go_to_the_larger_lower_bound_then_fewer_switches_and_are_named() -
 
 
 def test_skipped_pending_and_duplicate_configs_do_not_count() -> None:
-    skipped = {**_row("s", "PASS", (16, 3.0, 2.0, 4.0)), "skipped": "FlashInfer needs CUDA"}
-    pending = {**_row("p", "PASS", (16, 3.0, 2.0, 4.0)), "pending": True}
+    skipped = _row("s", "PASS", (16, 3.0, 2.0, 4.0), skipped="FlashInfer needs CUDA")
+    pending = _row("p", "PASS", (16, 3.0, 2.0, 4.0), pending=True)
     alone = _row("fp16", "PASS", (16, 1.2, 1.1, 1.3), config="fp16-state")
-    cum = {**_row("+ fp16", "PASS", (16, 1.2, 1.1, 1.3), config="fp16-state"), "kind": "cumulative"}
+    cum = _row("+ fp16", "PASS", (16, 1.2, 1.1, 1.3), config="fp16-state", kind="cumulative")
     (rec,) = recommend([skipped, pending, alone, cum])
     assert rec["label"] == "fp16" and rec["tied"] == []  # the same config once, under its first row's label
 
@@ -74,9 +75,9 @@ def test_skipped_pending_and_duplicate_configs_do_not_count() -> None:
 def test_slo_hook_refuses_a_variant_that_breaks_one() -> None:
     rows = [_row("fast", "PASS", (16, 1.8, 1.5, 2.1)), _row("slow", "PASS", (16, 1.3, 1.1, 1.5))]
     breaks = {"fast": "TTFT p99 900 ms > 500 ms"}
-    (rec,) = recommend(rows, slo_failure=lambda r, c: breaks.get(r["label"], ""))
+    (rec,) = recommend(rows, slo_failure=lambda r, c: breaks.get(r.label, ""))
     assert rec["label"] == "slow"
-    (rec,) = recommend(rows[:1], slo_failure=lambda r, c: breaks.get(r["label"], ""))
+    (rec,) = recommend(rows[:1], slo_failure=lambda r, c: breaks.get(r.label, ""))
     assert rec["config"] is None
     assert rec["reason"] == "every PASS variant faster for sure breaks a latency SLO: fast: TTFT p99 900 ms > 500 ms"
 
@@ -99,7 +100,7 @@ def test_table_html_and_cost_column() -> None:
     assert 'id="recommendation"' in html and "<b>a=1</b>" in html and "$0.80 per M output tokens" in html
     assert "b=&lt;i&gt;2&lt;/i&gt;" in html and "<i>2</i>" not in html
     # Without economics: no cost in the cells.
-    plain = [{**r, "economics": []} for r in rows]
+    plain = [r.model_copy(update={"economics": []}) for r in rows]
     assert "/M" not in ablate.render_table(plain).split("recommendation")[0]
     assert "per M output tokens" not in ablate.render_html(plain, meta)
 
@@ -113,9 +114,9 @@ def test_ablation_rows_carry_the_verdicts_costs() -> None:
     doc = {"verdict": "PASS", "tasks": [], "speed": {"status": "measured", "levels": []},
            "economics": {"levels": [{"concurrency": 16, "candidate": {"usd_per_mtok": 0.8}}]}}
     (row,) = ablate.ablation_rows([v], {"r~k": doc})
-    assert row["economics"] == [{"concurrency": 16, "candidate": {"usd_per_mtok": 0.8}}]
+    assert row.as_json()["economics"] == [{"concurrency": 16, "candidate": {"usd_per_mtok": 0.8}}]
     (row,) = ablate.ablation_rows([v], {"r~k": {**doc, "economics": None}})
-    assert row["economics"] == []
+    assert row.as_json()["economics"] == []
 
 
 def test_ablate_command_writes_costs_and_the_recommendation(monkeypatch, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]

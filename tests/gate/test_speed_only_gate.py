@@ -9,9 +9,12 @@ import pytest
 
 from evalgate.gate import Verdict, judge_run
 from evalgate.inputs.thresholds import load_thresholds
+from evalgate.results.manifest import Manifest, Side
 from evalgate.speed.block import SpeedBlock
 
-MANIFEST = {"speed_only": True, "baseline": {"expect": "lossy"}, "candidate": {"expect": "lossy", "effective": {}}}
+MANIFEST = Manifest(speed_only=True, created="20260101T000000Z", model="m", limit=None, versions={},
+                    thresholds="t.yaml", timings={}, suites=[], baseline=Side(name="baseline", expect="lossy"),
+                    candidate=Side(name="c", expect="lossy", effective={}))
 
 
 def _thresholds(tmp_path: Path, extra: str = "") -> object:
@@ -49,7 +52,7 @@ def test_speed_only_blocks_on_a_missed_speed_floor(tmp_path: Path) -> None:
 def test_no_tasks_outside_a_speed_only_run_is_still_an_error(tmp_path: Path) -> None:
     th = _thresholds(tmp_path)
     with pytest.raises(ValueError, match="no evidence is never a pass"):
-        judge_run([], th.policy("c"), {**MANIFEST, "speed_only": None}, expect="lossy",
+        judge_run([], th.policy("c"), MANIFEST.model_copy(update={"speed_only": None}), expect="lossy",
                   effective={"baseline": {"a": 1}, "candidate": {"a": 2}})
 
 

@@ -15,6 +15,7 @@ from evalgate.report.document import build_verdict
 from evalgate.report.outputs import render_junit, render_markdown
 from evalgate.report.render import render_html, render_terminal
 from evalgate.report.verdict import as_verdict
+from evalgate.results.manifest import Manifest
 from runfixtures import manifest, side, task
 
 EVIL = '<script>alert(1)</script>'
@@ -40,7 +41,7 @@ def _doc(redact: bool = False, n_same: int = 30, floor: float = 0.5):
     sides = {"t": task("t", "s", ["ok"] * 40, [1.0] * 40)}
     comps = compare_tasks(sides, sides, thr.policy(None))
     b, c = side("baseline", "float32"), side("cand", "bfloat16")
-    m = manifest(b, c, ["t"])
+    m = Manifest.model_validate(manifest(b, c, ["t"]))
     cmp = run.compare(near_tie=0.01, alpha=0.05, n_resamples=1000)
     judgement = judge_run(comps, thr.policy("cand"), m, expect="lossy",
                           effective={"baseline": b["effective"], "candidate": c["effective"]}, replay=cmp)

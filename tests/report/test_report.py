@@ -12,6 +12,7 @@ from evalgate.inputs.thresholds import Thresholds
 from evalgate.report.render import render_html, render_terminal
 from evalgate.results.records import ItemResult, TaskResult
 from runfixtures import gate_document
+from runfixtures import manifest as run_manifest
 
 EVIL = '<script>alert(1)</script><img src=x onerror="alert(2)">'
 
@@ -130,9 +131,9 @@ def test_a_missed_acceptance_floor_blocks_the_run() -> None:
     # 100 verify steps, 300 draft tokens, 105 accepted: rate 35 %, mean acceptance length 2.05.
     counters = {"spec_decode_num_drafts": 100.0, "spec_decode_num_draft_tokens": 300.0,
                 "spec_decode_num_accepted_tokens": 105.0}
-    manifest = {"baseline": {"name": "b", "requested": {}, "effective": {"engine_args": {"speculative_config": None}}},
-                "candidate": {"name": "mtp3", "requested": {}, "spec_decode": counters,
-                              "effective": {"engine_args": {"speculative_config": spec}}}}
+    manifest = run_manifest({"name": "b", "requested": {}, "effective": {"engine_args": {"speculative_config": None}}},
+                            {"name": "mtp3", "requested": {}, "spec_decode": counters,
+                             "effective": {"engine_args": {"speculative_config": spec}}}, ["t"])
     before = gate_document(decision, comps, manifest)["verdict"]
     doc = gate_document(decision, comps, manifest, spec_floors=SpecDecodeFloors(0.5, 1.7))
     assert before == "INCONCLUSIVE" and doc["verdict"] == "BLOCK"
@@ -173,9 +174,9 @@ def test_a_no_op_names_the_requested_switch_and_what_the_engine_applied() -> Non
     effective = {"engine_args": {"async_scheduling": False, "dtype": "float32"}}
     decision = decide([(c.suite, c.task, c.comparison) for c in comps], thr.policy(None),
                       baseline_effective=effective, candidate_effective=effective)
-    manifest = {"baseline": {"name": "b", "requested": {"engine_args": {"dtype": "float32"}}, "effective": effective},
-                "candidate": {"name": "async-sched", "effective": effective,
-                              "requested": {"engine_args": {"dtype": "float32", "async_scheduling": True}}}}
+    manifest = run_manifest({"name": "b", "requested": {"engine_args": {"dtype": "float32"}}, "effective": effective},
+                            {"name": "async-sched", "effective": effective,
+                             "requested": {"engine_args": {"dtype": "float32", "async_scheduling": True}}}, ["t"])
     doc = gate_document(decision, comps, manifest)
     assert doc["verdict"] == "NO-OP"
     assert doc["reasons"][-1] == ("engine_args.async_scheduling: requested True (baseline: <absent>), but the engine "

@@ -275,6 +275,7 @@ def test_max_seconds_shares_the_budget_between_levels() -> None:
 
 def test_the_record_reaches_every_output() -> None:
     from evalgate.commands.ablate import render_table
+    from evalgate.gate.recommend import AblationRow
     from evalgate.report.outputs import speed_markdown, speed_properties
 
     d = [0.01, -0.01, 0.03] + [0.02] * 20
@@ -285,9 +286,8 @@ def test_the_record_reaches_every_output() -> None:
     assert sb.levels[0].precision is not None and sb.levels[0].precision.pairs_needed == 19
     assert note in "\n".join(speed_markdown(sb))
     assert ("speed_c4_precision", note) in speed_properties(sb)
-    assert note in render_table([{"label": "fp16", "kind": "alone", "skipped": None, "verdict": "PASS",
-                                  "speed": [lv.model_dump(exclude_unset=True) for lv in block.levels],
-                                  "tasks": []}])
+    assert note in render_table([AblationRow(label="fp16", kind="alone", skipped="", verdict="PASS",
+                                             speed=block.levels, tasks=[])])
     from test_speed import _doc_with_speed
 
     from evalgate.report.render import render_html, render_terminal
