@@ -17,7 +17,7 @@ from evalgate.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 GATEABLE = ["aa", "async-sched", "chat/fp16-state", "cline-recipe", "dense/bf16", "dense/fp16-state", "dense/ngram", "flashinfer-mamba",
             "fp16-state", "fp16-state-flashinfer", "fp16-state-sr", "gdn/fp16-state", "gdn/mtp1", "mtp1", "mtp3",
-            "omp1", "sr-only"]
+            "omp1", "sr-only", "vl/bf16"]
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -66,8 +66,8 @@ def test_a_changed_parent_gates_its_children(repo: Path, capsys: pytest.CaptureF
 def test_a_changed_baseline_gates_every_config_against_it(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (repo / "configs" / "baseline.yaml").write_text((repo / "configs" / "baseline.yaml").read_text() + "# x\n")
     _, names, _ = _changed(repo, capsys)
-    # baseline itself has nothing to be gated against; the dense and GDN families have their own baselines
-    assert names == [n for n in GATEABLE if not n.startswith(("dense/", "gdn/"))]
+    # baseline itself has nothing to be gated against; the dense, GDN and VL families have their own baselines
+    assert names == [n for n in GATEABLE if not n.startswith(("dense/", "gdn/", "vl/"))]
 
 
 def test_random_weight_configs_are_never_listed_for_the_quality_gate(repo: Path,
