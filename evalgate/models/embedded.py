@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from evalgate.errors import ConfigError, ModelError
@@ -269,6 +270,21 @@ def prepare_qwen3_next_model(home: Path | None = None, *, force: bool = False) -
     target = qwen3_next_model_dir(home)
     want = {"source": "evalgate.hybrid.qwen3_next",  # the recipe's original name: prepared copies stay valid
             "recipe": qwen3_next.RECIPE_VERSION, "seed": QWEN3_NEXT_SEED}
+    return _prepare_fixture(target, want, lambda out: qwen3_next.build(out, QWEN3_NEXT_SEED), qwen3_next.file_sha256,
+                            "Qwen3-Next", force=force)
+
+
+def _prepare_fixture(target: Path, want: dict[str, object], build: Callable[[Path], Path],
+                     sha256: Callable[[Path], str], label: str, *,
+                     force: bool) -> Path:
+    """Build a seeded fixture checkpoint into ``target`` once: reused when its marker holds ``want``; else ``build``
+    (a checkpoint dir -> the built dir) runs in a temp dir, the marker (``want``, the weights' ``sha256``, the
+    directory fingerprint) is written last and the dir renamed into place, so a failure leaves no partial
+    checkpoint and, when two processes build at once, the first rename wins and the other uses its result.
+
+    Raises:
+        ModelError: the build fails (naming ``target`` and ``label``).
+    """
 
     def current() -> bool:
         try:
@@ -283,10 +299,10 @@ def prepare_qwen3_next_model(home: Path | None = None, *, force: bool = False) -
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=".prepare-", dir=target.parent))
-        out = qwen3_next.build(work / "checkpoint", QWEN3_NEXT_SEED)
+        out = build(work / "checkpoint")
         (out / _MARKER).write_text(json.dumps({
-            **want, "model_sha256": qwen3_next.file_sha256(out / "model.safetensors"),
-            "fingerprint": _fingerprint_dir(out)}, indent=2))
+            **want, "model_sha256": sha256(out / "model.safetensors"), "fingerprint": _fingerprint_dir(out)},
+            indent=2))
         if target.exists():
             if current() and not force:  # another process finished first: use its (identical) build
                 return target
@@ -297,7 +313,7 @@ def prepare_qwen3_next_model(home: Path | None = None, *, force: bool = False) -
             if not current():  # not another process's build landing first: a real failure
                 raise
     except (OSError, ValueError, RuntimeError) as exc:
-        raise ModelError(f"{target}: building the Qwen3-Next fixture failed: {exc}") from exc
+        raise ModelError(f"{target}: building the {label} fixture failed: {exc}") from exc
     finally:
         if work is not None:
             shutil.rmtree(work, ignore_errors=True)
@@ -323,39 +339,8 @@ def prepare_idefics3_model(home: Path | None = None, *, force: bool = False) -> 
 
     target = idefics3_model_dir(home)
     want = {"source": "evalgate.models.idefics3_tiny", "recipe": idefics3_tiny.RECIPE_VERSION, "seed": IDEFICS3_SEED}
-
-    def current() -> bool:
-        try:
-            marker = json.loads((target / _MARKER).read_text())
-        except (OSError, ValueError):
-            return False
-        return all(marker.get(k) == v for k, v in want.items())
-
-    if current() and not force:
-        return target
-    work: Path | None = None
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(prefix=".prepare-", dir=target.parent))
-        out = idefics3_tiny.build(work / "checkpoint", IDEFICS3_SEED)
-        (out / _MARKER).write_text(json.dumps({
-            **want, "model_sha256": idefics3_tiny.file_sha256(out / "model.safetensors"),
-            "fingerprint": _fingerprint_dir(out)}, indent=2))
-        if target.exists():
-            if current() and not force:
-                return target
-            shutil.rmtree(target)
-        try:
-            os.replace(out, target)
-        except OSError:
-            if not current():
-                raise
-    except (OSError, ValueError, RuntimeError) as exc:
-        raise ModelError(f"{target}: building the Idefics3 fixture failed: {exc}") from exc
-    finally:
-        if work is not None:
-            shutil.rmtree(work, ignore_errors=True)
-    return target
+    return _prepare_fixture(target, want, lambda out: idefics3_tiny.build(out, IDEFICS3_SEED),
+                            idefics3_tiny.file_sha256, "Idefics3", force=force)
 
 
 def _convert(gguf: Path, out: Path) -> None:
