@@ -30,13 +30,11 @@ same bytes (``build`` twice, compared in the tests).
 
 from __future__ import annotations
 
-import hashlib
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from evalgate.models.hybrid import CHECKPOINT_DIR
+from evalgate.models.hybrid.qwen3_next import file_sha256  # noqa: F401 (the fixtures' one file hash)
 
 # Bump when anything that changes the built files changes: a prepared copy with another recipe is rebuilt.
 RECIPE_VERSION = 1
@@ -102,29 +100,3 @@ def build(out_dir: Path, seed: int = 0) -> Path:
     Idefics3Processor(image_processor=ip, tokenizer=tok, image_seq_len=IMAGE_SEQ_LEN,
                       chat_template=CHAT_TEMPLATE).save_pretrained(out_dir)
     return out_dir
-
-
-def file_sha256(path: Path) -> str:
-    """Hex sha256 of one file's bytes."""
-    h = hashlib.sha256()
-    with Path(path).open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _main(argv: list[str]) -> int:
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="python -m evalgate.models.idefics3_tiny",
-                                 description=__doc__.split("\n\n")[0])
-    ap.add_argument("out", type=Path)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    build(args.out, args.seed)
-    print(json.dumps({"out": str(args.out), "sha256": file_sha256(args.out / "model.safetensors")}))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
