@@ -147,7 +147,7 @@ for s in $STEPS; do
     flashinfer-mamba|fp16-state-sr)
       if [ "$FAMILY" = scale/cpu ]; then echo "$s: skipped (CUDA only)" >> "$R/summary.txt"; continue; fi
       step "$s" --config "$FAMILY/$s" --concurrency "$LOW,$HIGH" --repeats "$REPEATS" ;;
-    moe-fp16-state) step "$s" --config scale/moe/fp16-state --concurrency "$LOW,$HIGH" --repeats "$REPEATS" ;;
+    moe-fp16-state) step "$s" --config scale/moe/fp16-state --concurrency "${LEVELS_MOE:-$LOW,$HIGH}" --repeats "$REPEATS" ;;
     ablate) ablate_step ;;
     *) echo "$s: unknown step" >> "$R/summary.txt" ;;
   esac

@@ -359,8 +359,9 @@ def measure_speed_safely(workers: dict[str, Any], profile: TrafficProfile) -> Sp
     ``SpeedBlock(status="failed", error=one line, profile=profile.as_dict())`` (only those keys set, so it is
     written as ``{"status", "error", "profile"}``): the quality verdict is still written (the run then exits 3).
     Raises nothing: an unexpected exception becomes an ``internal error: ...`` failure too."""
-    log.info("speed: %s, concurrency %s, %s per side, interleaved", profile_words(profile.as_dict()),
-             ",".join(map(str, profile.concurrency)), repeats_words(profile.as_dict()))
+    # repeats_words says "per side" only where it is true: a precision target's budget is the whole speed phase's.
+    log.info("speed: %s, concurrency %s, %s", profile_words(profile.as_dict()),
+             ",".join(map(str, profile.concurrency)), repeats_words(profile.as_dict(), interleaved=True))
     try:
         return measure_speed(workers, profile)
     except SpeedError as exc:

@@ -162,7 +162,7 @@ def _pct(share: float) -> str:
 
 def precision_note(record: Any) -> str:
     """A level's precision in words: ``±1.8 % (target ±2 %, 7 pairs)`` when met, ``target ±2 % not met: ±3.4 % after
-    10 pairs (max_repeats); ≈24 pairs needed`` when capped; "" for no (or a malformed) record."""
+    10 pairs (max_repeats); ≈24 pairs needed for ±2 %`` when capped; "" for no (or a malformed) record."""
     if hasattr(record, "model_dump"):
         record = record.model_dump()
     if not isinstance(record, dict):
@@ -175,7 +175,7 @@ def precision_note(record: Any) -> str:
     if stopped == MET:
         return f"{_pct(got)} (target {_pct(target)}, {pairs} pairs)"
     return (f"target {_pct(target)} not met: {_pct(got)} after {pairs} pairs ({stopped}); \u2248{need:,} pairs "
-            f"needed")
+            f"needed for {_pct(target)}")
 
 
 def precision_problems(repeats: int, precision: float | None, max_repeats: int | None,

@@ -400,11 +400,14 @@ def window_words(sides: dict[str, Any]) -> str:
 
 
 def repeats_note(need: int | None) -> str:
-    """``needs ≈6 repeats in all`` (``repeats_needed`` of an unresolved level, at this spread), ``needs > 100
-    repeats`` past the cap, or "" when there is nothing to say (resolved, not estimable, or not an integer)."""
+    """``resolving it needs ≈6 repeats in all`` (``repeats_needed`` of an unresolved level: the repeats at which the
+    observed ratio would be told from 1 at the planning power, at this spread), ``resolving it needs > 100 repeats``
+    past the cap, or "" when there is nothing to say (resolved, not estimable, or not an integer). "Resolving it"
+    keeps it apart from ``precision_note``'s pairs for a half-width target, a different question."""
     if not isinstance(need, int) or need < 2:
         return ""
-    return f"needs > {MAX_REPEATS} repeats" if need > MAX_REPEATS else f"needs \u2248{need} repeats in all"
+    return (f"resolving it needs > {MAX_REPEATS} repeats" if need > MAX_REPEATS
+            else f"resolving it needs \u2248{need} repeats in all")
 
 
 def resolve_profile(fields: dict[str, Any] | None, *, cuda: bool, concurrency: Sequence[int] | None = None,

@@ -167,7 +167,7 @@ def test_rows_and_table() -> None:
     html = ablate.render_html(rows, {"recipe": "cline-recipe", "baseline": "baseline", "model": "m", "limit": 5,
                                      "profile": {"power": 0.9, "concurrency": [16]}, "device": "cpu", "isa": [],
                                      "method": "t", "complete": True, "stopped": ""})
-    assert "no measurable speed-up; needs \u22487 repeats in all<br>MDE \u00d71.80" in html
+    assert "no measurable speed-up; resolving it needs \u22487 repeats in all<br>MDE \u00d71.80" in html
     assert "detect with 90 % power" in html
 
 

@@ -144,12 +144,12 @@ def test_record_and_its_words() -> None:
     rec = precision_record(0.02, plan, 10, BY_REPEATS)
     assert rec == {"target": 0.02, "achieved_half_width": pytest.approx(math.expm1(T_975_DF2 * 0.02 / math.sqrt(10))),
                    "pairs": 10, "stopped": "max_repeats", "pairs_needed": 19}
-    assert precision_note(rec) == "target \u00b12 % not met: \u00b12.8 % after 10 pairs (max_repeats); \u224819 pairs needed"
+    assert precision_note(rec) == "target \u00b12 % not met: \u00b12.8 % after 10 pairs (max_repeats); \u224819 pairs needed for \u00b12 %"
     assert precision_note({"target": 0.02, "achieved_half_width": 0.018, "pairs": 7, "stopped": "met",
                            "pairs_needed": 7}) == "\u00b11.8 % (target \u00b12 %, 7 pairs)"
     assert precision_note({"target": 0.02, "achieved_half_width": 0.034, "pairs": 10, "stopped": "max_seconds",
                            "pairs_needed": 24}) == ("target \u00b12 % not met: \u00b13.4 % after 10 pairs "
-                                                    "(max_seconds); \u224824 pairs needed")
+                                                    "(max_seconds); \u224824 pairs needed for \u00b12 %")
     assert precision_note(None) == "" and precision_note({"target": 0.02}) == ""
     with pytest.raises(ValueError, match="stopped"):
         precision_record(0.02, plan, 10, "tired")
@@ -249,7 +249,7 @@ def test_max_repeats_caps_the_second_stage_and_says_so() -> None:
     block, _, left = _run(d, TrafficProfile(8, 8, (4,), repeats=3, precision=0.02))
     assert (block.levels[0].precision.pairs, block.levels[0].precision.stopped) == (10, BY_REPEATS)
     line = headline(block)
-    assert "target ±2 % not met: ±2.8 % after 10 pairs (max_repeats); ≈19 pairs needed" in line
+    assert "target ±2 % not met: ±2.8 % after 10 pairs (max_repeats); ≈19 pairs needed for ±2 %" in line
     assert "3 to 10 pairs, target ±2 %" in line
 
 
@@ -280,7 +280,7 @@ def test_the_record_reaches_every_output() -> None:
 
     d = [0.01, -0.01, 0.03] + [0.02] * 20
     block, _, _ = _run(d, TrafficProfile(8, 8, (4,), repeats=3, precision=0.02, max_repeats=5))
-    note = "target ±2 % not met: ±3.9 % after 5 pairs (max_repeats); ≈19 pairs needed"
+    note = "target ±2 % not met: ±3.9 % after 5 pairs (max_repeats); ≈19 pairs needed for ±2 %"
     assert precision_note(block.levels[0].precision) == note
     sb = block
     assert sb.levels[0].precision is not None and sb.levels[0].precision.pairs_needed == 19

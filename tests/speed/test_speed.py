@@ -381,10 +381,10 @@ def test_speed_mde_and_repeats_needed_reach_markdown_html_and_the_headline() -> 
     block = measure_speed(workers, TrafficProfile(512, 512, (16,), repeats=3), progress=lambda _: None)
     (lvl,) = block.levels
     assert lvl.repeats_needed == 6 and lvl.mde_ratio == pytest.approx(2.349, abs=1e-3)
-    assert "c=16: ×0.61 [0.34, 1.25] (95%), no measurable speed-up, needs ≈6 repeats in all (2,253" in headline(block)
+    assert "c=16: ×0.61 [0.34, 1.25] (95%), no measurable speed-up, resolving it needs ≈6 repeats in all (2,253" in headline(block)
     md = "\n".join(speed_markdown(block))
-    assert "| 16 | 2,253 | 1,372 | ×0.61 | 95% [0.34, 1.25] | ×2.35 | 7.5%/19.0% | no measurable speed-up; needs " \
-           "≈6 repeats in all |" in md
+    assert "| 16 | 2,253 | 1,372 | ×0.61 | 95% [0.34, 1.25] | ×2.35 | 7.5%/19.0% | no measurable speed-up; resolving it " \
+           "needs ≈6 repeats in all |" in md
     assert "80 % power" in md
     from evalgate.report.outputs import speed_properties
     props = dict(speed_properties(block))
@@ -392,7 +392,7 @@ def test_speed_mde_and_repeats_needed_reach_markdown_html_and_the_headline() -> 
     doc = _doc_with_speed()
     doc["speed"] = {**block.model_dump(exclude_unset=True), "thresholds": None}
     html = render_html(doc)
-    assert "<td>×2.35</td>" in html and "no measurable speed-up; needs ≈6 repeats in all" in html
+    assert "<td>×2.35</td>" in html and "no measurable speed-up; resolving it needs ≈6 repeats in all" in html
     assert "80 % power" in html
     # A document written before these fields renders them as n/a and says nothing about repeats.
     for key in ("mde_ratio", "repeats_needed"):
