@@ -281,7 +281,8 @@ def missing_serve_benchmark(read: Reader | None = None) -> list[str]:
         "vllm.entrypoints.cli.main.main (the vllm CLI)"]
     text = (read("benchmarks/serve.py") or "") + (_datasets_source(read) or "")
     argv = bench_command("m", 1, input_len=1, output_len=1, num_prompts=1, concurrency=1, result_dir=Path("."),
-                         result_file="r.json", goodput={"ttft": 1.0})  # --goodput too: latency objectives use it
+                         result_file="r.json", goodput={"ttft": 1.0},  # --goodput too: latency objectives use it
+                         range_ratio=0.5)  # and --random-range-ratio (traffic.range_ratio)
     gone = [a for a in argv if a.startswith("--") and f'"{a}"' not in text]
     return out + ([f"vllm bench serve flag{'s' if len(gone) > 1 else ''} {', '.join(gone)}"] if gone else [])
 

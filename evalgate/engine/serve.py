@@ -89,8 +89,12 @@ def server_command(model: str, engine_args: Mapping[str, Any], port: int) -> lis
 
 
 def bench_command(model: str, port: int, *, input_len: int, output_len: int, num_prompts: int, concurrency: int,
-                  result_dir: Path, result_file: str, goodput: Mapping[str, float] | None = None) -> list[str]:
+                  result_dir: Path, result_file: str, goodput: Mapping[str, float] | None = None,
+                  range_ratio: float = 0.0) -> list[str]:
     """The argv of one ``vllm bench serve`` pass (random dataset, request rate inf, ``--save-result`` JSON).
+
+    ``range_ratio`` (0 <= r < 1): ``--random-range-ratio``, each request's lengths drawn from ``[len * (1 - r),
+    len * (1 + r)]``; 0 leaves the flag out (exact lengths, vLLM's default).
 
     ``goodput``: per-request service-level objectives in ms, vLLM's keys ``ttft`` / ``tpot`` / ``e2el`` (e.g.
     ``{"ttft": 500.0, "tpot": 50.0}``), passed as ``--goodput ttft:500 tpot:50``: vLLM then counts a request as
@@ -103,7 +107,8 @@ def bench_command(model: str, port: int, *, input_len: int, output_len: int, num
             "--num-warmups", str(concurrency), "--ignore-eos", "--temperature", "1.0", "--top-p", "1.0",
             "--seed", str(PROMPT_SEED), "--percentile-metrics", ",".join(LATENCY_METRICS),
             "--metric-percentiles", ",".join(str(p) for p in PERCENTILES), "--disable-tqdm",
-            "--save-result", "--result-dir", str(result_dir), "--result-filename", result_file, *slo]
+            "--save-result", "--result-dir", str(result_dir), "--result-filename", result_file, *slo,
+            *(["--random-range-ratio", f"{range_ratio:g}"] if range_ratio else [])]
 
 
 @dataclass(frozen=True)
@@ -367,7 +372,7 @@ def _term_with_parent() -> None:
 
 def run_bench(server: Server, model: str, *, input_len: int, output_len: int, num_prompts: int, concurrency: int,
               repeat: int = 0, timeout_s: float = BENCH_TIMEOUT_S,
-              goodput: Mapping[str, float] | None = None) -> ServeRun:
+              goodput: Mapping[str, float] | None = None, range_ratio: float = 0.0) -> ServeRun:
     """One ``vllm bench serve`` pass against ``server`` (a subprocess in its own group, log appended to the
     server's log path + ``.bench``); returns the parsed result. ``goodput``: per-request objectives in ms
     (``bench_command``).
@@ -381,7 +386,7 @@ def run_bench(server: Server, model: str, *, input_len: int, output_len: int, nu
     with tempfile.TemporaryDirectory(prefix="evalgate-bench-") as tmp:
         argv = bench_command(model, server.port, input_len=input_len, output_len=output_len, num_prompts=num_prompts,
                              concurrency=concurrency, result_dir=Path(tmp), result_file="result.json",
-                             goodput=goodput)
+                             goodput=goodput, range_ratio=range_ratio)
         with open(bench_log, "ab") as log:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     env=server.env, start_new_session=True, preexec_fn=_term_with_parent)

@@ -224,6 +224,13 @@ class TrafficSection(Schema):
     a pair that would end past a level's share of what is left is not started); unset: no budget."""
     prompts: choice("random", "suites") = None  # type: ignore[valid-type]
     """random (vLLM's RandomDataset) or suites (the suites' own prompts)."""
+    range_ratio: _number("must be a number with 0 <= range_ratio < 1 (0.5: lengths drawn from half to one and a "
+                         "half times input_len / output_len)", ge=0, lt=1) = None  # type: ignore[valid-type]
+    """With ``prompts: random``: each request's prompt and output lengths drawn uniformly from ``[len * (1 - r),
+    len * (1 + r)]``, 0 <= r < 1 (vLLM's ``--random-range-ratio``). With ``num_prompts`` above the concurrency,
+    requests then finish one at a time and are refilled, so a pass reaches the steady state that its window is
+    timed over; with exact lengths (unset, 0) every request ends at the same step and a refilled pass runs in
+    lock-step waves. The speed guide says when to set it."""
     from_: Annotated[str, Field(strict=True, min_length=1, alias="from"),
                      rule("must be the path of a request log (JSON lines)")] = None  # type: ignore[assignment]
     """A recorded request log (JSON lines; relative to this file) whose requests are sent as recorded, each with

@@ -82,6 +82,8 @@ def measure_speed(workers: Mapping[str, Any], profile: TrafficProfile,
         n = profile.prompts_at(c)
         cmd = {"input_len": profile.input_len, "output_len": profile.output_len, "num_prompts": n,
                "prompts": profile.prompts, "concurrency": c}
+        if profile.range_ratio:
+            cmd["range_ratio"] = profile.range_ratio
         warm = {**cmd, "output_len": min(profile.output_len, WARMUP_OUTPUT_LEN), "num_prompts": min(n, c), "seed": 1,
                 "label": "warm-up"}
         if profile.requests is not None:  # traffic.from: the log's requests (engine.replay), warm-up its first ones
@@ -188,7 +190,8 @@ def speed_profile(options: RunOptions, policy: ConfigPolicy, *, default_on: bool
     with ``--no-speed``. ``policy``: ``Thresholds.policy(candidate)``.
 
     Raises:
-        ConfigError: the profile is invalid (also its precision keys together: ``precision.precision_problems``), asks ``mode: serve`` for what serve mode cannot measure
+        ConfigError: the profile is invalid (also its precision keys together: ``precision.precision_problems``;
+            ``range_ratio`` with ``prompts: suites``), asks ``mode: serve`` for what serve mode cannot measure
             (``servespeed.serve_problems``), or the installed vLLM lacks the benchmark code the mode calls
             (``check_benchmark_code``).
     """
@@ -210,6 +213,10 @@ def speed_profile(options: RunOptions, policy: ConfigPolicy, *, default_on: bool
     for fld, msg in precision_problems(profile.repeats, profile.precision, profile.max_repeats, profile.max_seconds):
         path, dotted = traffic_source(policy, fld, options)
         raise ConfigError(msg, path=path, field=dotted)
+    if profile.range_ratio and profile.prompts != "random":
+        path, dotted = traffic_source(policy, "range_ratio", options)
+        raise ConfigError(f"varies vLLM's random prompts only, got prompts: {profile.prompts} (the suites' prompts "
+                          f"keep their own lengths); remove it or use prompts: random", path=path, field=dotted)
     if log_path is not None or from_log:
         profile = log_profile(profile, fields, log_path, from_log and not options.concurrency, policy, options)
     if profile.mode == "serve":
@@ -268,8 +275,8 @@ def log_profile(profile: TrafficProfile, fields: dict[str, Any], log_path: str |
     ``from-log`` concurrency taken out).
 
     Raises:
-        ConfigError (exit 2): ``concurrency: from-log`` without ``from``; ``input_len`` or ``prompts`` beside
-            ``from``; more ``num_prompts`` than the log holds, or a log of more than ``MAX_TRAFFIC_PROMPTS``
+        ConfigError (exit 2): ``concurrency: from-log`` without ``from``; ``input_len``, ``prompts`` or
+            ``range_ratio`` beside ``from``; more ``num_prompts`` than the log holds, or a log of more than ``MAX_TRAFFIC_PROMPTS``
             requests without ``num_prompts``; and every problem of the log itself (naming its file, line and
             field).
     """
@@ -282,7 +289,7 @@ def log_profile(profile: TrafficProfile, fields: dict[str, Any], log_path: str |
 
     if log_path is None:
         refuse("concurrency", f"concurrency: {FROM_LOG} needs a request log: set traffic.from")
-    for key in ("input_len", "prompts"):
+    for key in ("input_len", "prompts", "range_ratio"):
         if key in fields:
             refuse(key, "does not apply with traffic.from (the logged requests are sent as recorded); remove it")
     base = Path(policy.path).parent if policy.path is not None else Path(".")

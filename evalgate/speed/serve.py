@@ -204,7 +204,8 @@ def measure_serve(sides: Mapping[str, ServeSide], profile: TrafficProfile, *, to
                     server = servers.get(role)
                     runs[role].append(run_bench(server, sides[role].model, input_len=profile.input_len,
                                                 output_len=profile.output_len, num_prompts=profile.prompts_at(c),
-                                                concurrency=c, repeat=i, goodput=profile.goodput))
+                                                concurrency=c, repeat=i, goodput=profile.goodput,
+                                                range_ratio=profile.range_ratio or 0.0))
                 b, k = runs["baseline"][-1], runs["candidate"][-1]
                 say(f"serve c={c} repeat {i + 1}/{profile.repeats}: TTFT p50 {b.ttft_p50_ms:.1f} -> "
                     f"{k.ttft_p50_ms:.1f} ms, TPOT p50 {b.tpot_p50_ms:.2f} -> {k.tpot_p50_ms:.2f} ms, "

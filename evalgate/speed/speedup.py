@@ -68,6 +68,11 @@ class TrafficProfile:
             stage, >= 2); None: ``repeats`` pairs, no target.
         max_repeats: with ``precision``, the pairs in all at most (None: ``precision.pair_cap``'s default).
         max_seconds: with ``precision``, the speed phase's wall-clock budget in seconds (None: no budget).
+        range_ratio: ``traffic.range_ratio``: with ``prompts: random``, each request's prompt and output lengths are
+            drawn uniformly from ``[len * (1 - r), len * (1 + r)]`` (vLLM's ``RandomDataset`` ``range_ratio`` /
+            ``vllm bench --random-range-ratio``, 0 <= r < 1), so a refilled pass (``num_prompts`` > concurrency)
+            turns requests over one at a time and reaches a steady state instead of running in lock-step waves;
+            None: every request exactly ``input_len`` / ``output_len``.
         requests: with ``traffic.from`` (``prompts: log``, ``input_len`` None, ``output_len`` the budget of a record
             without one): what the gate read of the request log, ``{"path", "sha256", "requests" (in the log),
             "formats", "concurrency": {"source", ...}}``; after the measurement also the requests sent:
@@ -92,6 +97,7 @@ class TrafficProfile:
     precision: float | None = None
     max_repeats: int | None = None
     max_seconds: float | None = None
+    range_ratio: float | None = None
 
     def prompts_at(self, concurrency: int) -> int:
         """Requests per repeat at one concurrency level."""
@@ -100,7 +106,7 @@ class TrafficProfile:
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["concurrency"] = list(self.concurrency)
-        for key in ("requests", "goodput", "precision", "max_repeats", "max_seconds"):
+        for key in ("requests", "goodput", "precision", "max_repeats", "max_seconds", "range_ratio"):
             if d[key] is None:
                 del d[key]  # the keys of a profile without them stay as they were
         return d
@@ -354,7 +360,8 @@ def profile_words(p: dict[str, Any]) -> str:
     concurrency from-log: typical 3, peak 7`` (counts and lengths only: the log's text never reaches a report)."""
     log = p.get("requests")
     if not isinstance(log, dict):
-        return f"{p.get('input_len')} in / {p.get('output_len')} out"
+        spread = f" (lengths \u00b1{100 * float(p['range_ratio']):g} %)" if p.get("range_ratio") else ""
+        return f"{p.get('input_len')} in / {p.get('output_len')} out{spread}"
     sent = log.get("sent") if isinstance(log.get("sent"), dict) else {}
     name = Path(str(log.get("path", "?"))).name
     text = f"{sent.get('requests', log.get('requests'))} logged requests ({name})"
@@ -437,14 +444,30 @@ def resolve_profile(fields: dict[str, Any] | None, *, cuda: bool, concurrency: S
     return TrafficProfile(**merged)
 
 
+def longest_request(profile: TrafficProfile) -> int:
+    """Prompt + output tokens of the profile's longest random request: ``input_len + output_len``, or with
+    ``range_ratio`` r the top of vLLM's sampling ranges, ``ceil(input_len * (1 + r)) + ceil(output_len * (1 + r))``
+    (``vllm.benchmarks.datasets.utils.get_sampling_params``, the same in vLLM 0.26.0 and 0.32.0).
+
+    Raises:
+        ValueError: a profile without ``input_len`` (a request log's lengths are its own)."""
+    if profile.input_len is None:
+        raise ValueError("a request log's profile has no input_len")
+    r = profile.range_ratio or 0.0
+    return math.ceil(profile.input_len * (1 + r)) + math.ceil(profile.output_len * (1 + r))
+
+
 def profile_problems(profile: TrafficProfile, limits: dict[str, int]) -> list[tuple[str, str]]:
     """``(field, message)`` for each way ``profile`` exceeds an engine's limits (``max_model_len`` in tokens,
     ``max_num_seqs``); empty when it fits or a limit is unknown."""
     out = []
     max_len = limits.get("max_model_len")  # a request log's lengths are checked in the worker (engine.replay)
-    if max_len is not None and profile.input_len is not None and profile.input_len + profile.output_len > max_len:
-        out.append(("input_len", f"input_len + output_len = {profile.input_len + profile.output_len} tokens exceeds "
-                                 f"the engine's max_model_len {max_len}"))
+    if max_len is not None and profile.input_len is not None:
+        longest = longest_request(profile)
+        if longest > max_len:
+            what = ("input_len + output_len" if not profile.range_ratio else
+                    f"the longest request at range_ratio {profile.range_ratio:g}")
+            out.append(("input_len", f"{what} = {longest} tokens exceeds the engine's max_model_len {max_len}"))
     seqs = limits.get("max_num_seqs")
     over = [c for c in profile.concurrency if seqs is not None and c > seqs]
     if over:

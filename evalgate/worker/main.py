@@ -158,12 +158,14 @@ def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, An
                       f"{_rate_words(result)} ({time.monotonic() - t0:.1f} s)", flush=True)
                 reply({"event": "measured", "result": result})
                 continue
-            key = (cmd["input_len"], cmd["output_len"], cmd["num_prompts"], cmd["prompts"], cmd.get("seed", 0))
+            key = (cmd["input_len"], cmd["output_len"], cmd["num_prompts"], cmd["prompts"], cmd.get("seed", 0),
+                   cmd.get("range_ratio", 0.0))
             if key not in cache:
                 suite_ids = ([r["prompt_token_ids"] for _, r in sorted(lm.records.items()) if r.get("prompt_token_ids")]
                              if cmd["prompts"] == "suites" else None)
                 cache[key] = throughput.sample_requests(llm, cmd["input_len"], cmd["output_len"], cmd["num_prompts"],
-                                                        seed=cmd.get("seed", 0), suite_prompts=suite_ids)
+                                                        seed=cmd.get("seed", 0), suite_prompts=suite_ids,
+                                                        range_ratio=float(cmd.get("range_ratio", 0.0)))
             t0 = time.monotonic()
             result = throughput.measure(llm, cache[key], int(cmd["concurrency"]), detokenize=detokenize)
             print(f"evalgate: {cmd.get('label', 'measure')} at concurrency {cmd['concurrency']}: "

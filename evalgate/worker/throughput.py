@@ -31,15 +31,23 @@ WARMUP_SEED = 1  # the warm-up prompts differ from the measured ones (as through
 
 
 def sample_requests(llm: Any, input_len: int, output_len: int, num_prompts: int, seed: int = PROMPT_SEED,
-                    suite_prompts: list[list[int]] | None = None) -> list[Any]:
+                    suite_prompts: list[list[int]] | None = None, range_ratio: float = 0.0) -> list[Any]:
     """``num_prompts`` vLLM ``SampleRequest``s of ``input_len`` prompt tokens and ``output_len`` output tokens.
 
     ``suite_prompts`` (token ids of the suites' prompts, for ``prompts: suites``) are cycled and cut or padded to
-    ``input_len`` by repetition; otherwise ``RandomDataset(random_seed=seed).sample(...)`` makes them.
+    ``input_len`` by repetition; otherwise ``RandomDataset(random_seed=seed).sample(...)`` makes them, with each
+    request's lengths drawn from ``[len * (1 - range_ratio), len * (1 + range_ratio)]`` (vLLM's ``range_ratio``,
+    0 <= range_ratio < 1; 0: exactly ``input_len`` / ``output_len``).
+
+    Raises:
+        ValueError: ``range_ratio`` with ``suite_prompts`` (the suites' prompts keep fixed lengths), or outside
+            [0, 1) (vLLM's own check).
     """
     from vllm.benchmarks.datasets import RandomDataset, SampleRequest
 
     if suite_prompts:
+        if range_ratio:
+            raise ValueError("range_ratio applies to vLLM's random prompts only, not to the suites' prompts")
         out = []
         for i in range(num_prompts):
             ids = list(suite_prompts[i % len(suite_prompts)])
@@ -49,7 +57,7 @@ def sample_requests(llm: Any, input_len: int, output_len: int, num_prompts: int,
         return out
     tokenizer = llm.get_tokenizer()
     return RandomDataset(random_seed=seed).sample(tokenizer=tokenizer, num_requests=num_prompts, input_len=input_len,
-                                                  output_len=output_len, range_ratio=0.0)
+                                                  output_len=output_len, range_ratio=range_ratio)
 
 
 def measure(llm: Any, requests: list[Any], concurrency: int, *, detokenize: bool = True) -> dict[str, Any]:

@@ -214,11 +214,12 @@ def test_offline_benchmark_detection_names_what_is_missing() -> None:
 def test_serve_benchmark_detection_checks_every_flag_evalgate_passes() -> None:
     from evalgate.engine.serve import bench_command
 
-    # Every flag, --goodput included (latency objectives pass it; checked whether or not a run sets one).
+    # Every flag, --goodput and --random-range-ratio included (latency objectives and traffic.range_ratio pass
+    # them; checked whether or not a run sets one).
     flags = [a for a in bench_command("m", 1, input_len=1, output_len=1, num_prompts=1, concurrency=1,
-                                      result_dir=Path("."), result_file="r", goodput={"ttft": 1.0})
+                                      result_dir=Path("."), result_file="r", goodput={"ttft": 1.0}, range_ratio=0.5)
              if a.startswith("--")]
-    assert "--goodput" in flags
+    assert "--goodput" in flags and "--random-range-ratio" in flags
     serve_src = "\n".join(f'parser.add_argument("{f}")' for f in flags)
     files = {"entrypoints/cli/main.py": "def main():\n    pass\n", "benchmarks/serve.py": serve_src}
     assert argnames.missing_serve_benchmark(_reader(files)) == []
@@ -226,6 +227,8 @@ def test_serve_benchmark_detection_checks_every_flag_evalgate_passes() -> None:
     assert argnames.missing_serve_benchmark(_reader(gone)) == ["vllm bench serve flag --num-warmups"]
     no_goodput = {**files, "benchmarks/serve.py": serve_src.replace('"--goodput"', '"--good-put"')}
     assert argnames.missing_serve_benchmark(_reader(no_goodput)) == ["vllm bench serve flag --goodput"]
+    no_range = {**files, "benchmarks/serve.py": serve_src.replace('"--random-range-ratio"', '"--range"')}
+    assert argnames.missing_serve_benchmark(_reader(no_range)) == ["vllm bench serve flag --random-range-ratio"]
     assert argnames.missing_serve_benchmark(_reader({"benchmarks/serve.py": serve_src})) == [
         "vllm.entrypoints.cli.main.main (the vllm CLI)"]
 

@@ -84,6 +84,10 @@ def test_the_server_command_serves_the_model_on_127_0_0_1_through_the_launcher()
     assert pairs["--random-input-len"] == "16" and pairs["--random-output-len"] == "8"
     assert pairs["--percentile-metrics"] == "ttft,tpot,itl" and pairs["--metric-percentiles"] == "50,99"
     assert pairs["--result-dir"] == "/r" and "--save-result" in bench and "--ignore-eos" in bench
+    assert "--random-range-ratio" not in bench  # exact lengths: vLLM's default, the flag left out
+    spread = serve.bench_command("/m", 12345, input_len=16, output_len=8, num_prompts=8, concurrency=2,
+                                 result_dir=Path("/r"), result_file="x.json", range_ratio=0.25)
+    assert dict(zip(spread, spread[1:]))["--random-range-ratio"] == "0.25"
 
 
 def test_a_server_starts_answers_health_and_its_whole_group_is_gone_after_the_block(tmp_path: Path) -> None:

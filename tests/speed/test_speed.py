@@ -31,6 +31,7 @@ from evalgate.speed.speedup import (
     paired_log_interval,
     paired_t_power,
     profile_problems,
+    profile_words,
     repeats_needed,
     resolve_profile,
 )
@@ -207,6 +208,43 @@ def test_profile_problems_against_engine_limits() -> None:
     assert "concurrency 512 exceeds the engine's max_num_seqs 256" in problems["concurrency"]
     assert profile_problems(TrafficProfile(512, 512, (256,)), {"max_model_len": 2048, "max_num_seqs": 256}) == []
     assert profile_problems(p, {}) == []
+
+
+def test_range_ratio_is_carried_shown_and_bounds_the_longest_request() -> None:
+    p = resolve_profile({"range_ratio": 0.5, "num_prompts": 1024}, cuda=True)
+    assert (p.range_ratio, p.num_prompts, p.input_len) == (0.5, 1024, 512)
+    assert p.as_dict()["range_ratio"] == 0.5 and "range_ratio" not in CUDA_PROFILE.as_dict()
+    assert profile_words(p.as_dict()) == "512 in / 512 out (lengths \u00b150 %)"
+    assert profile_words(CUDA_PROFILE.as_dict()) == "512 in / 512 out"
+    # vLLM's sampling range tops at ceil(512 * 1.5) = 768 prompt and 768 output tokens: 1,536 must fit.
+    assert profile_problems(p, {"max_model_len": 1536}) == []
+    problems = dict(profile_problems(p, {"max_model_len": 1535}))
+    assert problems["input_len"] == ("the longest request at range_ratio 0.5 = 1536 tokens exceeds the engine's "
+                                     "max_model_len 1535")
+    odd = TrafficProfile(input_len=101, output_len=33, concurrency=(4,), range_ratio=0.3)
+    assert dict(profile_problems(odd, {"max_model_len": 174}))["input_len"].endswith("= 175 tokens exceeds the "
+                                                                                     "engine's max_model_len 174")
+    assert profile_problems(odd, {"max_model_len": 175}) == []  # ceil(131.3) + ceil(42.9) = 132 + 43
+
+
+def test_sample_requests_draws_vllm_random_lengths_within_the_range() -> None:
+    """The worker's sampler hands range_ratio to vLLM's RandomDataset: output budgets within [8, 24] for 16 +/- 50 %,
+    not all equal, the same for the same seed; exact lengths without it; refused with the suites' prompts."""
+    pytest.importorskip("vllm", reason="needs vLLM (pip install 'evalgate[cpu]')")
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from evalgate.models.hybrid import CHECKPOINT_DIR
+    from evalgate.worker.throughput import sample_requests
+
+    llm = SimpleNamespace(get_tokenizer=lambda: AutoTokenizer.from_pretrained(str(CHECKPOINT_DIR)))
+    drawn = [r.expected_output_len for r in sample_requests(llm, 32, 16, 40, range_ratio=0.5)]
+    assert 8 <= min(drawn) and max(drawn) <= 24 and len(set(drawn)) > 5
+    assert drawn == [r.expected_output_len for r in sample_requests(llm, 32, 16, 40, range_ratio=0.5)]
+    assert {r.expected_output_len for r in sample_requests(llm, 32, 16, 40)} == {16}
+    with pytest.raises(ValueError, match="random prompts only"):
+        sample_requests(llm, 32, 16, 4, suite_prompts=[[1, 2, 3]], range_ratio=0.5)
 
 
 # ------------------------------------------------------------------------------------------ thresholds

@@ -281,6 +281,14 @@ CASES: list[Case] = [
     _thr("traffic-max-seconds-zero", "traffic.max_seconds", "finite number of seconds > 0, got 0"),
     _thr("traffic-max-seconds-negative", "traffic.max_seconds", "finite number of seconds > 0, got -60"),
     _thr("traffic-precision-serve", "traffic.precision", "offline mode only"),
+    # ------------------------------------------------------------------ traffic.range_ratio: vLLM's length spread
+    _thr("traffic-range-ratio-one", "traffic.range_ratio", "must be a number with 0 <= range_ratio < 1 (0.5: lengths "
+                                                           "drawn from half to one and a half times"),
+    _thr("traffic-range-ratio-negative", "traffic.range_ratio", "0 <= range_ratio < 1"),
+    _thr("traffic-range-ratio-suites", "traffic.range_ratio", "varies vLLM's random prompts only, got prompts: suites"),
+    Case("thresholds-traffic-from-with-range-ratio", {"--thresholds": "@thresholds/traffic-from-with-range-ratio.yaml"},
+         "thresholds/traffic-from-with-range-ratio.yaml", "traffic.range_ratio", "does not apply with traffic.from",
+         uses=("requestlogs/ok.jsonl",)),
     # ------------------------------------------------------------------ economics (issue 27, item 4)
     _thr("economics-price-negative", "economics.gpu_hour_usd", "must be a finite number > 0 (US dollars), got -2.5"),
     _thr("economics-price-zero", "economics.gpu_hour_usd", "must be a finite number > 0 (US dollars), got 0"),

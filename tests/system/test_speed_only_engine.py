@@ -16,13 +16,32 @@ from evalgate.cli import THRESHOLDS_FILE, main  # noqa: E402
 
 pytestmark = pytest.mark.engine
 
-N_PROMPTS, CONCURRENCY, OUTPUT_LEN = 12, 4, 16  # three waves: a steady window between fill and drain
+N_PROMPTS, CONCURRENCY, INPUT_LEN, OUTPUT_LEN = 12, 4, 32, 16  # refilled: a steady window between fill and drain
+RANGE_RATIO = 0.5  # traffic.range_ratio: lengths drawn from [8, 24] output tokens, so requests finish one by one
+
+
+def _sampled_output_tokens() -> int:
+    """The output budgets vLLM's own RandomDataset draws for this profile (the worker's prompt seed, the model's
+    tokenizer), summed: what a pass must generate with ignore_eos, computed without evalgate's sampling code."""
+    from transformers import AutoTokenizer
+    from vllm.benchmarks.datasets import RandomDataset
+
+    from evalgate.models.hybrid import CHECKPOINT_DIR
+    from evalgate.worker.throughput import PROMPT_SEED
+
+    tok = AutoTokenizer.from_pretrained(str(CHECKPOINT_DIR))
+    reqs = RandomDataset(random_seed=PROMPT_SEED).sample(tokenizer=tok, num_requests=N_PROMPTS, input_len=INPUT_LEN,
+                                                         output_len=OUTPUT_LEN, range_ratio=RANGE_RATIO)
+    lens = [r.expected_output_len for r in reqs]
+    assert min(lens) >= 8 and max(lens) <= 24 and len(set(lens)) > 1
+    return sum(lens)
 
 
 def test_speed_only_on_random_weights_measures_speed_and_is_inconclusive(tmp_path: Path) -> None:
     thr = tmp_path / "thresholds.yaml"
-    thr.write_text(THRESHOLDS_FILE.read_text(encoding="utf-8") + f"traffic: {{input_len: 32, output_len: {OUTPUT_LEN}, "
-                   f"concurrency: {CONCURRENCY}, num_prompts: {N_PROMPTS}, repeats: 2}}\n", encoding="utf-8")
+    thr.write_text(THRESHOLDS_FILE.read_text(encoding="utf-8") + f"traffic: {{input_len: {INPUT_LEN}, output_len: "
+                   f"{OUTPUT_LEN}, concurrency: {CONCURRENCY}, num_prompts: {N_PROMPTS}, repeats: 2, "
+                   f"range_ratio: {RANGE_RATIO}}}\n", encoding="utf-8")
     out = tmp_path / "run"
     code = main(["run", "--config", "scale/cpu/fp16-state", "--speed-only", "--thresholds", str(thr), "--out",
                  str(out)])
@@ -35,12 +54,14 @@ def test_speed_only_on_random_weights_measures_speed_and_is_inconclusive(tmp_pat
     diff = {d["key"]: (d["baseline"], d["candidate"]) for d in doc["effective_diff"]}
     assert diff["engine_args.mamba_ssm_cache_dtype"] == ("'float32'", "'float16'")  # reprs
     speed = doc["speed"]
+    assert speed["profile"]["range_ratio"] == RANGE_RATIO
+    budgets = _sampled_output_tokens()
     assert speed["status"] == "measured" and [lv["concurrency"] for lv in speed["levels"]] == [4]
     for role in ("baseline", "candidate"):
         runs = speed["sides"][role]["runs"]
         assert len(runs) == 2
-        for r in runs:  # ignore_eos: every request generates its whole budget, as token ids only
-            assert r["requests"] == N_PROMPTS and r["output_tokens"] == N_PROMPTS * OUTPUT_LEN
+        for r in runs:  # ignore_eos: every request generates its whole (drawn) budget, as token ids only
+            assert r["requests"] == N_PROMPTS and r["output_tokens"] == budgets
             assert r["output_tok_s"] > 0 and r["detokenize"] is False
             # Refilled: the rate is the steady window's (first finish to last admission), the whole pass's beside it.
             w = r["window"]
