@@ -185,7 +185,8 @@ def _plan(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: R
             "suites": [{"name": s.name, "dir": str(s.path.parent), "hash": s.content_hash, "tasks": list(s.tasks),
                         "metrics": s.primary_metric, "key": keys[s.name], "builtins": s.builtins,
                         "entries": [list(e) for e in s.entries] or [[t, None] for t in s.tasks],
-                        "id_fields": {t.name: t.id_field for t in s.specs if t.id_field}} for s in missing]}
+                        "id_fields": {t.name: t.id_field for t in s.specs if t.id_field},
+                        **({"uses": list(s.uses)} if s.uses else {})} for s in missing]}
     return _Plan(cfg, suites, keys, cached, missing, spec, journal, scores, fingerprint, device, proto)
 
 

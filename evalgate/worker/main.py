@@ -61,7 +61,8 @@ def main(spec_path: str) -> int:
     try:
         for suite in spec["suites"]:
             # The store key carries the suite hash the parent saw; refuse to file results of edited files under it.
-            if content_hash(Path(suite["dir"]) / suite["name"]) != suite["hash"]:
+            uses = [Path(suite["dir"]) / u for u in suite.get("uses", [])]  # suites whose files its code reads
+            if content_hash(Path(suite["dir"]) / suite["name"], uses) != suite["hash"]:
                 raise StoreError(f"suite {suite['name']} changed on disk while evalgate was running; run again")
             _run_suite(engine, lm, suite, spec, sampling, store, effective, start_s, reference)
     finally:
