@@ -481,7 +481,7 @@ def _load(config: str, configs_dir: Path, suites_dir: Path, thresholds_path: Pat
     if thresholds.replay is not None:  # said, never silently dropped: the replay gate runs in `evalgate run` only
         log.warning("%s: replay: the replay gate runs in `evalgate run` only; ablate does not replay the recorded "
                     "requests (run each variant with `evalgate run` for it)", thresholds_path)
-    suites = [] if speed_only else load_suites(suites_dir, suite_names)
+    suites = [] if speed_only else load_suites(suites_dir, suite_names, recipe)
     known = {}
     for name in config_mod.list_configs(configs_dir):  # only to name variants: a broken unrelated config is skipped
         try:

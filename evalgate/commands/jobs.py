@@ -97,7 +97,7 @@ class EngineJob:
         check_speed_only((self.base, self.cand), speed_only=speed_only, suite_names=self.suite_names)
         self.placement = resolve_placement(self.base, self.cand, self.options.placement)  # said once engines start
         thresholds = load_thresholds(self.thresholds_path)
-        self.suites = [] if speed_only else load_suites(self.suites_dir, self.suite_names)
+        self.suites = [] if speed_only else load_suites(self.suites_dir, self.suite_names, self.cand)
         every = list_suites(self.suites_dir)
         # Every task's data must be at hand before an engine starts; offline, lm-eval must not wait on the hub.
         os.environ.update(check_datasets(self.suites))

@@ -171,7 +171,7 @@ class ScoreJob:
         check_platform(self.cfg.engine_args, self.cfg.path, self.cfg.env)
         # Scores of random weights (load_format: dummy) would be scores of noise: refused, named.
         check_speed_only([self.cfg], speed_only=False, suite_names=self.suite_names, command="score")
-        self.suites = load_suites(self.suites_dir, self.suite_names)
+        self.suites = load_suites(self.suites_dir, self.suite_names, self.cfg)
         os.environ.update(check_datasets(self.suites))
         if not self.out:
             self.out = Path("runs") / f"score-{self.cfg.name.replace('/', '_')}-{self.stamp}"

@@ -1,8 +1,9 @@
-"""How a suite says its items carry images, and what keys a suite's results when its code reuses another suite's
-files.
+"""How a suite says its items carry images, which suites a command runs by default, and what keys an image suite's
+results when its code reuses another suite's files.
 
 A task that sets lm-eval's ``doc_to_image`` is an image task; ``metadata.evalgate.modality`` may say so and must
-agree. A suite's ``metadata.evalgate.uses_suites`` puts the used suites' files into its content hash."""
+agree. An image suite runs only when named (``--suites`` or a config's ``suites``); by default every text suite runs.
+A suite's ``metadata.evalgate.uses_suites`` puts the used suites' files into its content hash."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from evalgate.commands.pipeline import load_suites
 from evalgate.errors import ConfigError
+from evalgate.inputs.config import load_config
 from evalgate.suites.discovery import list_suites, load_suite
 from evalgate.suites.files import content_hash
 from evalgate.suites.tasknotes import task_notes
@@ -82,3 +85,36 @@ def test_uses_suites_puts_the_used_suites_files_into_the_hash(tmp_path: Path) ->
         with pytest.raises(ConfigError) as ei:
             load_suite("user", tmp_path)
         assert ei.value.field == "metadata.evalgate.uses_suites" and fragment in ei.value.message, ei.value
+
+
+def test_by_default_every_text_suite_runs_and_image_suites_only_when_named(tmp_path: Path,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    root = tmp_path / "suites"
+    _suite(root, "alpha")
+    _suite(root, "beta")
+    _suite(root, "pics", "doc_to_image: [image]\n")
+    with caplog.at_level("INFO", logger="evalgate"):
+        assert [s.name for s in load_suites(root, None)] == ["alpha", "beta"]
+    assert "suites: pics left out (image suites run when named" in caplog.text
+    assert [s.name for s in load_suites(root, ["pics", "alpha"])] == ["pics", "alpha"]
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "base.yaml").write_text("model: org/vl\nsuites: [pics, beta]\n")
+    (configs / "cand.yaml").write_text("extends: base\nengine_args: {dtype: bfloat16}\n")
+    (configs / "plain.yaml").write_text("model: org/text\n")
+    cand = load_config("cand", configs, check_engine_args=False)
+    assert cand.suites == ("pics", "beta") and cand.suites_from == configs / "base.yaml"
+    assert "suites" not in cand.identity()  # which suites run is not what a result is
+    assert [s.name for s in load_suites(root, None, cand)] == ["pics", "beta"]  # the config's choice
+    assert [s.name for s in load_suites(root, ["alpha"], cand)] == ["alpha"]  # --suites wins
+    assert [s.name for s in load_suites(root, None, load_config("plain", configs, check_engine_args=False))] == [
+        "alpha", "beta"]
+    (configs / "typo.yaml").write_text("extends: base\nsuites: [pics, betta]\n")
+    with pytest.raises(ConfigError) as ei:
+        load_suites(root, None, load_config("typo", configs, check_engine_args=False))
+    assert (ei.value.path, ei.value.field) == (configs / "typo.yaml", "suites")
+    assert "no suite named 'betta'; did you mean 'beta'?" in ei.value.message
+    shutil.rmtree(root / "alpha")
+    shutil.rmtree(root / "beta")
+    with pytest.raises(ConfigError, match=r"no text suite here, only image suites \(pics\)"):
+        load_suites(root, None)

@@ -150,6 +150,8 @@ CASES: list[Case] = [
     _cfg("nested-bomb", None, "values nested too deeply (more than 64 levels)"),
     _cfg("expect-invalid", "expect", "lossless", uses=PARENT),
     _cfg("placement-sideways", "placement", "must be one of auto, together, alternate", uses=PARENT),
+    _cfg("suites-empty", "suites", "must be a non-empty list of suite names", uses=PARENT),
+    _cfg("suites-unknown", "suites", "no suite named 'nosuch'", uses=PARENT),
     # alternate needs vLLM's sleep mode: this CPU host (no GPU device node) has none
     _cfg("placement-alternate-cpu", "placement", "sleep mode", uses=PARENT),
     _cfg("description-list", "description", "string", uses=PARENT),
@@ -362,6 +364,7 @@ CASES: list[Case] = [
     _suite("modality-text-with-images", "s1/t.yaml", "metadata.evalgate.modality",
            "is 'text', but the task sets doc_to_image"),
     _suite("uses-suites-unknown", "s1/t.yaml", "metadata.evalgate.uses_suites", "'nosuch' is not another suite"),
+    _suite("only-image-suites", None, None, "no text suite here, only image suites (s1)"),
     _suite("primary-aggregation-median", "s1/t.yaml", "metric_list[0].aggregation", "must be 'mean'"),
     _suite("include-self", "s1/t.yaml", "include", "include cycle: t.yaml -> t.yaml"),
     _suite("include-cycle", "s1/b.yaml", "include", "include cycle: a.yaml -> b.yaml -> a.yaml"),
