@@ -169,6 +169,9 @@ def _plan(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: R
         "readback_version": READBACK_VERSION, "journal_format": JOURNAL_FORMAT,
         # A candidate's items carry evidence measured against this baseline's generations.
         "reference": None if reference is None else Path(reference.journal).name, "logprob_items": logprob_items,
+        # An image suite's pages may be drawn by PIL (suites.pages): the same files, other pixels under another
+        # Pillow or FreeType. Text suites' keys keep their form.
+        **({"image_library": image_library()} if s.modality == "image" else {}),
     }) for s in suites}
     cached = {name: e for name, key in keys.items() if (e := store.get(key)) is not None}
     missing = [s for s in suites if s.name not in cached]
@@ -188,6 +191,16 @@ def _plan(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: R
                         "id_fields": {t.name: t.id_field for t in s.specs if t.id_field},
                         **({"uses": list(s.uses)} if s.uses else {})} for s in missing]}
     return _Plan(cfg, suites, keys, cached, missing, spec, journal, scores, fingerprint, device, proto)
+
+
+def image_library() -> dict[str, str]:
+    """The versions of what draws and encodes an image suite's pages, part of that suite's store key:
+    ``{"pillow": version, "freetype2": version or "absent"}`` (PIL's own report; no image is drawn)."""
+    from importlib import metadata
+
+    from PIL import features
+
+    return {"pillow": metadata.version("pillow"), "freetype2": str(features.version("freetype2") or "absent")}
 
 
 def _collect(plan: _Plan, store: ResultStore, log_path: Path,

@@ -16,7 +16,7 @@ import pytest
 from evalgate.commands.pipeline import load_suites
 from evalgate.errors import ConfigError
 from evalgate.inputs.config import load_config
-from evalgate.suites.discovery import list_suites, load_suite
+from evalgate.suites.discovery import SUITES_DIR, list_suites, load_suite
 from evalgate.suites.files import content_hash
 from evalgate.suites.tasknotes import task_notes
 
@@ -87,6 +87,11 @@ def test_uses_suites_puts_the_used_suites_files_into_the_hash(tmp_path: Path) ->
         assert ei.value.field == "metadata.evalgate.uses_suites" and fragment in ei.value.message, ei.value
 
 
+def test_the_shipped_page_tier_is_keyed_by_docparse_too() -> None:
+    pages = load_suite("docpages", SUITES_DIR)
+    assert pages.content_hash == content_hash(pages.path, [SUITES_DIR / "docparse"]) != content_hash(pages.path)
+
+
 def test_by_default_every_text_suite_runs_and_image_suites_only_when_named(tmp_path: Path,
                                                                           caplog: pytest.LogCaptureFixture) -> None:
     root = tmp_path / "suites"
@@ -118,3 +123,12 @@ def test_by_default_every_text_suite_runs_and_image_suites_only_when_named(tmp_p
     shutil.rmtree(root / "beta")
     with pytest.raises(ConfigError, match=r"no text suite here, only image suites \(pics\)"):
         load_suites(root, None)
+
+
+def test_the_shipped_defaults_leave_the_page_tier_to_the_vl_configs() -> None:
+    text = [s.name for s in list_suites(SUITES_DIR) if s.modality == "text"]
+    assert [s.name for s in load_suites(SUITES_DIR, None)] == text and "docpages" not in text
+    assert [s.name for s in load_suites(SUITES_DIR, None, load_config("fp16-state"))] == text
+    for name in ("vl/baseline", "vl/bf16"):
+        assert [s.name for s in load_suites(SUITES_DIR, None, load_config(name, check_engine_args=False))] == [
+            "docpages"]
