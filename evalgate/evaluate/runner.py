@@ -409,7 +409,7 @@ class Worker:
 
 
 def check_engine_values(cfg: EngineConfig, log_path: Path, timeout_s: float,
-                        replay: dict[str, Any] | None = None) -> dict[str, Any]:
+                        replay: dict[str, Any] | None = None, *, images: bool = False) -> dict[str, Any]:
     """Have vLLM validate ``cfg``'s engine-arg values in a short worker (no model weights loaded, ~5 s).
 
     ``evalgate run`` calls it for the candidate before the baseline's engine starts, so a value vLLM refuses costs
@@ -419,14 +419,17 @@ def check_engine_values(cfg: EngineConfig, log_path: Path, timeout_s: float,
         The engine's resolved limits, ``{"max_num_seqs": n, "max_model_len": tokens}`` (what ``vllm.LLM`` would
         apply; a traffic profile is checked against them), or ``{}`` when vLLM did not report them. With ``replay``
         (``inputs.replay.ReplayPlan.spec``) also ``replay_prompt_tokens`` (the requests' prompt lengths under the
-        model's tokenizer) or ``replay_error`` (why they cannot be rendered).
+        model's tokenizer) or ``replay_error`` (why they cannot be rendered). With ``images``, also
+        ``image_input``: whether vLLM takes images for the model (``worker.main.image_input``; the parent judges it:
+        ``evaluate.modality``).
     Raises:
         ConfigError: vLLM refused a value (its reason, naming the config file).
         EngineError: the check itself could not run (its log tail).
     """
     spec = {"check_only": True, "model": resolve_model(cfg.model), "engine_args": cfg.engine_args,
             "sampling": vars(cfg.sampling),
-            **({"replay": replay, "chat": cfg.chat.worker_spec()} if replay else {})}
+            **({"replay": replay, "chat": cfg.chat.worker_spec()} if replay else {}),
+            **({"check_images": True} if images else {})}
     _run_worker(spec, cfg, log_path, timeout_s)
     lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
     found = [ln.split(LIMITS_TAG, 1)[1] for ln in lines if LIMITS_TAG in ln]

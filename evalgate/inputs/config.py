@@ -254,6 +254,17 @@ def load_baseline(cfg: EngineConfig, configs_dir: Path = CONFIGS_DIR, *,
     return load_config(path, configs_dir, check_engine_args=check_engine_args)
 
 
+def set_in(cfg: EngineConfig, dotted: str) -> Path:
+    """The file of ``cfg``'s inheritance chain (child first) that sets ``dotted``, a top-level key (``model``) or a
+    key of a section (``engine_args.limit_mm_per_prompt``); ``cfg.path`` when none does (a default applies)."""
+    head, _, rest = dotted.partition(".")
+    for path in cfg.chain:
+        layer = _read_layer(path)
+        if head in layer.model_fields_set and (not rest or rest in (getattr(layer, head) or {})):
+            return path
+    return cfg.path
+
+
 def list_configs(configs_dir: Path = CONFIGS_DIR) -> list[str]:
     """Names of all configs under ``configs_dir`` (recursively), sorted."""
     return sorted(p.relative_to(configs_dir).with_suffix("").as_posix() for p in configs_dir.rglob("*.yaml"))
