@@ -9,9 +9,6 @@ same pixels (for one Pillow and FreeType release), so a suite's image items are 
 shipped page-image tier (``suites/docpages``) renders with it; :func:`document_layout` says where every piece of
 text goes, so a test can check that a page holds exactly the text version's lines (without OCR).
 
-:func:`render_page` draws each line whole at the left margin on a page of a fixed width (columns made with spaces do
-not line up; a line longer than the page is clipped): the test fixture's renderer (``tests/vl/suites/docpages``).
-
 A change to what is drawn changes stored results: bump ``results.store.RESULTS_VERSION`` with it.
 """
 
@@ -24,21 +21,6 @@ from typing import Any
 MARGIN = 12  # pixels around the text
 LINE_SPACING = 4  # pixels between lines
 _COLUMN = re.compile(r"\S+(?: \S+)*")  # a column of a line: text whose words are one space apart
-
-
-def render_page(lines: list[str], *, width: int = 320, font_size: int = 12) -> Any:
-    """An RGB ``PIL.Image`` of ``lines`` drawn top to bottom, left-aligned, ``width`` pixels wide and as tall as the
-    text needs (at least square), in PIL's built-in font at ``font_size`` (``ImageFont.load_default``)."""
-    from PIL import Image, ImageDraw, ImageFont
-
-    font = ImageFont.load_default(size=font_size)
-    step = font_size + LINE_SPACING
-    height = max(width, 2 * MARGIN + step * len(lines))
-    page = Image.new("RGB", (width, height), (255, 255, 255))
-    draw = ImageDraw.Draw(page)
-    for i, line in enumerate(lines):
-        draw.text((MARGIN, MARGIN + i * step), line, fill=(0, 0, 0), font=font)
-    return page
 
 
 @dataclass(frozen=True)
