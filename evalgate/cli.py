@@ -246,7 +246,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     print("suites:")
     for s in suites:
         tasks = [f"{t.name} ({t.metric}{', lm-eval built-in' if t.builtin else ''})" for t in s.specs]
-        print(f"  {s.name:{first}}  {', '.join(tasks)}")
+        # an image suite is not in the default run: it needs a model that reads images
+        images = "; image suite: runs when named (--suites, or a config's suites)" if s.modality == "image" else ""
+        print(f"  {s.name:{first}}  {', '.join(tasks)}{images}")
     return 0
 
 
@@ -306,7 +308,8 @@ def _gate_args(p: argparse.ArgumentParser, *, config: str, out: str, thresholds:
     """The options ``run`` and ``ablate`` share: config, suites, output, thresholds and the run options."""
     p.add_argument("--config", required=True, help=config)
     p.add_argument("--limit", type=int, default=option_default("limit"), help=option_help("limit"))
-    p.add_argument("--suites", nargs="+", default=None, help="suites to run (default: all)")
+    p.add_argument("--suites", nargs="+", default=None,
+                   help="suites to run (default: the config's suites, else every text suite)")
     p.add_argument("--out", default=None, help=out)
     p.add_argument("--thresholds", default=None, help=thresholds)
     p.add_argument("--timeout", type=float, default=option_default("timeout"), help=option_help("timeout"))
@@ -335,7 +338,8 @@ def _score_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  
     sc.add_argument("--config", required=True, help="config name in configs/ or path to a YAML file (any config; "
                                                     "its baseline is not needed)")
     sc.add_argument("--limit", type=int, default=option_default("limit"), help=option_help("limit"))
-    sc.add_argument("--suites", nargs="+", default=None, help="suites to run (default: all)")
+    sc.add_argument("--suites", nargs="+", default=None,
+                    help="suites to run (default: the config's suites, else every text suite)")
     sc.add_argument("--out", default=None, help="run directory (default: runs/score-<config>-<UTC time>)")
     sc.add_argument("--timeout", type=float, default=option_default("timeout"), help=option_help("timeout"))
     sc.add_argument("--logprob-items", type=int, default=option_default("logprob_items"), metavar="N",

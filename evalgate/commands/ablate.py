@@ -36,6 +36,7 @@ from evalgate.engine.device import check_same_hardware
 from evalgate.engine.platform import check_platform
 from evalgate.errors import ConfigError, EngineError
 from evalgate.evaluate import runner
+from evalgate.evaluate.modality import check_image_input
 from evalgate.evaluate.placement import Alternation, placement_record
 from evalgate.evaluate.placement import resolve as resolve_placement
 from evalgate.evaluate.preflight import check_suites
@@ -316,7 +317,8 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
         The output directory.
     Raises:
         ConfigError (exit 2): bad input, an unknown switch, nothing to ablate, a profile the baseline cannot run,
-            an output directory or evalgate home that cannot be written.
+            an output directory or evalgate home that cannot be written, an image suite on a model that reads no
+            images (``evaluate.modality``).
         EngineError (exit 3): the baseline failed, or some variant failed (the others are kept and tabled).
         Anything else a variant's gate raises (KeyboardInterrupt, ...): re-raised once the partial ``ablation.json``
             and ``ablation.html`` are written.
@@ -340,6 +342,9 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
         out = Path("runs") / f"ablate-{recipe.name.replace('/', '_')}-{stamp}"
         check_writable_dir(out, field="--out (default)", what="the ablation's output directory")
     check_home()  # the store is written as the baseline runs: a broken home must not cost its engine run
+    # an image suite needs models vLLM takes images for: the recipe's and the baseline's (every variant is one plus
+    # some of the other's engine args), asked of vLLM before the baseline's engine starts (else exit 2)
+    check_image_input([("recipe", recipe), ("baseline", base)], suites, out / "logs", options.timeout)
     announce(out)
     policy = thresholds.policy(recipe.name)  # the recipe's thresholds, resolved once: its traffic profile
     profile = speed_profile(options, policy, default_on=True)
@@ -481,7 +486,7 @@ def _load(config: str, configs_dir: Path, suites_dir: Path, thresholds_path: Pat
     if thresholds.replay is not None:  # said, never silently dropped: the replay gate runs in `evalgate run` only
         log.warning("%s: replay: the replay gate runs in `evalgate run` only; ablate does not replay the recorded "
                     "requests (run each variant with `evalgate run` for it)", thresholds_path)
-    suites = [] if speed_only else load_suites(suites_dir, suite_names)
+    suites = [] if speed_only else load_suites(suites_dir, suite_names, recipe)
     known = {}
     for name in config_mod.list_configs(configs_dir):  # only to name variants: a broken unrelated config is skipped
         try:

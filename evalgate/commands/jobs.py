@@ -32,6 +32,7 @@ from evalgate.engine.device import check_same_hardware
 from evalgate.engine.platform import check_platform
 from evalgate.errors import ConfigError, StoreError
 from evalgate.evaluate import runner
+from evalgate.evaluate.modality import check_image_input
 from evalgate.evaluate.placement import Alternation, Placement, placement_record, summary_line
 from evalgate.evaluate.placement import resolve as resolve_placement
 from evalgate.evaluate.preflight import check_suites
@@ -81,9 +82,11 @@ class EngineJob:
 
     def load(self) -> Thresholds:
         """Configs, thresholds and suites, checked (each task by the suite pre-flight, ``evalgate.evaluate.preflight``); the
-        run directory and evalgate's home (and its store) checked writable; the traffic profile against both engines'
-        limits. Returns the thresholds. Raises ConfigError (exit 2) for bad input, PreflightError (exit 3) when the
-        pre-flight crashed or timed out, before the baseline's engine starts."""
+        run directory and evalgate's home (and its store) checked writable; with an image suite, both sides' models
+        asked of vLLM whether they read images (``evaluate.modality``); the traffic profile against both engines'
+        limits. Returns the thresholds. Raises ConfigError (exit 2) for bad input (a model that reads no images given
+        an image suite among it), PreflightError (exit 3) when the pre-flight crashed or timed out, before the
+        baseline's engine starts."""
         t0 = time.monotonic()
         if self.out:  # a given --out first: the cheapest check, and the one CI's error outputs need
             check_writable_dir(self.out, field="--out", what="the run directory")
@@ -97,7 +100,7 @@ class EngineJob:
         check_speed_only((self.base, self.cand), speed_only=speed_only, suite_names=self.suite_names)
         self.placement = resolve_placement(self.base, self.cand, self.options.placement)  # said once engines start
         thresholds = load_thresholds(self.thresholds_path)
-        self.suites = [] if speed_only else load_suites(self.suites_dir, self.suite_names)
+        self.suites = [] if speed_only else load_suites(self.suites_dir, self.suite_names, self.cand)
         every = list_suites(self.suites_dir)
         # Every task's data must be at hand before an engine starts; offline, lm-eval must not wait on the hub.
         os.environ.update(check_datasets(self.suites))
@@ -107,6 +110,10 @@ class EngineJob:
             self.out = Path("runs") / f"{self.cand.name.replace('/', '_')}-{self.stamp}"
             check_writable_dir(self.out, field="--out (default)", what="the run directory")
         check_home()  # the store is written after each side: a broken home must not cost the baseline's engine run
+        # An image suite needs models vLLM takes images for: both sides asked of vLLM (no weights) before the
+        # pre-flight; what the candidate's check reported is reused by _check_values. No image suite: nothing runs.
+        self.checked = check_image_input([("candidate", self.cand), ("baseline", self.base)], self.suites,
+                                         self.out / "logs", self.options.timeout)
         self.policy = thresholds.policy(self.cand.name)  # the candidate's thresholds, resolved once
         # cheap: before the pre-flight; --speed-only measures speed whatever the thresholds file says
         self.profile = speed_profile(self.options, self.policy, default_on=speed_only)
@@ -146,6 +153,8 @@ class EngineJob:
         replay = None if self.replay is None else self.replay.spec()
 
         def check(role: str, cfg: EngineConfig) -> dict[str, Any]:
+            if replay is None and role in getattr(self, "checked", {}):  # checked with the image suites' question
+                return self.checked[role]
             extra = {} if replay is None else {"replay": replay}  # the plain check's call stays as it was
             return runner.check_engine_values(cfg, self.out / "logs" / f"{role}-check.log", self.options.timeout,
                                               **extra)

@@ -17,6 +17,7 @@ document and writes it (``manifest.json``, ``verdict.json``, report, JUnit, Mark
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,7 @@ from evalgate.suites.files import Suite
 VERDICT_EXIT = {"PASS": ExitCode.PASS, "BLOCK": ExitCode.BLOCK, "NO-OP": ExitCode.NO_OP,
                 "INCONCLUSIVE": ExitCode.INCONCLUSIVE}
 ROLES = ("baseline", "candidate")
+log = logging.getLogger("evalgate")
 
 
 @dataclass
@@ -187,12 +189,38 @@ def evaluated_runs(runs: dict[str, ConfigRun], manifest: Manifest, *, gate_name:
                      gate_name=gate_name or cand.name, expect=cand.expect, manifest=manifest, speed=speed)
 
 
-def load_suites(suites_dir: Path, names: list[str] | None) -> list[Suite]:
-    """The suites ``names`` (all under ``suites_dir`` when None). Raises ConfigError when there are none."""
+def load_suites(suites_dir: Path, names: list[str] | None, config: Any = None) -> list[Suite]:
+    """The suites a command runs: ``names`` (``--suites``) when given; else ``config``'s ``suites`` (an
+    ``inputs.config.EngineConfig``; None: no config's choice); else every *text* suite under ``suites_dir``. An image
+    suite (``Suite.modality``: its items carry images) runs only when named, by ``--suites`` or a config: it needs a
+    model that reads images, which the text configs are not (one line on the log says which were left out).
+
+    Raises:
+        ConfigError: a suite named twice; an unknown suite (one the config names: naming its file and ``suites``);
+            no suite to run.
+    """
     twice = sorted({n for n in names or [] if (names or []).count(n) > 1})
     if twice:  # a suite listed twice (a typo for another?) would appear twice in the manifest and the runs: refuse
         raise ConfigError(f"suite {twice[0]!r} is named more than once", field="--suites")
-    suites = [load_suite(n, suites_dir) for n in names] if names else list_suites(suites_dir)
+    if names:
+        suites = [load_suite(n, suites_dir) for n in names]
+    elif config is not None and config.suites:
+        suites = []
+        for n in config.suites:
+            try:
+                suites.append(load_suite(n, suites_dir))
+            except ConfigError as exc:  # the config named it: say which file and key
+                raise ConfigError(exc.message, path=config.suites_from or config.path, field="suites") from None
+    else:
+        every = list_suites(suites_dir)
+        suites = [s for s in every if s.modality == "text"]
+        left = [s.name for s in every if s.modality != "text"]
+        if left and not suites:
+            raise ConfigError(f"no text suite here, only image suites ({', '.join(left)}): name the ones to run "
+                              "(--suites, or a config's suites)", path=suites_dir)
+        if left:
+            log.info("suites: %s left out (image suites run when named: --suites, or a config's suites)",
+                     ", ".join(left))
     if not suites:
         raise ConfigError("no suites found", path=suites_dir)
     return suites

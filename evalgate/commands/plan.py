@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evalgate.commands.pipeline import load_suites
 from evalgate.compare.pairing import TaskPlan, plan_tasks
 from evalgate.compare.power import items_floor, items_needed_at_discordance, mde_at_discordance, z_sum
 from evalgate.engine.device import describe
@@ -17,7 +18,8 @@ from evalgate.errors import ConfigError, EvalgateError
 from evalgate.inputs.config import _find, load_config
 from evalgate.inputs.thresholds import ConfigPolicy, load_thresholds
 from evalgate.results.store import read_json, tasks_from_json
-from evalgate.suites.discovery import count_items, default_suites_dir, list_suites, load_suite, task_notes
+from evalgate.suites.discovery import count_items, default_suites_dir, load_suite, task_notes
+from evalgate.suites.files import Suite
 
 
 def plan(config: str, margin: float | None, thresholds_path: Path, configs_dir: Path, from_dir: Path | None = None,
@@ -25,7 +27,8 @@ def plan(config: str, margin: float | None, thresholds_path: Path, configs_dir: 
     """Print the items each task needs so that MDE <= ``margin`` (points), from a pilot run's discordance
     (``from_dir``; default the newest ``runs/<config>-*``), against the items its suite holds: a task that needs more
     cannot be powered at that margin, and the line says which margin it can. With ``assume_discordance`` (a share
-    in [0, 1]) there is no pilot: every task of every suite, the items it needs for ``margin`` at that discordance
+    in [0, 1]) there is no pilot: every task of the suites ``run`` gates the config on by default (its ``suites``,
+    else every text suite), the items it needs for ``margin`` at that discordance
     (``power.items_needed_at_discordance``) against its suite's size, then its MDE at full size. ``margin`` None
     (no ``--margin``): each task's own margin from the thresholds file, as the gate applies it to ``config``; a line
     says which margin was used and where it came from.
@@ -41,7 +44,9 @@ def plan(config: str, margin: float | None, thresholds_path: Path, configs_dir: 
     if not from_dir:
         _find_config(config, configs_dir)  # a config that does not exist has no pilot to find
     if assume_discordance is not None:
-        return _plan_assumed(assume_discordance, margin, policy, _config_model(config, configs_dir))
+        cfg = _load_config(config, configs_dir)
+        return _plan_assumed(assume_discordance, margin, policy, cfg.model if cfg else None,
+                             load_suites(default_suites_dir(), None, cfg))
     _plan_from_pilot(config, name, margin, policy, configs_dir, from_dir or _latest_run(name))
 
 
@@ -292,22 +297,29 @@ def _print_floors(plans: list[Any]) -> None:
               "that sees changes gives an estimate")
 
 
-def _config_model(config: str, configs_dir: Path) -> str | None:
-    """The model the planned config evaluates (None when the config cannot be loaded)."""
+def _load_config(config: str, configs_dir: Path) -> Any:
+    """The planned config (``inputs.config.EngineConfig``), None when it cannot be loaded."""
     try:
-        return load_config(config, configs_dir, check_engine_args=False).model
+        return load_config(config, configs_dir, check_engine_args=False)
     except EvalgateError:
         return None
 
 
-def _plan_assumed(p: float, margin: float | None, policy: ConfigPolicy, model: str | None) -> None:
-    """``plan --assume-discordance P [--margin M]``: every task of every suite, the items it needs for ``margin``
+def _config_model(config: str, configs_dir: Path) -> str | None:
+    """The model the planned config evaluates (None when the config cannot be loaded)."""
+    cfg = _load_config(config, configs_dir)
+    return None if cfg is None else cfg.model
+
+
+def _plan_assumed(p: float, margin: float | None, policy: ConfigPolicy, model: str | None,
+                  suites: list[Suite]) -> None:
+    """``plan --assume-discordance P [--margin M]``: every task of ``suites``, the items it needs for ``margin``
     (points; None: the task's own) at an assumed discordance ``p`` against its suite's size, then its MDE at full
     size."""
     if not 0.0 <= p <= 1.0:
         raise ConfigError(f"must be a share in [0, 1], got {p}", field="--assume-discordance")
     rows, needs = [], []
-    for suite in list_suites(default_suites_dir()):
+    for suite in suites:
         sizes, _ = _suite_sizes({t: _Named(suite.name) for t in suite.tasks})
         for task in suite.tasks:
             n = sizes.get(task)

@@ -29,6 +29,7 @@ from evalgate.commands.pipeline import load_suites, stamp_now
 from evalgate.compare.intervals import cluster_codes, clustered_se, paired_t_interval, wilson_interval
 from evalgate.engine.platform import check_platform
 from evalgate.evaluate import runner
+from evalgate.evaluate.modality import check_image_input
 from evalgate.evaluate.preflight import check_suites
 from evalgate.evaluate.progress import engine_progress
 from evalgate.evaluate.runner import versions
@@ -158,7 +159,7 @@ class ScoreJob:
 
         Raises:
             ConfigError (exit 2): bad input (an unknown config, a bad suite, an unwritable ``--out``, a
-                ``load_format: dummy`` config: random weights).
+                ``load_format: dummy`` config: random weights, an image suite on a model that reads no images).
             PreflightError (exit 3): the pre-flight crashed or timed out.
         """
         import os
@@ -171,12 +172,14 @@ class ScoreJob:
         check_platform(self.cfg.engine_args, self.cfg.path, self.cfg.env)
         # Scores of random weights (load_format: dummy) would be scores of noise: refused, named.
         check_speed_only([self.cfg], speed_only=False, suite_names=self.suite_names, command="score")
-        self.suites = load_suites(self.suites_dir, self.suite_names)
+        self.suites = load_suites(self.suites_dir, self.suite_names, self.cfg)
         os.environ.update(check_datasets(self.suites))
         if not self.out:
             self.out = Path("runs") / f"score-{self.cfg.name.replace('/', '_')}-{self.stamp}"
             check_writable_dir(self.out, field="--out (default)", what="the run directory")
         check_home()
+        # an image suite needs a model vLLM takes images for (asked of vLLM, no weights loaded; else exit 2)
+        check_image_input([("score", self.cfg)], self.suites, self.out / "logs", self.options.timeout)
         self.preflight = check_suites(self.suites, limit=self.options.limit, timeout=self.options.timeout)
         self.announce(self.out)
         self.timings = {"load": time.monotonic() - t0, "preflight": self.preflight["seconds"]}

@@ -169,6 +169,9 @@ def _plan(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: R
         "readback_version": READBACK_VERSION, "journal_format": JOURNAL_FORMAT,
         # A candidate's items carry evidence measured against this baseline's generations.
         "reference": None if reference is None else Path(reference.journal).name, "logprob_items": logprob_items,
+        # An image suite's pages may be drawn by PIL (suites.pages): the same files, other pixels under another
+        # Pillow or FreeType. Text suites' keys keep their form.
+        **({"image_library": image_library()} if s.modality == "image" else {}),
     }) for s in suites}
     cached = {name: e for name, key in keys.items() if (e := store.get(key)) is not None}
     missing = [s for s in suites if s.name not in cached]
@@ -185,8 +188,19 @@ def _plan(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: R
             "suites": [{"name": s.name, "dir": str(s.path.parent), "hash": s.content_hash, "tasks": list(s.tasks),
                         "metrics": s.primary_metric, "key": keys[s.name], "builtins": s.builtins,
                         "entries": [list(e) for e in s.entries] or [[t, None] for t in s.tasks],
-                        "id_fields": {t.name: t.id_field for t in s.specs if t.id_field}} for s in missing]}
+                        "id_fields": {t.name: t.id_field for t in s.specs if t.id_field},
+                        **({"uses": list(s.uses)} if s.uses else {})} for s in missing]}
     return _Plan(cfg, suites, keys, cached, missing, spec, journal, scores, fingerprint, device, proto)
+
+
+def image_library() -> dict[str, str]:
+    """The versions of what draws and encodes an image suite's pages, part of that suite's store key:
+    ``{"pillow": version, "freetype2": version or "absent"}`` (PIL's own report; no image is drawn)."""
+    from importlib import metadata
+
+    from PIL import features
+
+    return {"pillow": metadata.version("pillow"), "freetype2": str(features.version("freetype2") or "absent")}
 
 
 def _collect(plan: _Plan, store: ResultStore, log_path: Path,
@@ -395,7 +409,7 @@ class Worker:
 
 
 def check_engine_values(cfg: EngineConfig, log_path: Path, timeout_s: float,
-                        replay: dict[str, Any] | None = None) -> dict[str, Any]:
+                        replay: dict[str, Any] | None = None, *, images: bool = False) -> dict[str, Any]:
     """Have vLLM validate ``cfg``'s engine-arg values in a short worker (no model weights loaded, ~5 s).
 
     ``evalgate run`` calls it for the candidate before the baseline's engine starts, so a value vLLM refuses costs
@@ -405,14 +419,17 @@ def check_engine_values(cfg: EngineConfig, log_path: Path, timeout_s: float,
         The engine's resolved limits, ``{"max_num_seqs": n, "max_model_len": tokens}`` (what ``vllm.LLM`` would
         apply; a traffic profile is checked against them), or ``{}`` when vLLM did not report them. With ``replay``
         (``inputs.replay.ReplayPlan.spec``) also ``replay_prompt_tokens`` (the requests' prompt lengths under the
-        model's tokenizer) or ``replay_error`` (why they cannot be rendered).
+        model's tokenizer) or ``replay_error`` (why they cannot be rendered). With ``images``, also
+        ``image_input``: whether vLLM takes images for the model (``worker.main.image_input``; the parent judges it:
+        ``evaluate.modality``).
     Raises:
         ConfigError: vLLM refused a value (its reason, naming the config file).
         EngineError: the check itself could not run (its log tail).
     """
     spec = {"check_only": True, "model": resolve_model(cfg.model), "engine_args": cfg.engine_args,
             "sampling": vars(cfg.sampling),
-            **({"replay": replay, "chat": cfg.chat.worker_spec()} if replay else {})}
+            **({"replay": replay, "chat": cfg.chat.worker_spec()} if replay else {}),
+            **({"check_images": True} if images else {})}
     _run_worker(spec, cfg, log_path, timeout_s)
     lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
     found = [ln.split(LIMITS_TAG, 1)[1] for ln in lines if LIMITS_TAG in ln]

@@ -92,6 +92,19 @@ def _env_values(value: Any) -> Any:
 ConfigName = Annotated[str, Field(strict=True, pattern=r"\S"), rule("must be a config name")]
 
 
+def _suite_list(value: Any) -> Any:
+    """``suites``: a non-empty list of suite names, none twice."""
+    if not isinstance(value, list) or not value:
+        raise problem("must be a non-empty list of suite names, e.g. [docpages, docparse]")
+    for name in value:
+        if not isinstance(name, str) or not name.strip():
+            raise problem(f"must list suite names (folders of the project's suites/), got {name!r} in the list")
+    twice = sorted({n for n in value if value.count(n) > 1})
+    if twice:
+        raise problem(f"names suite {twice[0]!r} more than once")
+    return value
+
+
 class ConfigLayer(Schema):
     """One config file as written (before ``extends`` is resolved). Schema version 1."""
 
@@ -131,6 +144,11 @@ class ConfigLayer(Schema):
     chat: dict[str, Any] | None = None
     """Chat protocol (keys below; unset: raw completion prompts), merged key by key over the parent's; a null value
     removes the parent's. A baseline and its candidate must use the same protocol."""
+    suites: Annotated[list[str], BeforeValidator(_suite_list)] | None = None
+    """The suites this config is gated on when the command line names none (`--suites` wins): names of the
+    project's suite folders. Unset: every text suite; an image suite (a task with `doc_to_image`) runs only when
+    named here or by `--suites`, and only on a model vLLM takes images for (else exit 2). The candidate's (or, for
+    `score`, the config's own) setting applies; not part of the config's identity."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +169,8 @@ class EngineConfig:
         placement: ``auto``, ``together`` or ``alternate`` (``evalgate.evaluate.placement``); not in ``identity``.
         placement_from: the file that set it (None: the default).
         chat: the resolved ``chat`` section (``evalgate.inputs.chat.ChatSpec``; completion prompts by default).
+        suites: the suites gated when ``--suites`` names none (None: every text suite); not in ``identity``.
+        suites_from: the file of the chain that set ``suites`` (None: unset).
     """
 
     name: str
@@ -166,6 +186,8 @@ class EngineConfig:
     placement: str = ConfigLayer.model_fields["placement"].default
     placement_from: Path | None = None  # the file of the chain that set ``placement`` (None: the default)
     chat: ChatSpec = field(default_factory=lambda: ChatSpec(Chat()))
+    suites: tuple[str, ...] | None = None
+    suites_from: Path | None = None
 
     def identity(self) -> dict[str, Any]:
         """The requested configuration as plain JSON-able data (used in store keys and reports); with a ``chat``
@@ -230,6 +252,17 @@ def load_baseline(cfg: EngineConfig, configs_dir: Path = CONFIGS_DIR, *,
     path = _find(cfg.baseline, configs_dir, cfg.path.parent, referrer=cfg.path,
                  field="baseline" if "baseline" in _read_layer(cfg.path).model_fields_set else "extends")
     return load_config(path, configs_dir, check_engine_args=check_engine_args)
+
+
+def set_in(cfg: EngineConfig, dotted: str) -> Path:
+    """The file of ``cfg``'s inheritance chain (child first) that sets ``dotted``, a top-level key (``model``) or a
+    key of a section (``engine_args.limit_mm_per_prompt``); ``cfg.path`` when none does (a default applies)."""
+    head, _, rest = dotted.partition(".")
+    for path in cfg.chain:
+        layer = _read_layer(path)
+        if head in layer.model_fields_set and (not rest or rest in (getattr(layer, head) or {})):
+            return path
+    return cfg.path
 
 
 def list_configs(configs_dir: Path = CONFIGS_DIR) -> list[str]:
@@ -385,7 +418,9 @@ def _build(merged: dict[str, Any], chain: list[tuple[Path, ConfigLayer]], config
                         description=merged.get("description", EngineConfig.description),
                         chain=tuple(p for p, _ in chain), placement=merged.get("placement", EngineConfig.placement),
                         placement_from=next((p for p, layer in chain if "placement" in layer.model_fields_set), None),
-                        chat=chat)
+                        chat=chat, suites=None if merged.get("suites") is None else tuple(merged["suites"]),
+                        suites_from=None if merged.get("suites") is None else
+                        next((p for p, layer in chain if "suites" in layer.model_fields_set), None))
 
 
 def config_key_rows() -> list[tuple[str, str, str]]:

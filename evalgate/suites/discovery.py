@@ -7,7 +7,10 @@ top level) and the Python they reference (``utils.py``). Each YAML defines one l
 ``metadata``, ...). evalgate adds one key of its own, ``limit`` at the top of a suite YAML: at most that many
 items of each of its tasks (``--limit`` still caps it). Relative ``dataset_kwargs.data_files`` resolve against
 the folder of the task's YAML (lm-eval would resolve them against the working directory). Results are keyed by
-:attr:`Suite.content_hash`, so editing any file of a suite starts a fresh baseline.
+:attr:`Suite.content_hash`, so editing any file of a suite (or of a suite it declares in
+``metadata.evalgate.uses_suites``) starts a fresh baseline. A task that sets lm-eval's ``doc_to_image`` is an image
+task (``metadata.evalgate.modality: image`` may say so, and must agree), and a suite with one is an image suite
+(:attr:`Suite.modality`): it runs only when named and only on a model that reads images.
 
 This module resolves a suite's tasks (groups, built-in members) and loads suites; the rest lives by concept and is
 re-exported here: the folder, its YAML and the resolved types in :mod:`evalgate.suites.files`, lm-eval's built-in
@@ -45,6 +48,8 @@ from evalgate.suites.files import (
     suite_limit,
     suite_names,
     suite_yamls,
+    task_modality,
+    uses_suites,
 )
 from evalgate.suites.taskindex import builtin_index, task_manager, with_metric_defaults
 from evalgate.suites.tasknotes import TaskNotes, count_items, task_notes
@@ -58,8 +63,10 @@ __all__ = ["EVALGATE_KEYS", "GROUP_FIELDS", "HUB_HOST", "LOCAL_BUILDERS", "SUITE
 class _Resolver:
     """Turns a suite's YAML files into its leaf tasks (``TaskSpec``), reading lm-eval's built-in index lazily."""
 
-    def __init__(self, local: dict[str, tuple[dict[str, Any], Path]], groups: dict[str, tuple[dict[str, Any], Path]]):
+    def __init__(self, local: dict[str, tuple[dict[str, Any], Path]], groups: dict[str, tuple[dict[str, Any], Path]],
+                 root: Path, suite: str):
         self.local, self.groups = local, groups
+        self.root, self.suite = root, suite  # the suites folder and this suite's name (for ``uses_suites``)
         self.builtin_used = False
 
     def leaves(self, member: Any, overrides: dict[str, Any], source: Path, where: str, group: str,
@@ -137,7 +144,8 @@ class _Resolver:
                         output_type=str(cfg.get("output_type") or "generate_until"),
                         dataset_path=None if dp is None else str(dp), dataset_name=cfg.get("dataset_name"),
                         data_files=files, generated=bool(cfg.get("custom_dataset")), limit=limit,
-                        id_field=id_field(cfg, path), config=dict(cfg))
+                        id_field=id_field(cfg, path), modality=task_modality(cfg, path, what),
+                        uses_suites=uses_suites(cfg, path, self.root, self.suite), config=dict(cfg))
 
     @staticmethod
     def _builtin(name: str) -> Any:
@@ -158,15 +166,17 @@ def load_suite(name: str, suites_dir: Path | str | None = None) -> Suite:
 
     Raises:
         ConfigError: the name is not a plain folder name; the suite folder does not exist (the
-            message suggests close names); it holds no task YAML; a YAML cannot be parsed, is neither a task
-            (``task: name``) nor a group (``group: name`` with a ``task:`` list), repeats a key, has a bad
+            message suggests close names); it holds no task YAML; a task's ``metadata.evalgate.modality`` or
+            ``uses_suites`` is malformed (``files.task_modality``, ``files.uses_suites``); a YAML cannot be
+            parsed, is neither a task (``task: name``) nor a group (``group: name`` with a ``task:`` list), repeats a key, has a bad
             ``limit``, or a task (its own or built-in) has no non-empty ``metric_list`` or its primary metric has
             ``higher_is_better`` other than true or an ``aggregation`` other than ``mean``; a group names a task
             that neither the suite nor lm-eval has; two YAML files define, or two groups list, the same task.
     """
-    path = _suite_folder(name, check_dir(suites_dir))
+    root = check_dir(suites_dir)
+    path = _suite_folder(name, root)
     local, groups = _read_definitions(path)
-    resolver = _Resolver(local, groups)
+    resolver = _Resolver(local, groups, root, name)
     specs: list[TaskSpec] = []
     entries: list[tuple[str, int | None]] = []
     for gname, (cfg, y) in groups.items():
@@ -184,9 +194,11 @@ def load_suite(name: str, suites_dir: Path | str | None = None) -> Suite:
                               path=s.source, field="task")
         seen[s.name] = s.source
     specs.sort(key=lambda s: s.name)
+    uses = tuple(sorted({u for s in specs for u in s.uses_suites}))
     return Suite(name=name, path=path, tasks=tuple(s.name for s in specs),
-                 primary_metric={s.name: s.metric for s in specs}, content_hash=content_hash(path),
-                 specs=tuple(specs), entries=tuple(entries), builtins=resolver.builtin_used)
+                 primary_metric={s.name: s.metric for s in specs},
+                 content_hash=content_hash(path, [root / u for u in uses]),
+                 specs=tuple(specs), entries=tuple(entries), builtins=resolver.builtin_used, uses=uses)
 
 
 def _suite_folder(name: str, root: Path) -> Path:

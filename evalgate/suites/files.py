@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ GROUP_FIELDS = frozenset({"group", "group_alias", "task", "aggregate_metric_list
 # datasets' packaged builders: ``dataset_path: json`` + ``data_files`` reads local files, no hub involved.
 LOCAL_BUILDERS = frozenset({"json", "csv", "parquet", "text", "arrow", "pandas", "xml", "webdataset"})
 EVALGATE_KEYS = ("limit",)  # keys evalgate reads from a suite YAML and strips before lm-eval sees it
+MODALITIES = ("text", "image")  # what a task's items carry: text only, or images too (lm-eval's doc_to_image)
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,9 @@ class TaskSpec:
         limit: the suite YAML's ``limit`` (None: all items).
         id_field: the doc field holding the dataset's own item id, as the task names it (``metadata.evalgate.id_field``);
             None: the first of ``id``, ``doc_id``, ``uid``, ``qid``, ``task_id`` the doc holds.
+        modality: ``"image"`` when its items carry images (it sets lm-eval's ``doc_to_image``; its YAML may say so
+            in ``metadata.evalgate.modality``), else ``"text"`` (:func:`task_modality`).
+        uses_suites: other suites of the same folder whose files its code reads (``metadata.evalgate.uses_suites``).
         config: the task's config as evalgate read it (a group's overrides merged; ``!function`` kept as its
             string), for the pre-flight (:mod:`evalgate.evaluate.preflight`) to name the field a failure comes from.
     """
@@ -64,6 +69,8 @@ class TaskSpec:
     generated: bool = False
     limit: int | None = None
     id_field: str | None = None
+    modality: str = "text"
+    uses_suites: tuple[str, ...] = ()
     config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -78,11 +85,14 @@ class Suite:
         primary_metric: task name -> the first ``metric_list`` entry's ``metric`` (its per-item
             value is the item's score in [0, 1]).
         content_hash: hex sha256 over the sorted relative paths and bytes of every file in the
-            folder, ``__pycache__`` folders and ``*.pyc`` excluded.
+            folder, ``__pycache__`` folders and ``*.pyc`` excluded, then those of the suites it uses
+            (:func:`content_hash`).
         specs: per task, what evalgate resolved (``TaskSpec``), in ``tasks`` order.
         entries: what lm-eval is asked to evaluate: ``(task or group name, limit)`` per suite YAML (a task that a
             group of the suite lists runs through the group only).
         builtins: some task comes from lm-eval's built-in library (its index must be loaded).
+        uses: the other suites (folder names beside this one) whose files its tasks' code reads, sorted; their files
+            are part of ``content_hash``.
     """
 
     name: str
@@ -93,6 +103,13 @@ class Suite:
     specs: tuple[TaskSpec, ...] = ()
     entries: tuple[tuple[str, int | None], ...] = ()
     builtins: bool = False
+    uses: tuple[str, ...] = ()
+
+    @property
+    def modality(self) -> str:
+        """``"image"`` when some task's items carry images (an image suite: it needs a model that reads images and
+        runs only when named, by ``--suites`` or a config's ``suites``), else ``"text"``."""
+        return "image" if any(s.modality == "image" for s in self.specs) else "text"
 
     def spec(self, task: str) -> TaskSpec:
         """The ``TaskSpec`` of ``task``; KeyError if the suite has no such task."""
@@ -117,18 +134,21 @@ def _files(folder: Path) -> list[Path]:
     return sorted(out, key=lambda p: p.relative_to(folder).as_posix())
 
 
-def content_hash(folder: Path) -> str:
+def content_hash(folder: Path, uses: Sequence[Path] = ()) -> str:
     """Hex sha256 of a folder's files: for each, in sorted order, its relative POSIX path, NUL,
-    its size as 8 bytes big-endian, then its bytes (``__pycache__`` and ``*.pyc`` skipped). ConfigError naming the
-    file when one cannot be read."""
+    its size as 8 bytes big-endian, then its bytes (``__pycache__`` and ``*.pyc`` skipped); then the same for the
+    files of each folder of ``uses`` (other suites whose files the suite's code reads, in the order given), each
+    named ``../<folder>/<path>``. Without ``uses`` the hash is the folder's alone (as before ``uses`` existed); not
+    transitive (a used suite's own ``uses`` are not followed). ConfigError naming the file when one cannot be read."""
     h = hashlib.sha256()
-    for f in _files(folder):
-        try:
-            data = f.read_bytes()
-        except OSError as exc:  # a looping or dangling symlink, a FIFO's error, no permission: the file, one line
-            raise ConfigError(f"cannot read this suite file: {exc.strerror or exc}", path=f) from None
-        h.update(f.relative_to(folder).as_posix().encode("utf-8") + b"\0")
-        h.update(len(data).to_bytes(8, "big") + data)
+    for root, prefix in ((folder, ""), *((Path(u), f"../{Path(u).name}/") for u in uses)):
+        for f in _files(root):
+            try:
+                data = f.read_bytes()
+            except OSError as exc:  # a looping or dangling symlink, a FIFO's error, no permission: the file, one line
+                raise ConfigError(f"cannot read this suite file: {exc.strerror or exc}", path=f) from None
+            h.update((prefix + f.relative_to(root).as_posix()).encode("utf-8") + b"\0")
+            h.update(len(data).to_bytes(8, "big") + data)
     return h.hexdigest()
 
 
@@ -246,6 +266,56 @@ def id_field(cfg: dict[str, Any], path: Path) -> str | None:
         raise ConfigError(f"must be the name of a field of the task's docs (a non-empty string), got {value!r}",
                           path=path, field="metadata.evalgate.id_field")
     return value
+
+
+def _evalgate_block(cfg: dict[str, Any]) -> dict[str, Any]:
+    meta = cfg.get("metadata")
+    block = meta.get("evalgate") if isinstance(meta, dict) else None
+    return block if isinstance(block, dict) else {}
+
+
+def task_modality(cfg: dict[str, Any], path: Path, what: str = "") -> str:
+    """What a task's items carry: ``"image"`` when its config sets lm-eval's ``doc_to_image`` (its requests then
+    carry the images), else ``"text"``. Its YAML may say so in ``metadata.evalgate.modality`` (``text`` or
+    ``image``), which must agree with ``doc_to_image``.
+
+    Args:
+        cfg: the task's config as evalgate read it. path: its YAML. what: ``"task NAME: "`` for a group member.
+    Raises:
+        ConfigError naming ``path`` and ``metadata.evalgate.modality``: a value other than ``text`` / ``image``;
+            ``text`` on a task that sets ``doc_to_image``; ``image`` on one that does not (it would send no image).
+    """
+    field = "metadata.evalgate.modality"
+    declared = _evalgate_block(cfg).get("modality")
+    sends = bool(cfg.get("doc_to_image"))
+    if declared is not None and declared not in MODALITIES:
+        raise ConfigError(f"{what}must be 'text' or 'image', got {declared!r}", path=path, field=field)
+    if declared == "text" and sends:
+        raise ConfigError(f"{what}is 'text', but the task sets doc_to_image (its items carry images): say 'image'",
+                          path=path, field=field)
+    if declared == "image" and not sends:
+        raise ConfigError(f"{what}is 'image', but the task sets no doc_to_image (the doc fields holding each item's "
+                          "images), so it would send none", path=path, field=field)
+    return "image" if sends else "text"
+
+
+def uses_suites(cfg: dict[str, Any], path: Path, root: Path, own: str) -> tuple[str, ...]:
+    """A task's ``metadata.evalgate.uses_suites``: the other suites (folder names under ``root``, the suites folder)
+    whose files its code reads (``taskcode.suite_module``), sorted; ``()`` when absent. ConfigError naming ``path``
+    and the field unless it is a list of names of suite folders under ``root`` other than ``own``."""
+    field = "metadata.evalgate.uses_suites"
+    value = _evalgate_block(cfg).get("uses_suites")
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ConfigError(f"must be a list of suite names (folders beside this suite's), got {value!r}", path=path,
+                          field=field)
+    for name in value:
+        if name == own or "/" in name or "\\" in name or name.startswith((".", "_")) or not (root / name).is_dir():
+            known = [n for n in suite_names(root) if n != own]
+            raise ConfigError(f"{name!r} is not another suite of {root} (known: {', '.join(known) or 'none'})",
+                              path=path, field=field)
+    return tuple(sorted(set(value)))
 
 
 def resolve_files(files: Any, folder: Path) -> Any:

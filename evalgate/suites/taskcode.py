@@ -2,12 +2,15 @@
 
 lm-eval loads a task's Python by file path (``!function module.fn`` resolves ``module.py`` next to the task YAML;
 ``lm_eval/tasks/_yaml_loader.py``), not as a package, so a task file cannot ``import utils`` from its own folder:
-:func:`sibling` loads it the same way, by path. Task files import this module as ``evalgate.suites.taskcode``: evalgate
+:func:`sibling` loads it the same way, by path (and :func:`suite_module` a file of another suite of the same suites
+folder: a task that reuses that suite's generator and scorer lists it in ``metadata.evalgate.uses_suites``, which
+puts that suite's files into its content hash). Task files import this module as ``evalgate.suites.taskcode``: evalgate
 runs every suite in its own worker (``python -m evalgate.worker``), where evalgate is importable, whether the suite
 comes from the repository, a project folder or the copy shipped inside the package (``evalgate/_builtin``).
 
-Nothing here changes what a task generates or how it scores beyond what its own folder says: :func:`sibling` only
-loads a file, and :func:`first_json_object` is the JSON reading the docparse tasks share.
+Nothing here changes what a task generates or how it scores beyond what its folder (and the suites it declares it
+uses) says: :func:`sibling` and :func:`suite_module` only load a file, and :func:`first_json_object` is the JSON
+reading the docparse tasks share.
 """
 
 from __future__ import annotations
@@ -18,12 +21,20 @@ import re
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["first_json_object", "load_module", "sibling"]
+__all__ = ["first_json_object", "load_module", "sibling", "suite_module"]
 
 
 def sibling(file: str | Path, name: str) -> ModuleType:
     """The module ``<name>.py`` in the folder of ``file`` (pass ``__file__``), loaded by :func:`load_module`."""
     return load_module(Path(file).with_name(f"{name}.py"))
+
+
+def suite_module(file: str | Path, suite: str, name: str) -> ModuleType:
+    """The module ``<name>.py`` of suite ``suite`` beside the suite of ``file`` (pass ``__file__``): the file
+    ``<folder of file>/../<suite>/<name>.py``, loaded by :func:`load_module`. The calling task's YAML must list
+    ``suite`` in ``metadata.evalgate.uses_suites`` (so that suite's files key its stored results); FileNotFoundError
+    when the file is missing."""
+    return load_module(Path(file).resolve().parent.parent / suite / f"{name}.py")
 
 
 def load_module(path: str | Path) -> ModuleType:

@@ -70,9 +70,10 @@ def task_notes(suite: Suite, task: str) -> TaskNotes:
     where = "metadata.evalgate"
     if not isinstance(block, dict):
         raise ConfigError(f"must be a mapping, got {type(block).__name__}", path=path, field=where)
-    unknown = sorted(set(block) - {"baseline_accuracy", "measured", "id_field"})
+    unknown = sorted(set(block) - {"baseline_accuracy", "measured", "id_field", "modality", "uses_suites"})
     if unknown:
-        raise ConfigError(f"unknown key {unknown[0]!r} (known: baseline_accuracy, id_field, measured)", path=path,
+        raise ConfigError(f"unknown key {unknown[0]!r} (known: baseline_accuracy, id_field, measured, modality, "
+                          "uses_suites)", path=path,
                           field=f"{where}.{unknown[0]}")
     acc = block.get("baseline_accuracy") or {}
     if not isinstance(acc, dict):

@@ -37,7 +37,7 @@ def main(spec_path: str) -> int:
     prepare_process_env({})
     sampling = Sampling(**spec["sampling"])
     t0 = time.monotonic()
-    problem, limits = validate_engine_args(spec["model"], spec["engine_args"])
+    problem, limits = validate_engine_args(spec["model"], spec["engine_args"], images=bool(spec.get("check_images")))
     if problem:
         print(f"{CONFIG_ERROR_TAG} {problem}", flush=True)
         return CONFIG_ERROR_EXIT
@@ -61,7 +61,8 @@ def main(spec_path: str) -> int:
     try:
         for suite in spec["suites"]:
             # The store key carries the suite hash the parent saw; refuse to file results of edited files under it.
-            if content_hash(Path(suite["dir"]) / suite["name"]) != suite["hash"]:
+            uses = [Path(suite["dir"]) / u for u in suite.get("uses", [])]  # suites whose files its code reads
+            if content_hash(Path(suite["dir"]) / suite["name"], uses) != suite["hash"]:
                 raise StoreError(f"suite {suite['name']} changed on disk while evalgate was running; run again")
             _run_suite(engine, lm, suite, spec, sampling, store, effective, start_s, reference)
     finally:
@@ -218,9 +219,11 @@ def _replay_counts(spec: dict[str, Any]) -> dict[str, Any]:
         return {"replay_error": str(exc)}
 
 
-def validate_engine_args(model: str, engine_args: dict[str, Any]) -> tuple[str | None, dict[str, int]]:
+def validate_engine_args(model: str, engine_args: dict[str, Any], *,
+                         images: bool = False) -> tuple[str | None, dict[str, Any]]:
     """vLLM's own validation of the engine-arg values, without loading the model: ``(None, limits)`` if they are
-    accepted (``limits``: the resolved ``max_num_seqs`` and ``max_model_len``), else ``(reason, {})``.
+    accepted (``limits``: the resolved ``max_num_seqs`` and ``max_model_len``; with ``images``, also
+    ``image_input``: :func:`image_input` of the resolved model config), else ``(reason, {})``.
 
     ``EngineArgs(...).create_engine_config()`` builds and checks the whole engine config (types, choices,
     limits against the model's config) in about a second; a wrong value is then a config error (exit 2) with
@@ -236,8 +239,50 @@ def validate_engine_args(model: str, engine_args: dict[str, Any]) -> tuple[str |
         # string where a mapping belongs, a model name vLLM cannot resolve) is a config problem: no engine ran yet
         first = " ".join(str(exc).split()).split(" For further information visit")[0]
         return f"{type(exc).__name__}: {first[:400]}", {}
-    return None, {"max_num_seqs": int(vc.scheduler_config.max_num_seqs),
-                  "max_model_len": int(vc.model_config.max_model_len)}
+    limits: dict[str, Any] = {"max_num_seqs": int(vc.scheduler_config.max_num_seqs),
+                              "max_model_len": int(vc.model_config.max_model_len)}
+    if images:
+        limits["image_input"] = image_input(vc.model_config)
+    return None, limits
+
+
+def image_input(model_config: Any) -> dict[str, Any]:
+    """Whether vLLM takes images for a model, decided the way vLLM itself decides it, never by the model's name: its
+    model registry marks the architecture multimodal (``ModelConfig.is_multimodal_model``: the model class's
+    ``supports_multimodal``, read from the checkpoint's ``config.json`` architectures), the model's multimodal
+    processor lists ``image`` among its modalities (``MULTIMODAL_REGISTRY.get_processing_info(...)
+    .supported_mm_limits``), and the engine args neither set ``language_model_only`` nor limit images per prompt to
+    0 (``limit_mm_per_prompt``).
+
+    Returns:
+        ``{"reads_images": True | False | None, "architecture": str, "why": str, "field": str}``: None when it
+        cannot be told (an attribute this vLLM lacks, a processor that fails; ``why`` says which), which the parent
+        refuses as it refuses False (fail closed). ``field``: the config key that decides it (``model``,
+        ``engine_args.limit_mm_per_prompt`` or ``engine_args.language_model_only``).
+    """
+    arch = ", ".join(getattr(model_config, "architectures", None) or []) or "?"
+    out: dict[str, Any] = {"reads_images": None, "architecture": arch, "field": "model"}
+    try:
+        if not model_config.is_multimodal_model:
+            return {**out, "reads_images": False, "why": f"vLLM's model registry lists {arch} as text-only (not "
+                                                         "multimodal)"}
+        from vllm.multimodal import MULTIMODAL_REGISTRY
+
+        modalities = sorted(MULTIMODAL_REGISTRY.get_processing_info(model_config).supported_mm_limits)
+        if "image" not in modalities:
+            return {**out, "reads_images": False, "why": f"{arch} takes {', '.join(modalities) or 'no media'} in "
+                                                         "vLLM, not images"}
+        mm = model_config.multimodal_config
+        if getattr(mm, "language_model_only", False):
+            return {**out, "reads_images": False, "field": "engine_args.language_model_only",
+                    "why": f"language_model_only is set: vLLM runs {arch} as a text model"}
+        limit = mm.get_limit_per_prompt("image")
+        if limit == 0:
+            return {**out, "reads_images": False, "field": "engine_args.limit_mm_per_prompt",
+                    "why": f"limit_mm_per_prompt allows 0 images per prompt on {arch}"}
+    except Exception as exc:  # noqa: BLE001 - an API this vLLM lacks, a processor that fails: cannot tell, say why
+        return {**out, "why": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
+    return {**out, "reads_images": True, "why": f"{arch} takes images in vLLM (up to {limit} per prompt)"}
 
 
 if __name__ == "__main__":

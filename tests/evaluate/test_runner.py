@@ -44,6 +44,29 @@ def test_store_keys_change_with_what_defines_a_result(tmp_path: Path) -> None:
         assert _plan(tmp_path, **change).keys["a"] != keys["a"], change
 
 
+def test_an_image_suites_key_carries_the_image_library_and_a_text_suites_does_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    from evalgate.suites.files import TaskSpec
+
+    text = _suite(tmp_path, "a")
+    pages = replace(_suite(tmp_path, "p"), specs=(TaskSpec("p_t", tmp_path, False, "m", modality="image"),))
+    assert (text.modality, pages.modality) == ("text", "image")
+    args = {"limit": 5, "store": ResultStore(tmp_path / "store"), "reference": None, "logprob_items": 8}
+    from importlib import metadata
+
+    from PIL import features
+
+    assert runner.image_library() == {"pillow": metadata.version("pillow"),
+                                      "freetype2": str(features.version("freetype2") or "absent")}
+    before = runner._plan(_cfg(tmp_path), [text, pages], **args).keys
+    assert before["a"] == _plan(tmp_path).keys["a"]  # a text suite's key is what it was
+    monkeypatch.setattr(runner, "image_library", lambda: {"pillow": "0.0", "freetype2": "absent"})
+    after = runner._plan(_cfg(tmp_path), [text, pages], **args).keys
+    assert after["a"] == before["a"] and after["p"] != before["p"]
+
+
 def test_store_and_journal_keys_follow_results_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from evalgate.results import store
 

@@ -3,7 +3,8 @@
 The task code is loaded the way lm-eval loads it (the ``!function module.fn`` a task YAML names, by path from the
 YAML's folder) and called with the YAML's ``dataset_kwargs``. A change here changes what every baseline was measured
 on; refactoring task code must leave these digests alone (they were taken before the task modules shared
-``evalgate.suites.taskcode``)."""
+``evalgate.suites.taskcode``). A page image is pinned as its place in the item only (``<image>``): its pixels depend
+on the Pillow and FreeType release too, and tests/suites/test_docpages.py checks what each page holds."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from PIL import Image
 
 from evalgate.suites.discovery import SUITES_DIR
 from evalgate.suites.taskcode import load_module
@@ -23,6 +25,7 @@ DIGESTS = {
     "coding/coding_small.yaml": (240, "2a068bd7a6727edfef1c5ea15bc9ccb16366c520428807497173b73e211a6015"),
     "docparse/docparse_fields.yaml": (200, "4907ff15a7fe0313cfe737fcd287f506396a7f5c901ee9352f5ab9de30361adb"),
     "docparse/docparse_hard.yaml": (400, "484de44756bb9f63c26a215aa52df8c2ed67025e9820dffdc87db701dd87f32a"),
+    "docpages/docpages_fields.yaml": (200, "b300a6d7ce3870cb76a7b8e06c134152e283837b5441031578756cb4cdafe2df"),
     "finance/finance_finqa.yaml": (158, "ffd50090d8f673295b39bcf84ef53ae2124d0a59ebf3536f5a007ae62e6fed14"),
     "finance/finance_hard.yaml": (400, "6605e7fc2c945482ff44de8dbad06c3cd19d065863a040d3576058727aa9ff9d"),
     "finance/finance_tableqa.yaml": (200, "dff9f6e1be9d169d76b2c3b320ed273a76ea4b95b16dd06f7aa20cf4e24fd0fd"),
@@ -61,7 +64,7 @@ def test_generated_items_and_prompts_are_unchanged(task_yaml: str) -> None:
     to_text = cfg.get("doc_to_text")
     h, count = hashlib.sha256(), 0
     for split in sorted(splits):
-        rows = splits[split].to_list()
+        rows = [{k: "<image>" if isinstance(v, Image.Image) else v for k, v in r.items()} for r in splits[split]]
         count += len(rows)
         h.update(json.dumps([split, rows], sort_keys=True).encode())
         if isinstance(to_text, tuple):  # a template string is lm-eval's, not the task code's

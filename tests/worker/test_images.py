@@ -1,7 +1,7 @@
 """Images through the worker without vLLM: lm-eval's multimodal task path (``doc_to_image``) into the adapter, each
 request sent as vLLM's ``TextPrompt`` with ``multi_modal_data``, and the image's content hash in the journal key and
-the item hash. The engine here is a stand-in that answers from the image it receives; the real engine runs the same
-suite in tests/system/test_vl_gate.py."""
+the item hash. The engine here is a stand-in that answers from the image it receives; the suite is the shipped
+page-image tier (suites/docpages, its first 8 items), which the real engine runs in tests/system/test_vl_gate.py."""
 
 from __future__ import annotations
 
@@ -17,12 +17,13 @@ from PIL import Image  # noqa: E402
 
 from evalgate.inputs.config import Sampling  # noqa: E402
 from evalgate.results.store import GenerationJournal  # noqa: E402
-from evalgate.suites.discovery import load_suite  # noqa: E402
+from evalgate.suites.discovery import SUITES_DIR, load_suite  # noqa: E402
+from evalgate.suites.taskcode import load_module  # noqa: E402
 from evalgate.worker.lm_adapter import engine_prompt, image_hash, make_lm, request_key  # noqa: E402
 from evalgate.worker.suite_eval import evaluate_suite  # noqa: E402
 from evalgate.worker.vllm_engine import Generation  # noqa: E402
 
-SUITES = Path(__file__).resolve().parents[1] / "vl" / "suites"
+N = 8  # items of the page tier run here
 
 
 def _png_sha(im: Image.Image) -> str:
@@ -97,40 +98,33 @@ def test_a_loglikelihood_request_with_an_image_is_refused() -> None:
 
 
 def _run_suite(journal: Path) -> tuple[Any, dict, ImageEngine]:
-    s = load_suite("docpages", SUITES)
+    s = load_suite("docpages", SUITES_DIR)
     spec = {"name": s.name, "dir": str(s.path.parent), "tasks": list(s.tasks), "metrics": s.primary_metric,
             "builtins": s.builtins, "entries": [list(e) for e in s.entries]}
     engine = ImageEngine()
     lm = make_lm(engine, GenerationJournal(journal))
-    tasks, keys = evaluate_suite(lm, spec, None, engine.sampling)
-    return tasks["docpages"], keys, engine
+    tasks, keys = evaluate_suite(lm, spec, N, engine.sampling)
+    return tasks["docpages_fields"], keys, engine
 
 
 def test_an_image_suite_runs_through_lm_eval_with_image_keys_and_hashes(tmp_path: Path) -> None:
-    sys_path = str(SUITES / "docpages")
-    import sys
-
-    sys.path.insert(0, sys_path)
-    try:
-        import utils as docpages  # the suite's own generator: the pages the engine must have been given
-    finally:
-        sys.path.remove(sys_path)
-    pages = [_png_sha(d["image"]) for d in docpages.load_data()["test"]]
+    docpages = load_module(SUITES_DIR / "docpages" / "utils.py")  # the suite's own generator: the pages sent
+    pages = [_png_sha(d["image"]) for d in docpages.load_data(n_test=N)["test"]]
     task, keys, engine = _run_suite(tmp_path / "j.jsonl")
     items = task.items
-    assert len(items) == len(pages) == 8 and len(engine.prompts) == 8
+    assert len(items) == len(pages) == N and len(engine.prompts) == N
     # every request reached the engine as a TextPrompt with its own page, in lm-eval's doc order or not
     sent = sorted(_png_sha(p["multi_modal_data"]["image"]) for p in engine.prompts)
-    assert sent == sorted(pages) and len(set(pages)) == 8
+    assert sent == sorted(pages) and len(set(pages)) == N
     for item in items:
         assert item.prompt.startswith("<image>") and item.output == pages[item.item_id][:8]
         (im,) = item.images  # the page's hash and the report's thumbnail
         assert im["sha256"] == pages[item.item_id] and im["thumbnail"].startswith("data:image/png;base64,")
-        assert keys[("docpages", item.item_id)] == request_key(item.prompt, ["\n\n", "\nFields:", "\nJSON:"], 24,
-                                                               (pages[item.item_id],))
+        stop = ["\n\n", "\nDocument:", "\nFields:", "\nJSON:"]  # the YAML's until; its max_gen_toks 96 under 64
+        assert keys[("docpages_fields", item.item_id)] == request_key(item.prompt, stop, 64, (pages[item.item_id],))
     # the kinds rotate invoice/receipt/form/table: items 0 and 4 have the same prompt and differ only in the page
     assert items[0].prompt == items[4].prompt and items[0].output != items[4].output
-    assert len({i.item_hash for i in items}) == 8 and len(set(keys.values())) == 8
+    assert len({i.item_hash for i in items}) == N and len(set(keys.values())) == N
     # a second run (new PIL objects, new memory addresses) gives the same item hashes and reuses every answer
     task2, keys2, engine2 = _run_suite(tmp_path / "j.jsonl")
     assert [i.item_hash for i in task2.items] == [i.item_hash for i in items] and keys2 == keys

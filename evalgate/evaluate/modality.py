@@ -1,0 +1,81 @@
+"""Image suites need a model that reads images: checked for every config of a command before any engine starts.
+
+A suite whose tasks carry images (``Suite.modality == "image"``: a task sets lm-eval's ``doc_to_image``) sends each
+item's page to vLLM as ``multi_modal_data``. A model vLLM takes no images for would fail on the first item, after
+the baseline's engine had started, or run on without the image if its processor dropped it. So before any engine
+starts, vLLM itself is asked about each config's model in the short check worker (``runner.check_engine_values``
+with ``images=True``: the engine config resolved from the checkpoint's ``config.json``, no weights loaded; the
+decision is ``worker.main.image_input``: vLLM's model registry and multimodal processor, never the model's name).
+A model that does not read images, or of which it cannot be told, is exit 2: one line naming the config file, the
+field that decides it (``model``, ``engine_args.limit_mm_per_prompt`` or ``engine_args.language_model_only``) and
+the image suite. Runs without an image suite start nothing here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from evalgate.errors import ConfigError
+from evalgate.evaluate import runner
+from evalgate.inputs.config import EngineConfig, installed_vllm_version, set_in
+from evalgate.suites.files import Suite
+
+__all__ = ["check_image_input", "image_suites"]
+
+
+def image_suites(suites: list[Suite]) -> list[Suite]:
+    """The suites of ``suites`` whose items carry images (``Suite.modality == "image"``), in order."""
+    return [s for s in suites if s.modality == "image"]
+
+
+def check_image_input(configs: list[tuple[str, EngineConfig]], suites: list[Suite], log_dir: Path,
+                      timeout_s: float) -> dict[str, dict[str, Any]]:
+    """Refuse, before any engine starts, a config whose model vLLM takes no images for when a suite carries them.
+
+    Args:
+        configs: ``(role, config)`` pairs, checked in order (e.g. candidate, then baseline); each check worker logs
+            to ``log_dir / f"{role}-check.log"``.
+        suites: the suites the command runs. timeout_s: the check worker's time limit, seconds.
+    Returns:
+        role -> what that config's check worker reported (``runner.check_engine_values``: the engine's limits plus
+        ``image_input``), so a later engine-value check can reuse it; ``{}`` when no suite carries images (no worker
+        is started).
+    Raises:
+        ConfigError (exit 2): a config's model does not read images, or it cannot be told (fail closed). One line,
+            ``<config file>: <field>: <model> does not read images (<vLLM distribution and version>: <why>) ...``,
+            naming the image suite and where its task says so.
+        EngineError (exit 3): the check worker itself could not run.
+    """
+    wanted = image_suites(suites)
+    if not wanted:
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for role, cfg in configs:
+        got = runner.check_engine_values(cfg, log_dir / f"{role}-check.log", timeout_s, images=True)
+        out[role] = got
+        info = got.get("image_input") or {"reads_images": None, "field": "model",
+                                          "why": "the check worker reported nothing about images"}
+        if info.get("reads_images") is not True:
+            field = str(info.get("field") or "model")
+            raise ConfigError(_refusal(cfg, info, field, wanted[0]), path=cfg.path, field=field)
+    return out
+
+
+def _refusal(cfg: EngineConfig, info: dict[str, Any], field: str, suite: Suite) -> str:
+    """The message of a refused config: what vLLM said, where the field is set, which suite needs images."""
+    task = next(s for s in suite.specs if s.modality == "image")
+    declared = "metadata.evalgate.modality: image" if _declared(task.config) else "doc_to_image"
+    origin = set_in(cfg, field)
+    where = "" if origin == cfg.path else f" (set in {origin})"
+    what = (f"{cfg.model} does not read images" if info.get("reads_images") is False
+            else f"cannot tell whether {cfg.model} reads images")
+    return (f"{what} ({installed_vllm_version()}: {info.get('why')}){where}, but suite {suite.name} is an "
+            f"image suite (task {task.name}: {declared} in {task.source}); gate it with a model that reads images, "
+            f"or leave it out of --suites and the config's suites")
+
+
+def _declared(cfg: dict[str, Any]) -> bool:
+    meta = cfg.get("metadata")
+    block = meta.get("evalgate") if isinstance(meta, dict) else None
+    return isinstance(block, dict) and block.get("modality") == "image"

@@ -1,0 +1,147 @@
+"""An image suite on a model that reads no images is refused before any engine starts: exit 2, one line naming the
+config file, the field that decides it and the image suite (``evaluate.modality``).
+
+vLLM's answer (``worker.main.image_input``, from the check worker) is stood in for here, so each case says exactly
+what vLLM reported; the real check worker answers for the real embedded models in tests/system/test_vl_gate.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import evalgate.evaluate.runner as runner
+from evalgate import cli
+from evalgate.errors import ConfigError, ExitCode
+from evalgate.evaluate.modality import check_image_input
+from evalgate.inputs.config import CONFIGS_DIR, installed_vllm_version, load_config
+from evalgate.suites.discovery import SUITES_DIR, load_suite
+
+PAGES_YAML = SUITES_DIR / "docpages" / "docpages_fields.yaml"
+TEXT_ONLY = {"reads_images": False, "architecture": "NemotronHForCausalLM", "field": "model",
+             "why": "vLLM's model registry lists NemotronHForCausalLM as text-only (not multimodal)"}
+READS = {"reads_images": True, "architecture": "Idefics3ForConditionalGeneration", "field": "model",
+         "why": "Idefics3ForConditionalGeneration takes images in vLLM (up to 1 per prompt)"}
+
+
+class _Reached(BaseException):
+    """An engine would have started (a BaseException: the CLI's error boundary cannot swallow it)."""
+
+
+@pytest.fixture
+def vllm_says(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> tuple[dict[str, dict[str, Any]], list[tuple]]:
+    """``answers``: model -> the ``image_input`` the check worker reports for it; ``calls``: (config name, log file
+    name, images) per check. Engines are tripwires; EVALGATE_HOME is empty."""
+    answers: dict[str, dict[str, Any]] = {}
+    calls: list[tuple] = []
+
+    def check(cfg, log_path, timeout_s, replay=None, *, images=False):
+        calls.append((cfg.name, log_path.name, images))
+        return {"max_num_seqs": 256, "max_model_len": 2048, **({"image_input": answers[cfg.model]} if images else {})}
+
+    def trip(*a: Any, **k: Any) -> Any:
+        raise _Reached("an engine started")
+
+    monkeypatch.setattr(runner, "check_engine_values", check)
+    for name in ("start_config", "evaluate_config"):
+        monkeypatch.setattr(runner, name, trip)
+    monkeypatch.setenv("EVALGATE_HOME", str(tmp_path / "home"))
+    return answers, calls
+
+
+def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_a_run_without_an_image_suite_asks_nothing(vllm_says, tmp_path: Path) -> None:
+    _, calls = vllm_says
+    cfg = load_config("fp16-state")
+    assert check_image_input([("candidate", cfg)], [load_suite("docparse", SUITES_DIR)], tmp_path, 60) == {}
+    assert calls == []
+
+
+def test_run_refuses_a_text_only_model_given_the_page_tier(vllm_says, tmp_path: Path, capsys) -> None:
+    answers, calls = vllm_says
+    answers["embedded:nemotron-h-tiny"] = TEXT_ONLY
+    code = cli.main(["run", "--config", "fp16-state", "--suites", "docpages", "--out", str(tmp_path / "run")])
+    line = _one_line(capsys)
+    assert code == ExitCode.USAGE == 2
+    assert line == (f"evalgate: error: {CONFIGS_DIR / 'fp16-state.yaml'}: model: embedded:nemotron-h-tiny does not "
+                    f"read images ({installed_vllm_version()}: {TEXT_ONLY['why']}) (set in "
+                    f"{CONFIGS_DIR / 'baseline.yaml'}), but suite docpages is an image suite (task docpages_fields: "
+                    f"metadata.evalgate.modality: image in {PAGES_YAML}); gate it with a model that reads images, or "
+                    "leave it out of --suites and the config's suites")
+    assert calls == [("fp16-state", "candidate-check.log", True)]  # refused on the candidate: nothing else asked
+
+
+def test_score_and_ablate_refuse_it_too(vllm_says, tmp_path: Path, capsys) -> None:
+    answers, calls = vllm_says
+    answers["embedded:nemotron-h-tiny"] = TEXT_ONLY
+    code = cli.main(["score", "--config", "baseline", "--suites", "docpages", "--out", str(tmp_path / "score")])
+    line = _one_line(capsys)
+    assert code == 2 and line.startswith(f"evalgate: error: {CONFIGS_DIR / 'baseline.yaml'}: model: embedded:nemotron")
+    assert "suite docpages is an image suite" in line and "(set in" not in line  # baseline.yaml sets model itself
+    code = cli.main(["ablate", "--config", "fp16-state", "--suites", "docpages", "--no-speed", "--limit", "2",
+                     "--out", str(tmp_path / "ablate")])
+    line = _one_line(capsys)
+    assert code == 2 and line.startswith(f"evalgate: error: {CONFIGS_DIR / 'fp16-state.yaml'}: model: ")
+    assert [c[1] for c in calls] == ["score-check.log", "recipe-check.log"]
+
+
+def _configs(tmp_path: Path, files: dict[str, str]) -> Path:
+    d = tmp_path / "configs"
+    d.mkdir()
+    for name, text in files.items():
+        (d / f"{name}.yaml").write_text(text)
+    return d
+
+
+def test_the_field_is_the_one_that_turns_images_off(vllm_says, tmp_path: Path) -> None:
+    answers, calls = vllm_says
+    d = _configs(tmp_path, {"base": "model: org/vl\nengine_args: {limit_mm_per_prompt: {image: 0}}\n",
+                            "cand": "extends: base\nengine_args: {dtype: bfloat16}\n"})
+    answers["org/vl"] = {"reads_images": False, "architecture": "VLForConditionalGeneration",
+                         "field": "engine_args.limit_mm_per_prompt",
+                         "why": "limit_mm_per_prompt allows 0 images per prompt on VLForConditionalGeneration"}
+    cand = load_config("cand", d, check_engine_args=False)
+    with pytest.raises(ConfigError) as ei:
+        check_image_input([("candidate", cand)], [load_suite("docpages", SUITES_DIR)], tmp_path / "logs", 60)
+    assert (ei.value.path, ei.value.field, ei.value.exit_code) == (d / "cand.yaml", "engine_args.limit_mm_per_prompt", 2)
+    assert ei.value.message.startswith("org/vl does not read images (") and f"(set in {d / 'base.yaml'})" in str(
+        ei.value)
+
+
+def test_a_model_vllm_cannot_answer_for_is_refused_and_both_sides_are_asked(vllm_says, tmp_path: Path) -> None:
+    answers, calls = vllm_says
+    d = _configs(tmp_path, {"base": "model: org/text\n", "cand": "model: org/vl\nbaseline: base\n"})
+    answers["org/vl"] = READS
+    answers["org/text"] = {"reads_images": None, "architecture": "?", "field": "model",
+                           "why": "ValueError: no processor"}
+    pages = [load_suite("docpages", SUITES_DIR)]
+    cand, base = load_config("cand", d, check_engine_args=False), load_config("base", d, check_engine_args=False)
+    with pytest.raises(ConfigError) as ei:  # the candidate reads images; its baseline cannot be told: fail closed
+        check_image_input([("candidate", cand), ("baseline", base)], pages, tmp_path / "logs", 60)
+    assert (ei.value.path, ei.value.field) == (d / "base.yaml", "model")
+    assert ei.value.message.startswith("cannot tell whether org/text reads images (")
+    assert "ValueError: no processor" in ei.value.message
+    answers["org/text"] = READS
+    got = check_image_input([("candidate", cand), ("baseline", base)], pages, tmp_path / "logs", 60)
+    assert got == {role: {"max_num_seqs": 256, "max_model_len": 2048, "image_input": READS}
+                   for role in ("candidate", "baseline")}
+    answers["org/text"] = {"max": "a worker that says nothing of images"}
+    with pytest.raises(ConfigError, match="cannot tell whether org/text reads images"):
+        check_image_input([("baseline", base)], pages, tmp_path / "logs", 60)
+
+
+def test_a_vl_run_asks_both_sides_once_then_starts_its_engines(vllm_says, tmp_path: Path) -> None:
+    """``evalgate run --config vl/bf16``: the page tier by the config's ``suites``, both sides asked before the
+    pre-flight, the candidate's answer reused for its engine-value check (no second check), then the baseline's
+    engine would start."""
+    answers, calls = vllm_says
+    answers["embedded:idefics3-tiny"] = READS
+    with pytest.raises(_Reached):
+        cli.main(["run", "--config", "vl/bf16", "--limit", "2", "--no-speed", "--out", str(tmp_path / "run")])
+    assert calls == [("vl/bf16", "candidate-check.log", True), ("vl/baseline", "baseline-check.log", True)]
