@@ -49,6 +49,9 @@ class SpeedPrecision(Record):
                                     "it)")
     pairs_needed: int | None = described("pairs in all Stein's rule asked for: max(n0, ceil(t\u00b2 s0\u00b2 / "
                                          "h\u00b2))")
+    pair_seconds: Number | None = described("mean wall-clock seconds of one interleaved pair at this level (both "
+                                            "passes, sleep/wake included): what each further pair costs; absent in "
+                                            "records written before it was kept")
 
 
 class SpeedLatency(Record):

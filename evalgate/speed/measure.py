@@ -164,7 +164,14 @@ def _second_stage(first: SpeedComparison, profile: TrafficProfile, out: dict[str
     need = repeats_needed(out["baseline"], out["candidate"], profile.level, profile.power) \
         if verdict == UNMEASURABLE else None
     return dataclasses.replace(comp, ci_low=lo, ci_high=hi, verdict=verdict, repeats_needed=need,
-                               precision=precision_record(profile.precision, plan, i, stopped))
+                               precision=precision_record(profile.precision, plan, i, stopped,
+                                                          pair_seconds=_mean_seconds(pair_seconds)))
+
+
+def _mean_seconds(pair_seconds: list[float]) -> float | None:
+    """Mean seconds of the level's pairs, or None when there is none or a clock gave no positive time."""
+    mean = sum(pair_seconds) / len(pair_seconds) if pair_seconds else 0.0
+    return mean if mean > 0 else None
 
 
 def with_sent_requests(profile: TrafficProfile, sent: Mapping[str, dict[str, Any]]) -> TrafficProfile:

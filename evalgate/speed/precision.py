@@ -138,20 +138,27 @@ def pair_cap(repeats: int, max_repeats: int | None) -> int:
     return max_repeats if max_repeats is not None else max(DEFAULT_MAX_REPEATS, repeats)
 
 
-def precision_record(target: float, plan: SteinPlan, pairs: int, stopped: str) -> dict[str, Any]:
+def precision_record(target: float, plan: SteinPlan, pairs: int, stopped: str,
+                     pair_seconds: float | None = None) -> dict[str, Any]:
     """The ``precision`` record of a speed level: ``{"target", "achieved_half_width", "pairs", "stopped",
     "pairs_needed"}``; ``achieved_half_width`` is ``exp(t · s0 / √pairs) - 1`` (the interval's upper half as a share
-    of the ratio, comparable with ``target``).
+    of the ratio, comparable with ``target``). ``pair_seconds`` (mean wall-clock seconds of one interleaved pair at
+    this level, both passes and any sleep/wake between them) is kept as ``"pair_seconds"`` when given: what each
+    further pair would cost.
 
     Raises:
-        ValueError: ``stopped`` not one of ``STOPPED`` or ``pairs`` below the first stage.
+        ValueError: ``stopped`` not one of ``STOPPED``, ``pairs`` below the first stage, or ``pair_seconds`` not a
+            finite number > 0.
     """
     if stopped not in STOPPED:
         raise ValueError(f"stopped must be one of {STOPPED}, got {stopped!r}")
     if pairs < plan.n0:
         raise ValueError(f"{pairs} pairs, fewer than the first stage's {plan.n0}")
-    return {"target": target, "achieved_half_width": math.expm1(plan.half_width(pairs)), "pairs": pairs,
-            "stopped": stopped, "pairs_needed": plan.pairs_needed}
+    if pair_seconds is not None and not (0 < pair_seconds < math.inf):
+        raise ValueError(f"pair_seconds must be a finite number of seconds > 0, got {pair_seconds}")
+    out = {"target": target, "achieved_half_width": math.expm1(plan.half_width(pairs)), "pairs": pairs,
+           "stopped": stopped, "pairs_needed": plan.pairs_needed}
+    return out if pair_seconds is None else {**out, "pair_seconds": pair_seconds}
 
 
 def _pct(share: float) -> str:
@@ -160,9 +167,15 @@ def _pct(share: float) -> str:
     return f"\u00b1{text[:-2] if text.endswith('.0') else text} %"
 
 
+def _duration(seconds: float) -> str:
+    """``40 s`` below two minutes, else ``11 min`` (rounded)."""
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
 def precision_note(record: Any) -> str:
     """A level's precision in words: ``±1.8 % (target ±2 %, 7 pairs)`` when met, ``target ±2 % not met: ±3.4 % after
-    10 pairs (max_repeats); ≈24 pairs needed for ±2 %`` when capped; "" for no (or a malformed) record."""
+    10 pairs (max_repeats); ≈24 pairs needed for ±2 %`` when capped, followed by what the rest would cost when the
+    record has ``pair_seconds``: `` (14 more, ≈11 min at 48 s a pair)``; "" for no (or a malformed) record."""
     if hasattr(record, "model_dump"):
         record = record.model_dump()
     if not isinstance(record, dict):
@@ -174,8 +187,12 @@ def precision_note(record: Any) -> str:
         return ""
     if stopped == MET:
         return f"{_pct(got)} (target {_pct(target)}, {pairs} pairs)"
-    return (f"target {_pct(target)} not met: {_pct(got)} after {pairs} pairs ({stopped}); \u2248{need:,} pairs "
+    text = (f"target {_pct(target)} not met: {_pct(got)} after {pairs} pairs ({stopped}); \u2248{need:,} pairs "
             f"needed for {_pct(target)}")
+    secs, more = record.get("pair_seconds"), need - pairs
+    if isinstance(secs, (int, float)) and 0 < secs < math.inf and more > 0:
+        text += f" ({more:,} more, \u2248{_duration(more * secs)} at {secs:.0f} s a pair)"
+    return text
 
 
 def precision_problems(repeats: int, precision: float | None, max_repeats: int | None,

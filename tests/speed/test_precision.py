@@ -155,6 +155,17 @@ def test_record_and_its_words() -> None:
         precision_record(0.02, plan, 10, "tired")
     with pytest.raises(ValueError, match="fewer than the first stage"):
         precision_record(0.02, plan, 2, MET)
+    # With the pairs' mean duration: what the rest would cost. 19 - 10 = 9 pairs of 48.2 s = 434 s, ~7 min.
+    timed = precision_record(0.02, plan, 10, BY_REPEATS, pair_seconds=48.2)
+    assert timed == {**rec, "pair_seconds": 48.2}
+    assert precision_note(timed) == precision_note(rec) + " (9 more, \u22487 min at 48 s a pair)"
+    short = {"target": 0.03, "achieved_half_width": 0.04, "pairs": 8, "stopped": "max_seconds", "pairs_needed": 11,
+             "pair_seconds": 10.0}  # 3 more pairs of 10 s: 30 s, said in seconds below two minutes
+    assert precision_note(short).endswith("\u224811 pairs needed for \u00b13 % (3 more, \u224830 s at 10 s a pair)")
+    assert precision_note({**short, "stopped": "met", "pairs_needed": 8}) == "\u00b14 % (target \u00b13 %, 8 pairs)"
+    for bad in (0.0, -1.0, math.inf):
+        with pytest.raises(ValueError, match="pair_seconds"):
+            precision_record(0.02, plan, 10, BY_REPEATS, pair_seconds=bad)
 
 
 def test_pair_cap_and_the_profile_in_words() -> None:
@@ -215,7 +226,8 @@ def test_second_stage_measures_what_the_plan_asks_and_meets_the_target() -> None
     half = T_975_DF2 * 0.01 / math.sqrt(5)
     mean = sum(d[:5]) / 5
     assert row.precision.model_dump() == {"target": 0.02, "achieved_half_width": pytest.approx(math.expm1(half)),
-                                          "pairs": 5, "stopped": "met", "pairs_needed": 5}
+                                          "pairs": 5, "stopped": "met", "pairs_needed": 5,
+                                          "pair_seconds": 20.0}  # two 10 s passes of the fake clock
     assert (row.ci_low, row.ci_high) == (pytest.approx(math.exp(mean - half)), pytest.approx(math.exp(mean + half)))
     # mean 0.005 against a half-width of 0.0192: the interval holds 1
     assert row.verdict == "no measurable speed-up"
@@ -242,14 +254,16 @@ def test_max_repeats_caps_the_second_stage_and_says_so() -> None:
     half = T_975_DF2 * 0.02 / math.sqrt(5)
     assert left == 18 and row.precision.model_dump() == {
         "target": 0.02, "achieved_half_width": pytest.approx(math.expm1(half)), "pairs": 5, "stopped": "max_repeats",
-        "pairs_needed": 19}
+        "pairs_needed": 19, "pair_seconds": 20.0}
     mean = (0.03 + 2 * 0.02) / 5
     assert (row.ci_low, row.ci_high) == (pytest.approx(math.exp(mean - half)), pytest.approx(math.exp(mean + half)))
     # unset max_repeats: max(10, repeats) pairs
     block, _, left = _run(d, TrafficProfile(8, 8, (4,), repeats=3, precision=0.02))
     assert (block.levels[0].precision.pairs, block.levels[0].precision.stopped) == (10, BY_REPEATS)
     line = headline(block)
-    assert "target ±2 % not met: ±2.8 % after 10 pairs (max_repeats); ≈19 pairs needed for ±2 %" in line
+    # 9 more pairs of 20 s (two 10 s passes): 180 s, ~3 min
+    assert ("target ±2 % not met: ±2.8 % after 10 pairs (max_repeats); ≈19 pairs needed for ±2 % (9 more, ≈3 min at "
+            "20 s a pair)") in line
     assert "3 to 10 pairs, target ±2 %" in line
 
 
@@ -280,7 +294,8 @@ def test_the_record_reaches_every_output() -> None:
 
     d = [0.01, -0.01, 0.03] + [0.02] * 20
     block, _, _ = _run(d, TrafficProfile(8, 8, (4,), repeats=3, precision=0.02, max_repeats=5))
-    note = "target ±2 % not met: ±3.9 % after 5 pairs (max_repeats); ≈19 pairs needed for ±2 %"
+    note = ("target ±2 % not met: ±3.9 % after 5 pairs (max_repeats); ≈19 pairs needed for ±2 % (14 more, ≈5 min at "
+            "20 s a pair)")  # 14 pairs of 20 s = 280 s
     assert precision_note(block.levels[0].precision) == note
     sb = block
     assert sb.levels[0].precision is not None and sb.levels[0].precision.pairs_needed == 19
