@@ -72,7 +72,7 @@ def task_evidence(t: TaskVerdict | Mapping[str, Any]) -> str:
 
 def _names(doc: Verdict) -> tuple[str, str]:
     """``(candidate name, baseline name)`` from the manifest."""
-    return doc.side("candidate").get("name", "candidate"), doc.side("baseline").get("name", "baseline")
+    return doc.config_name("candidate"), doc.config_name("baseline")
 
 
 def _junit_case(ts: ET.Element, doc: Verdict, t: TaskVerdict, cand: str, counts: dict[str, int]) -> None:
@@ -100,7 +100,7 @@ def render_junit(doc: Doc) -> str:
     """JUnit XML for the verdict: a ``<testsuite>`` per suite, a ``<testcase>`` per task (``xml.etree``)."""
     doc = as_verdict(doc)
     cand, base = _names(doc)
-    timings = doc.manifest.get("timings", {})
+    timings = doc.manifest.timings
     root = ET.Element("testsuites", name=f"evalgate {cand} vs {base}")
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     by_suite: dict[str, list[TaskVerdict]] = {}
@@ -111,7 +111,7 @@ def render_junit(doc: Doc) -> str:
         ts = ET.SubElement(root, "testsuite", name=f"evalgate.{suite}", time=f"{secs:.3f}")
         props = ET.SubElement(ts, "properties")
         for k, v in (("verdict", doc.verdict), ("baseline", base), ("candidate", cand),
-                     ("model", doc.manifest.get("model")), *speed_properties(doc.speed),
+                     ("model", doc.manifest.model), *speed_properties(doc.speed),
                      *economics_properties(None if doc.economics is None else doc.economics.model_dump())):
             ET.SubElement(props, "property", name=k, value=str(v))
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
@@ -186,7 +186,7 @@ def _replay_junit(root: ET.Element, doc: Verdict, totals: dict[str, int], cand: 
     assert rp is not None
     ts = ET.SubElement(root, "testsuite", name="evalgate.replay", tests="1", errors="0", skipped="0", time="0")
     case = ET.SubElement(ts, "testcase", classname=f"evalgate.{cand}.replay", name="recorded requests",
-                         time=f"{float(doc.manifest.get('timings', {}).get('replay', 0.0)):.3f}")
+                         time=f"{float(doc.manifest.timings.get('replay', 0.0)):.3f}")
     line = replay_line(rp)
     failed = rp.verdict != "PASS"
     if failed:
@@ -295,8 +295,8 @@ def render_markdown(doc: Doc, report_link: str = HTML_NAME, run_dir: Path | None
     doc = as_verdict(doc)
     m = doc.manifest
     cand, base = _names(doc)
-    limit = m.get("limit")
-    size = "speed only (no quality suite ran)" if m.get("speed_only") else f"{limit if limit else 'all'} items per task"
+    limit = m.limit
+    size = "speed only (no quality suite ran)" if m.speed_only else f"{limit if limit else 'all'} items per task"
     words = model_words(doc)
     out = [f"## {_ICON.get(doc.verdict, chr(0x26a0))} evalgate {doc.verdict}: {_md(cand)} vs {_md(base)}", "",
            f"{_md(words[:1].upper() + words[1:])}, {size}. "

@@ -34,11 +34,10 @@ def side_models(doc: Doc) -> tuple[str | None, str | None]:
     """``(baseline model, candidate model)`` as each side's config requested it (``manifest.<side>.requested.model``),
     else the manifest's ``model`` (the candidate's; a compare's ``a → b``); None when not recorded."""
     doc = as_verdict(doc)
-    fallback = doc.manifest.get("model")
+    fallback = doc.manifest.model
     models = []
     for role in ("baseline", "candidate"):
-        requested = doc.side(role).get("requested")
-        model = requested.get("model") if isinstance(requested, Mapping) else None
+        model = doc.side(role).requested.get("model")
         models.append(str(model) if model is not None else None if fallback is None else str(fallback))
     return models[0], models[1]
 
