@@ -56,6 +56,7 @@ from evalgate.speed.economics import EconomicsLevel, usd
 from evalgate.speed.measure import check_profile, check_speed_only_profile, speed_profile, traffic_source
 from evalgate.speed.precision import METHOD as PRECISION_METHOD
 from evalgate.speed.precision import precision_note
+from evalgate.speed.profile import TrafficProfile
 from evalgate.speed.speedup import METHOD, repeats_note, repeats_words
 from evalgate.suites.discovery import check_datasets
 
@@ -290,11 +291,11 @@ def render_html(rows: Sequence[AblationRow], meta: dict[str, Any]) -> str:
     env.globals.update(repeats_note=repeats_note, precision_note=precision_note, repeats_words=repeats_words,
                        usd=usd, cost_at=_cost_at)
     levels = sorted({s.concurrency for r in rows for s in r.speed})
+    profile = TrafficProfile.from_document(meta.get("profile") or {})  # ablation.json's meta records it as a dict
     return env.get_template("ablation.html.j2").render(
-        rows=rows, meta=meta, recommendation=recommend(rows), tradeoff=tradeoff_plot(points, title="each switch: speed-up against each task's \u0394"),
+        rows=rows, meta=meta, profile=profile, recommendation=recommend(rows), tradeoff=tradeoff_plot(points, title="each switch: speed-up against each task's \u0394"),
         sweep=sweep_plot(sweep) if len(levels) > 1 else "", levels=levels,
-        mde_note=speed_mde_note(SpeedBlock(levels=[s for r in rows for s in r.speed],
-                                           profile=meta.get("profile") or {})))
+        mde_note=speed_mde_note(SpeedBlock(levels=[s for r in rows for s in r.speed], profile=profile)))
 
 
 def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_path: Path, suite_names: list[str] | None,

@@ -137,8 +137,8 @@ def speed_properties(speed: SpeedBlock | None) -> list[tuple[str, Any]]:
         return [("speed", f"failed: {speed.error}")]
     p = speed.profile
     out: list[tuple[str, Any]] = [("speed_profile", f"{profile_words(p)}, "
-                                   f"concurrency {','.join(map(str, p.get('concurrency', [])))}, {repeats_words(p)}, "
-                                   f"{p.get('mode')}")]
+                                   f"concurrency {','.join(map(str, p.concurrency))}, {repeats_words(p)}, "
+                                   f"{p.mode}")]
     for row in speed.levels:
         c = row.concurrency
         out += [(f"speedup_c{c}", f"{row.ratio:.4f}"), (f"speedup_c{c}_ci", f"[{row.ci_low}, {row.ci_high}]"),
@@ -319,9 +319,10 @@ def speed_markdown(speed: SpeedBlock) -> list[str]:
     if not speed.measured:
         return [f"**Speed**: not measured: {_md(speed.error)}"]
     p = speed.profile
-    device = speed.sides.get("candidate", {}).get("device", "?")
-    out = [f"**Speed** ({_md(profile_words(p))}{'' if p.get('requests') else ' tokens'}, {_md(repeats_words(p, True))}, "
-           f"{_md(p.get('mode'))}, {_md(device)}):",
+    cand = speed.sides.get("candidate")
+    device = cand.device if cand is not None and "device" in cand.model_fields_set else "?"
+    out = [f"**Speed** ({_md(profile_words(p))}{'' if p.requests else ' tokens'}, {_md(repeats_words(p, True))}, "
+           f"{_md(p.mode)}, {_md(device)}):",
            "", "| concurrency | baseline output tok/s | candidate output tok/s | speed-up | interval | MDE | "
                "CV base / cand | |",
            "|--:|--:|--:|--:|--:|--:|--:|---|"]

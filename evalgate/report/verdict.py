@@ -9,8 +9,9 @@ same keys and values, and unknown keys are kept. Numbers keep their JSON type (a
 not ``2.0``). Points are percentage points (0-100 scale); shares are 0..1; KL is in nats.
 
 Every part is a ``results.document.Record``. The ``speed`` block's parts are the speed stage's own records
-(``evalgate.speed.block``: ``SpeedBlock`` and its levels, sides, latencies, goodput, precision and thresholds), which
-the gate and the economics read before the verdict exists, and so are the ``economics`` block's
+(``evalgate.speed.block``: ``SpeedBlock`` and its levels, sides, latencies, goodput, precision and thresholds; its
+``profile`` is ``evalgate.speed.profile.TrafficProfile``), which the gate and the economics read before the verdict
+exists, and so are the ``economics`` block's
 (``evalgate.speed.economics``: ``EconomicsBlock``, ``EconomicsLevel``, ``EconomicsSide``), which the ablation's rows
 carry to ``gate.recommend``; they are re-exported here under the same names. The ``manifest`` is the run manifest's
 own model (``evalgate.results.manifest.Manifest``, what ``manifest.json`` holds), read as the document holds it
@@ -31,6 +32,7 @@ from evalgate.results.document import described as _f
 from evalgate.results.document import described_list as _list
 from evalgate.results.manifest import Manifest, Side
 from evalgate.speed.block import (
+    MeasuredSide,
     SpeedBlock,
     SpeedGoodput,
     SpeedLatency,
@@ -42,10 +44,10 @@ from evalgate.speed.block import (
 from evalgate.speed.economics import EconomicsBlock, EconomicsLevel, EconomicsSide
 
 __all__ = ["Choice", "CrossCheck", "DecodeSummary", "DiffRow", "Divergence", "EconomicsBlock", "EconomicsLevel",
-           "EconomicsSide", "Evidence", "Flip", "HealthShares", "HealthShift", "Lossless", "Number",
+           "EconomicsSide", "Evidence", "Flip", "HealthShares", "HealthShift", "Lossless", "MeasuredSide", "Number",
            "PositionBucket", "PrefillSummary", "Reasoning", "ReplayBlock", "ReplayRequest", "ReplayRuleRow",
            "SpecDecodeCounts", "SpeedBlock", "SpeedGoodput", "SpeedLatency", "SpeedLevel", "SpeedPrecision",
-           "SpeedShape", "SpeedSide", "SpeedThresholds", "TaskVerdict", "TokenDiff", "VERSION", "Verdict",
+           "SpeedSide", "SpeedThresholds", "TaskVerdict", "TokenDiff", "VERSION", "Verdict",
            "VerdictName", "as_task", "as_verdict"]
 
 VERSION = 1
@@ -396,24 +398,6 @@ class Verdict(_Record):
         """The config name of ``baseline`` or ``candidate`` (the manifest's ``name``), the role when not recorded."""
         entry = self.side(role)
         return entry.name if "name" in entry.model_fields_set else role
-
-
-class _SpeedProfileShape(_Record):
-    concurrency: list[int] = []
-
-
-class _SpeedSideShape(_Record):
-    isa: list[str] | None = None
-    device: str | None = None
-
-
-class SpeedShape(_Record):
-    """The shape of ``SpeedBlock.profile`` and ``SpeedBlock.sides`` that the renderers rely on (both stay plain
-    mappings in the model): checked by ``stored.read_verdict`` so that a wrong-typed field of a stored
-    ``verdict.json`` is named, not a renderer's TypeError."""
-
-    profile: _SpeedProfileShape = _SpeedProfileShape()
-    sides: dict[str, _SpeedSideShape] = {}
 
 
 def as_verdict(doc: Verdict | Mapping[str, Any]) -> Verdict:

@@ -12,7 +12,6 @@ from typing import Any
 from evalgate.fmt import rule_text
 from evalgate.models.embedded import HYBRID_MODEL
 from evalgate.report.verdict import SpeedBlock, SpeedGoodput, TaskVerdict, Verdict, as_task, as_verdict
-from evalgate.speed.speedup import PLANNING_POWER
 
 Doc = Verdict | Mapping[str, Any]
 Task = TaskVerdict | Mapping[str, Any]
@@ -62,7 +61,7 @@ def speed_mde_note(speed: SpeedBlock) -> str:
     (``profile.power``; 0.8 in a document written before it was recorded); "" when no level has an MDE."""
     if not any(row.mde_ratio is not None for row in speed.levels):
         return ""
-    power = speed.profile.get("power", PLANNING_POWER)
+    power = speed.profile.power
     return (f"MDE \u00d7M: the smallest speed-up (or slowdown to \u00d71/M) that these repeats detect with "
             f"{100 * power:.0f} % power at the spread they showed (paired t test); \u201cneeds \u2248N repeats in "
             "all\u201d: the repeats at which that spread would resolve the geometric mean of the paired ratios (an "

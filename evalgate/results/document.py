@@ -9,10 +9,11 @@ such a part build it themselves (e.g. ``evalgate.speed.block.SpeedBlock``); ``ev
 the whole document.
 
 A model that a document embeds may also be what a stage builds whole, with required fields: the run manifest
-(``results.manifest.Manifest``). Such a model derives from :class:`Recorded`: built or validated as usual, a
-required field must be there; read with :meth:`Recorded.from_document` (as ``verdict.json`` embeds it), a required
-field the document does not hold is "not recorded": it takes the model's ``NOT_RECORDED`` value and stays unset, so
-the model dumps back (``exclude_unset``) to the keys the document held, in the document's order.
+(``results.manifest.Manifest``), the traffic profile (``speed.profile.TrafficProfile``). Such a model derives from
+:class:`Recorded`: built or validated as usual, a required field must be there; read with
+:meth:`Recorded.from_document` (as ``verdict.json`` embeds it), a required field the document does not hold is "not
+recorded": it takes the model's ``NOT_RECORDED`` value and stays unset, so the model dumps back (``exclude_unset``) to
+the keys the document held, in the document's order.
 """
 
 from __future__ import annotations

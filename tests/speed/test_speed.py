@@ -13,7 +13,7 @@ import pytest
 from evalgate.errors import ConfigError, ExitCode
 from evalgate.gate import speed_floor_failures
 from evalgate.inputs.thresholds import load_thresholds
-from evalgate.speed.block import SpeedLevel
+from evalgate.speed.block import MeasuredSide, SpeedBlock, SpeedLevel
 from evalgate.speed.measure import measure_speed
 from evalgate.speed.speedup import (
     CPU_PROFILE,
@@ -205,7 +205,7 @@ def test_profile_problems_against_engine_limits() -> None:
     problems = dict(profile_problems(p, {"max_model_len": 2048, "max_num_seqs": 256}))
     assert "2100 tokens exceeds the engine's max_model_len 2048" in problems["input_len"]
     assert "concurrency 512 exceeds the engine's max_num_seqs 256" in problems["concurrency"]
-    assert profile_problems(TrafficProfile(512, 512, (256,)), {"max_model_len": 2048, "max_num_seqs": 256}) == []
+    assert profile_problems(TrafficProfile(input_len=512, output_len=512, concurrency=(256,)), {"max_model_len": 2048, "max_num_seqs": 256}) == []
     assert profile_problems(p, {}) == []
 
 
@@ -318,7 +318,7 @@ def test_measure_speed_interleaves_and_builds_the_block() -> None:
     # Per level: both warm-ups, then ABBA order of the timed repeats.
     assert [r for r, _ in calls[:8]] == ["baseline", "candidate", "baseline", "candidate", "candidate", "baseline",
                                          "baseline", "candidate"]
-    assert block.status == "measured" and block.profile["concurrency"] == [2, 4]
+    assert block.status == "measured" and block.profile.as_dict()["concurrency"] == [2, 4]
     lvl = block.levels[0]
     assert lvl.baseline.output_tok_s == [100, 110, 90] and lvl.baseline.median == 100
     assert lvl.ratio == pytest.approx(1.5) and block.ratio == pytest.approx(1.5)
@@ -326,7 +326,7 @@ def test_measure_speed_interleaves_and_builds_the_block() -> None:
     lo, hi = paired_log_interval([100, 110, 90], [150, 160, 140], 0.95)
     assert (lvl.ci_low, lvl.ci_high) == (pytest.approx(lo), pytest.approx(hi)) and lvl.verdict == FASTER
     assert block.levels[1].verdict == UNMEASURABLE
-    assert block.sides["candidate"]["device"] == "test CPU" and len(block.sides["baseline"]["runs"]) == 6
+    assert block.sides["candidate"].device == "test CPU" and len(block.sides["baseline"].runs) == 6
     assert "c=2: \u00d71.50" in headline(block) and "no measurable speed-up" in headline(block)
     # A sweep: the profile, then one indented line per level.
     first, *rest = headline(block).split("\n")
@@ -348,7 +348,7 @@ def _doc_with_speed(min_speedup: float | None = None, evil: bool = False) -> dic
                "candidate": FakeWorker("candidate", {16: [101, 103, 99]}, [])}
     if evil:
         workers["candidate"].info["device"] = EVIL_SCRIPT
-    block = measure_speed(workers, TrafficProfile(8, 8, (16,), repeats=3), progress=lambda _: None)
+    block = measure_speed(workers, TrafficProfile(input_len=8, output_len=8, concurrency=(16,), repeats=3), progress=lambda _: None)
     return equal_sides_document(speed=block, speed_floors=SpeedFloors(min_speedup=min_speedup))
 
 
@@ -378,7 +378,7 @@ def test_speed_mde_and_repeats_needed_reach_markdown_html_and_the_headline() -> 
 
     workers = {"baseline": FakeWorker("baseline", {16: list(C16_BASE)}, []),
                "candidate": FakeWorker("candidate", {16: list(C16_CAND)}, [])}
-    block = measure_speed(workers, TrafficProfile(512, 512, (16,), repeats=3), progress=lambda _: None)
+    block = measure_speed(workers, TrafficProfile(input_len=512, output_len=512, concurrency=(16,), repeats=3), progress=lambda _: None)
     (lvl,) = block.levels
     assert lvl.repeats_needed == 6 and lvl.mde_ratio == pytest.approx(2.349, abs=1e-3)
     assert "c=16: ×0.61 [0.34, 1.25] (95%), no measurable speed-up, needs ≈6 repeats in all (2,253" in headline(block)
@@ -414,8 +414,9 @@ def test_the_report_says_how_the_passes_were_timed() -> None:
             run["window"] = window
     assert "; each pass over its steady-state window (fill and drain excluded)). Device:" in render_html(doc)
     del doc["speed"]["sides"]["baseline"]["runs"][0]["window"]
-    assert window_words(doc["speed"]["sides"]) == "5 of 6 passes over their steady-state window, the rest whole"
-    assert window_words({}) == "" and window_words({"baseline": {"device": "x"}}) == ""
+    sides = SpeedBlock.model_validate(doc["speed"]).sides
+    assert window_words(sides) == "5 of 6 passes over their steady-state window, the rest whole"
+    assert window_words({}) == "" and window_words({"baseline": MeasuredSide(device="x")}) == ""
 
 
 def test_min_speedup_blocks_through_the_document() -> None:
