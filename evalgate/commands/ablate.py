@@ -438,7 +438,7 @@ def _write_files(out: Path, variants: list[Variant], docs: dict[str, Any], faile
             r.not_run = "the ablation stopped before this row finished" if meta["stopped"] else "pending"
 
     write_json_atomic(out / "ablation.json", {"meta": meta, "rows": [r.as_json() for r in rows],
-                                              "recommendation": recommend(rows)})
+                                              "recommendation": [r.as_json() for r in recommend(rows)]})
     html, tmp = out / "ablation.html", out / ".ablation.html.tmp"
     tmp.write_text(render_html(rows, meta), encoding="utf-8")
     os.replace(tmp, html)
