@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from evalgate.commands import ablate
-from evalgate.gate.recommend import AblationRow, recommend, recommendation_lines
+from evalgate.gate.recommend import AblationRow, Recommendation, recommend, recommendation_lines
 
 
 def _row(label: str, verdict: str, *levels: tuple[int, float, float | None, float | None], config: str | None = None,
@@ -177,6 +177,10 @@ def test_ablate_command_writes_costs_and_the_recommendation(monkeypatch, tmp_pat
     first_pass = next(r for r in ran if r["verdict"] == "PASS")
     assert rec["concurrency"] == 4 and rec["config"] == first_pass["config"] and rec["ratio"] == pytest.approx(1.5)
     assert rec["usd_per_mtok"] == pytest.approx(10.0 / 1.5)
+    # every key of a typed Recommendation, in its order, and it reads back into one and dumps to the same JSON
+    assert list(rec) == list(Recommendation.model_fields)
+    assert json.dumps([Recommendation.model_validate(r).as_json() for r in saved["recommendation"]]) == json.dumps(
+        saved["recommendation"])
     table = capsys.readouterr().out
     assert "c=4 \u00d71.50 [1.50, 1.50] $6.67/M" in table
     assert f"  c=4: recommend {first_pass['label']} (config {first_pass['config']})" in table
