@@ -90,13 +90,13 @@ class Recorded(BaseModel):
 
     @model_serializer(mode="wrap")
     def _in_document_order(self, handler: SerializerFunctionWrapHandler) -> Any:
-        out = self.serialized(handler(self))
+        out = self._serialized(handler(self))
         order = self._document_order
         if order and isinstance(out, dict):
             out = {**{k: out[k] for k in order if k in out}, **{k: v for k, v in out.items() if k not in order}}
         return out
 
-    def serialized(self, out: dict[str, Any]) -> dict[str, Any]:
+    def _serialized(self, out: dict[str, Any]) -> dict[str, Any]:
         """A subclass's hook on its dumped fields (before the document's key order is applied); as is here."""
         return out
 

@@ -78,7 +78,7 @@ class TrafficProfile(Recorded, Record):
     def _concurrency_list(self, value: tuple[int, ...]) -> list[int]:
         return list(value)
 
-    def serialized(self, out: dict[str, Any]) -> dict[str, Any]:
+    def _serialized(self, out: dict[str, Any]) -> dict[str, Any]:
         """The dumped profile without the options that are None (the keys of a profile without them stay as they
         were)."""
         return {k: v for k, v in out.items() if not (k in _ONLY_WHEN_SET and v is None)}
