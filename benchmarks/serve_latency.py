@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     wall_s = round(time.monotonic() - t0, 1)
     (a.out / "speed.json").write_text(json.dumps({**block.model_dump(exclude_unset=True), "wall_s": wall_s}, indent=1),
                                       encoding="utf-8")
-    print(f"{base.name} -> {cand.name}, {block.sides['baseline']['device']}, {wall_s} s")
+    print(f"{base.name} -> {cand.name}, {block.sides['baseline'].device}, {wall_s} s")
     print(_table(block))
     return 0
 

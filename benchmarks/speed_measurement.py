@@ -62,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     from evalgate.speed.measure import measure_speed
     from evalgate.speed.speedup import TrafficProfile
 
-    profile = TrafficProfile(args.input_len, args.output_len, (args.concurrency,), num_prompts=args.num_prompts,
-                             repeats=args.repeats)
+    profile = TrafficProfile(input_len=args.input_len, output_len=args.output_len, concurrency=(args.concurrency,),
+                             num_prompts=args.num_prompts, repeats=args.repeats)
     quiet = lambda _msg: None  # noqa: E731
     result: dict[str, object] = {"machine": cpu_info(), "profile": profile.as_dict()}
     with tempfile.TemporaryDirectory(prefix="evalgate-speed-") as d:
@@ -100,8 +100,9 @@ def main(argv: list[str] | None = None) -> int:
             t1 = time.monotonic()
             workers = _workers(names, tmp, args.timeout)
             try:
-                pair_profile = TrafficProfile(args.input_len, args.output_len, (args.concurrency,),
-                                              num_prompts=args.num_prompts, repeats=args.pair_repeats)
+                pair_profile = TrafficProfile(input_len=args.input_len, output_len=args.output_len,
+                                              concurrency=(args.concurrency,), num_prompts=args.num_prompts,
+                                              repeats=args.pair_repeats)
                 block = measure_speed(workers, pair_profile, progress=quiet)
             finally:
                 for w in workers.values():

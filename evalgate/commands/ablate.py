@@ -57,6 +57,7 @@ from evalgate.speed.economics import EconomicsLevel, usd
 from evalgate.speed.measure import check_profile, check_speed_only_profile, speed_profile, traffic_source
 from evalgate.speed.precision import METHOD as PRECISION_METHOD
 from evalgate.speed.precision import precision_note
+from evalgate.speed.profile import TrafficProfile
 from evalgate.speed.speedup import METHOD, repeats_note, repeats_words
 from evalgate.suites.discovery import check_datasets
 
@@ -291,11 +292,11 @@ def render_html(rows: Sequence[AblationRow], meta: dict[str, Any]) -> str:
     env.globals.update(repeats_note=repeats_note, precision_note=precision_note, repeats_words=repeats_words,
                        usd=usd, cost_at=_cost_at)
     levels = sorted({s.concurrency for r in rows for s in r.speed})
+    profile = TrafficProfile.from_document(meta.get("profile") or {})  # ablation.json's meta records it as a dict
     return env.get_template("ablation.html.j2").render(
-        rows=rows, meta=meta, recommendation=recommend(rows), tradeoff=tradeoff_plot(points, title="each switch: speed-up against each task's \u0394"),
+        rows=rows, meta=meta, profile=profile, recommendation=recommend(rows), tradeoff=tradeoff_plot(points, title="each switch: speed-up against each task's \u0394"),
         sweep=sweep_plot(sweep) if len(levels) > 1 else "", levels=levels,
-        mde_note=speed_mde_note(SpeedBlock(levels=[s for r in rows for s in r.speed],
-                                           profile=meta.get("profile") or {})))
+        mde_note=speed_mde_note(SpeedBlock(levels=[s for r in rows for s in r.speed], profile=profile)))
 
 
 def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_path: Path, suite_names: list[str] | None,
@@ -442,7 +443,7 @@ def _write_files(out: Path, variants: list[Variant], docs: dict[str, Any], faile
             r.not_run = "the ablation stopped before this row finished" if meta["stopped"] else "pending"
 
     write_json_atomic(out / "ablation.json", {"meta": meta, "rows": [r.as_json() for r in rows],
-                                              "recommendation": recommend(rows)})
+                                              "recommendation": [r.as_json() for r in recommend(rows)]})
     html, tmp = out / "ablation.html", out / ".ablation.html.tmp"
     tmp.write_text(render_html(rows, meta), encoding="utf-8")
     os.replace(tmp, html)

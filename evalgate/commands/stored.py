@@ -23,7 +23,7 @@ from evalgate.errors import StoreError
 from evalgate.inputs.chat import describe_difference
 from evalgate.paths import check_writable_dir
 from evalgate.report.outputs import write_outputs
-from evalgate.report.verdict import VERSION, ManifestShape, SpeedShape, Verdict
+from evalgate.report.verdict import VERSION, Verdict
 from evalgate.results.manifest import Manifest
 from evalgate.results.store import read_json, tasks_from_json
 
@@ -73,19 +73,13 @@ def read_verdict(path: Path) -> Verdict:
     doc = read_json(path, "verdict")
     if not isinstance(doc, dict) or not {"verdict", "tasks", "manifest"} <= doc.keys():
         raise StoreError(f"{path}: not an evalgate verdict document")
-    parts: list[tuple[str, type, Any]] = [("", Verdict, doc), ("manifest.", ManifestShape, doc.get("manifest"))]
-    if isinstance(doc.get("speed"), dict):
-        parts.append(("speed.", SpeedShape, doc["speed"]))
-    verdict = None
-    for prefix, model, value in parts:
-        try:
-            checked = model.model_validate(value)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            field = prefix + ".".join(str(part) for part in first["loc"])
-            msg = re.sub(r" or instance of \w+$", "", first["msg"])  # not the model class names
-            raise StoreError(f"{path}: not an evalgate verdict document: {field.rstrip('.')}: {msg}") from None
-        verdict = verdict or checked
+    try:
+        verdict = Verdict.model_validate(doc)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        msg = re.sub(r" or instance of \w+$", "", first["msg"])  # not the model class names
+        raise StoreError(f"{path}: not an evalgate verdict document: {field}: {msg}") from None
     check_verdict_document(verdict, path)
     return verdict
 
@@ -126,7 +120,7 @@ def check_verdict_document(verdict: Verdict, path: Path) -> None:
     if verdict.version != VERSION:
         refuse("version", f"{verdict.version} is not a verdict document version this evalgate reads ({VERSION})")
     overall = verdict.verdict
-    speed_only = bool((verdict.manifest or {}).get("speed_only"))
+    speed_only = bool(verdict.manifest.speed_only)
     if not verdict.tasks and overall != "NO-OP" and not (speed_only and overall in ("INCONCLUSIVE", "BLOCK")):
         refuse("tasks", f"none, under an overall {overall}: the gate never decides without evidence")
     for i, t in enumerate(verdict.tasks):

@@ -19,14 +19,14 @@ switches (the simpler change), then to the table's order, and the tied variants 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from evalgate.results.document import Number, Record, described, described_list
 from evalgate.speed.block import SpeedLevel
 from evalgate.speed.economics import EconomicsLevel, usd
 
-__all__ = ["AblationRow", "AblationSwitch", "AblationTask", "recommend", "recommendation_lines"]
+__all__ = ["AblationRow", "AblationSwitch", "AblationTask", "Recommendation", "recommend", "recommendation_lines"]
 
 
 class AblationSwitch(Record):
@@ -75,6 +75,27 @@ class AblationRow(Record):
         return self.model_dump(exclude_unset=True)
 
 
+class Recommendation(Record):
+    """The recommendation at one concurrency level (``recommend``), as ``ablation.json``'s ``recommendation`` lists
+    it (every key, in this order: :meth:`as_json`): the chosen variant and its speed-up, or none and why."""
+
+    concurrency: int = described("the concurrency level", 0)
+    config: str | None = described("the chosen variant's config name; None when no variant qualifies")
+    label: str | None = described("the chosen variant's label (``AblationRow.label``); None when none qualifies")
+    ratio: Number | None = described("its speed-up at this level, candidate / baseline output tok/s (medians)")
+    ci_low: Number | None = described("the speed-up's interval, low end (> 1: faster for sure)")
+    ci_high: Number | None = described("the speed-up's interval, high end")
+    level: Number | None = described("the interval's level (0.95 when its level was not recorded)")
+    usd_per_mtok: Number | None = described("the chosen variant's $ per million output tokens at this level (its "
+                                            "economics block); None without one")
+    tied: list[str] = described_list("labels of the other variants with the same speed-up and lower bound")
+    reason: str = described("why it was chosen, or why no variant qualifies", "")
+
+    def as_json(self) -> dict[str, Any]:
+        """The entry as written in ``ablation.json``: every key, in field order."""
+        return self.model_dump()
+
+
 SloCheck = Callable[[AblationRow, int], str]
 
 
@@ -96,7 +117,7 @@ def _ratio(s: SpeedLevel) -> str:
     return f"\u00d7{s.ratio:.2f}{ci}"
 
 
-def recommend(rows: Sequence[AblationRow], slo_failure: SloCheck = _no_slo) -> list[dict[str, Any]]:
+def recommend(rows: Sequence[AblationRow], slo_failure: SloCheck = _no_slo) -> list[Recommendation]:
     """The recommendation at each concurrency some row measured (ascending).
 
     Args:
@@ -104,10 +125,10 @@ def recommend(rows: Sequence[AblationRow], slo_failure: SloCheck = _no_slo) -> l
             ``skipped``, ``pending``, ``switches``, ``economics`` levels).
         slo_failure: ``(row, concurrency) -> reason`` ("" when the variant meets every latency SLO at that level).
     Returns:
-        Per concurrency ``{concurrency, config, label, ratio, ci_low, ci_high, level, usd_per_mtok, tied, reason}``;
-        ``config`` and ``label`` are None when no variant qualifies and ``reason`` says why; ``usd_per_mtok`` is the
-        chosen variant's $ per million output tokens when the row has an economics block, else None; ``tied``
-        lists the labels of the variants with the same speed-up and lower bound.
+        One :class:`Recommendation` per concurrency: ``config`` and ``label`` are None when no variant qualifies
+        and ``reason`` says why; ``usd_per_mtok`` is the chosen variant's $ per million output tokens when the row
+        has an economics block, else None; ``tied`` lists the labels of the variants with the same speed-up and
+        lower bound.
     """
     seen: set[str] = set()
     unique = []
@@ -116,15 +137,13 @@ def recommend(rows: Sequence[AblationRow], slo_failure: SloCheck = _no_slo) -> l
             seen.add(r.config)
             unique.append(r)
     levels = sorted({s.concurrency for r in unique for s in r.speed if s.ratio is not None})
-    out = []
+    out: list[Recommendation] = []
     for c in levels:
         measured = [(i, r, _level(r, c)) for i, r in enumerate(unique)]
         measured = [(i, r, s) for i, r, s in measured if s is not None and s.ratio is not None]
         passed = [(i, r, s) for i, r, s in measured if r.verdict == "PASS"]
         sure = [(i, r, s) for i, r, s in passed if s.ci_low is not None and s.ci_low > 1]
         within = [(i, r, s) for i, r, s in sure if not slo_failure(r, c)]
-        entry: dict[str, Any] = {"concurrency": c, "config": None, "label": None, "ratio": None, "ci_low": None,
-                                 "ci_high": None, "level": None, "usd_per_mtok": None, "tied": []}
         if within:
             def key(x: tuple[int, AblationRow, SpeedLevel]) -> tuple[float, float, int, int]:
                 i, r, s = x
@@ -135,35 +154,37 @@ def recommend(rows: Sequence[AblationRow], slo_failure: SloCheck = _no_slo) -> l
             tied = [r.label for _, r, t in within[1:] if (t.ratio, t.ci_low) == (s.ratio, s.ci_low)]
             cost = next((e for e in best.economics if e.concurrency == c), None)
             level = s.level or 0.95
-            entry.update(config=best.config, label=best.label, ratio=s.ratio, ci_low=s.ci_low,
-                         ci_high=s.ci_high, level=level, tied=tied,
-                         usd_per_mtok=None if cost is None else cost.candidate.usd_per_mtok,
-                         reason=f"the fastest variant that PASSes with its speed-up's lower {100 * level:.0f} % bound "
-                                f"above 1: {_ratio(s)}" + (f" (tied with {', '.join(tied)})" if tied else ""))
-        elif not measured:
-            entry["reason"] = "no variant measured its speed at this concurrency"
+            out.append(Recommendation(
+                concurrency=c, config=best.config, label=best.label, ratio=s.ratio, ci_low=s.ci_low,
+                ci_high=s.ci_high, level=level, usd_per_mtok=None if cost is None else cost.candidate.usd_per_mtok,
+                tied=tied, reason=f"the fastest variant that PASSes with its speed-up's lower {100 * level:.0f} % "
+                                  f"bound above 1: {_ratio(s)}" + (f" (tied with {', '.join(tied)})" if tied else "")))
+            continue
+        if not measured:
+            reason = "no variant measured its speed at this concurrency"
         elif not passed:
-            entry["reason"] = (f"no variant PASSes quality ({len(measured)} measured: "
-                               + ", ".join(f"{r.label} {r.verdict}" for _, r, _ in measured) + ")")
+            reason = (f"no variant PASSes quality ({len(measured)} measured: "
+                      + ", ".join(f"{r.label} {r.verdict}" for _, r, _ in measured) + ")")
         elif not sure:
             _, r, s = max(passed, key=lambda x: x[2].ratio)  # type: ignore[arg-type,return-value]
-            entry["reason"] = (f"no PASS variant is faster for sure (lower bound of its speed-up > 1); the fastest, "
-                               f"{r.label}, is {_ratio(s)}")
+            reason = (f"no PASS variant is faster for sure (lower bound of its speed-up > 1); the fastest, "
+                      f"{r.label}, is {_ratio(s)}")
         else:
-            entry["reason"] = "every PASS variant faster for sure breaks a latency SLO: " + "; ".join(
+            reason = "every PASS variant faster for sure breaks a latency SLO: " + "; ".join(
                 f"{r.label}: {slo_failure(r, c)}" for _, r, _ in sure)
-        out.append(entry)
+        out.append(Recommendation(concurrency=c, config=None, label=None, ratio=None, ci_low=None, ci_high=None,
+                                  level=None, usd_per_mtok=None, tied=[], reason=reason))
     return out
 
 
-def recommendation_lines(recs: Sequence[Mapping[str, Any]]) -> list[str]:
+def recommendation_lines(recs: Sequence[Recommendation]) -> list[str]:
     """The recommendation as text, one line per concurrency: ``c=16: recommend async_scheduling=True (config x): the
     fastest ...`` or ``c=16: none: no variant PASSes quality ...``. Empty when nothing was measured."""
     out = []
     for r in recs:
-        if r.get("config") is None:
-            out.append(f"c={r['concurrency']}: none: {r['reason']}")
+        if r.config is None:
+            out.append(f"c={r.concurrency}: none: {r.reason}")
         else:
-            cost = f"; {usd(r['usd_per_mtok'])} per M output tokens" if r.get("usd_per_mtok") is not None else ""
-            out.append(f"c={r['concurrency']}: recommend {r['label']} (config {r['config']}): {r['reason']}{cost}")
+            cost = f"; {usd(r.usd_per_mtok)} per M output tokens" if r.usd_per_mtok is not None else ""
+            out.append(f"c={r.concurrency}: recommend {r.label} (config {r.config}): {r.reason}{cost}")
     return out

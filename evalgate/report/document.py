@@ -41,8 +41,8 @@ def build_verdict(judgement: gate.Judgement, comparisons: list[TaskComparison], 
         comparisons: from ``compare.compare_tasks`` (same tasks as the decision).
         manifest: the run manifest (``results.manifest.Manifest``: ``baseline``/``candidate`` with name,
             requested, effective, expect, spec_decode, evidence_sources; suites, versions, timings). The verdict
-            embeds it as ``Manifest.as_json()`` (the same object as ``manifest.json``); ``Verdict.manifest`` stays a
-            mapping, so verdicts of older or foreign runs still read.
+            embeds it as ``Manifest.as_json()`` (the same object as ``manifest.json``), read back into
+            ``Verdict.manifest`` with ``Manifest.from_document`` (so verdicts of older or foreign runs still read).
         near_tie: nats (``ConfigPolicy.near_tie_logprob``); each task lists as ``tie_flips`` the differing items whose
             first flip was within it (numerics), for lossy configs too.
         speed: the ``speed`` block (``speed.block.SpeedBlock``: measured by ``speed.speed_block``, or a failed

@@ -72,7 +72,7 @@ def task_evidence(t: TaskVerdict | Mapping[str, Any]) -> str:
 
 def _names(doc: Verdict) -> tuple[str, str]:
     """``(candidate name, baseline name)`` from the manifest."""
-    return doc.side("candidate").get("name", "candidate"), doc.side("baseline").get("name", "baseline")
+    return doc.config_name("candidate"), doc.config_name("baseline")
 
 
 def _junit_case(ts: ET.Element, doc: Verdict, t: TaskVerdict, cand: str, counts: dict[str, int]) -> None:
@@ -100,7 +100,7 @@ def render_junit(doc: Doc) -> str:
     """JUnit XML for the verdict: a ``<testsuite>`` per suite, a ``<testcase>`` per task (``xml.etree``)."""
     doc = as_verdict(doc)
     cand, base = _names(doc)
-    timings = doc.manifest.get("timings", {})
+    timings = doc.manifest.timings
     root = ET.Element("testsuites", name=f"evalgate {cand} vs {base}")
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     by_suite: dict[str, list[TaskVerdict]] = {}
@@ -111,7 +111,7 @@ def render_junit(doc: Doc) -> str:
         ts = ET.SubElement(root, "testsuite", name=f"evalgate.{suite}", time=f"{secs:.3f}")
         props = ET.SubElement(ts, "properties")
         for k, v in (("verdict", doc.verdict), ("baseline", base), ("candidate", cand),
-                     ("model", doc.manifest.get("model")), *speed_properties(doc.speed),
+                     ("model", doc.manifest.model), *speed_properties(doc.speed),
                      *economics_properties(None if doc.economics is None else doc.economics.model_dump())):
             ET.SubElement(props, "property", name=k, value=str(v))
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
@@ -137,8 +137,8 @@ def speed_properties(speed: SpeedBlock | None) -> list[tuple[str, Any]]:
         return [("speed", f"failed: {speed.error}")]
     p = speed.profile
     out: list[tuple[str, Any]] = [("speed_profile", f"{profile_words(p)}, "
-                                   f"concurrency {','.join(map(str, p.get('concurrency', [])))}, {repeats_words(p)}, "
-                                   f"{p.get('mode')}")]
+                                   f"concurrency {','.join(map(str, p.concurrency))}, {repeats_words(p)}, "
+                                   f"{p.mode}")]
     for row in speed.levels:
         c = row.concurrency
         out += [(f"speedup_c{c}", f"{row.ratio:.4f}"), (f"speedup_c{c}_ci", f"[{row.ci_low}, {row.ci_high}]"),
@@ -186,7 +186,7 @@ def _replay_junit(root: ET.Element, doc: Verdict, totals: dict[str, int], cand: 
     assert rp is not None
     ts = ET.SubElement(root, "testsuite", name="evalgate.replay", tests="1", errors="0", skipped="0", time="0")
     case = ET.SubElement(ts, "testcase", classname=f"evalgate.{cand}.replay", name="recorded requests",
-                         time=f"{float(doc.manifest.get('timings', {}).get('replay', 0.0)):.3f}")
+                         time=f"{float(doc.manifest.timings.get('replay', 0.0)):.3f}")
     line = replay_line(rp)
     failed = rp.verdict != "PASS"
     if failed:
@@ -295,8 +295,8 @@ def render_markdown(doc: Doc, report_link: str = HTML_NAME, run_dir: Path | None
     doc = as_verdict(doc)
     m = doc.manifest
     cand, base = _names(doc)
-    limit = m.get("limit")
-    size = "speed only (no quality suite ran)" if m.get("speed_only") else f"{limit if limit else 'all'} items per task"
+    limit = m.limit
+    size = "speed only (no quality suite ran)" if m.speed_only else f"{limit if limit else 'all'} items per task"
     words = model_words(doc)
     out = [f"## {_ICON.get(doc.verdict, chr(0x26a0))} evalgate {doc.verdict}: {_md(cand)} vs {_md(base)}", "",
            f"{_md(words[:1].upper() + words[1:])}, {size}. "
@@ -319,9 +319,10 @@ def speed_markdown(speed: SpeedBlock) -> list[str]:
     if not speed.measured:
         return [f"**Speed**: not measured: {_md(speed.error)}"]
     p = speed.profile
-    device = speed.sides.get("candidate", {}).get("device", "?")
-    out = [f"**Speed** ({_md(profile_words(p))}{'' if p.get('requests') else ' tokens'}, {_md(repeats_words(p, True))}, "
-           f"{_md(p.get('mode'))}, {_md(device)}):",
+    cand = speed.sides.get("candidate")
+    device = cand.device if cand is not None and "device" in cand.model_fields_set else "?"
+    out = [f"**Speed** ({_md(profile_words(p))}{'' if p.requests else ' tokens'}, {_md(repeats_words(p, True))}, "
+           f"{_md(p.mode)}, {_md(device)}):",
            "", "| concurrency | baseline output tok/s | candidate output tok/s | speed-up | interval | MDE | "
                "CV base / cand | |",
            "|--:|--:|--:|--:|--:|--:|--:|---|"]

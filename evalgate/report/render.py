@@ -92,7 +92,7 @@ def tradeoff_points(doc: Doc) -> list[dict[str, Any]]:
 def sweep_rows(doc: Doc) -> list[dict[str, Any]]:
     """The speed-up per concurrency level of one run, as ``plot.sweep_plot`` rows."""
     doc = as_verdict(doc)
-    name = doc.side("candidate").get("name", "candidate")
+    name = doc.config_name("candidate")
     levels = doc.speed.levels if doc.speed is not None else []
     return [{"series": name, "concurrency": r.concurrency, "ratio": r.ratio, "ci_low": r.ci_low, "ci_high": r.ci_high}
             for r in levels]
@@ -120,7 +120,7 @@ def render_terminal(doc: Doc) -> str:
     doc = as_verdict(doc)
     head = (f"{'suite/task':34} {'n':>5} {'base':>6} {'cand':>6} {'delta':>6} {'CI':>15} {'MDE':>6} {'margin':>6}"
             "  verdict (rule)")
-    cand, base = doc.side("candidate").get("name", "candidate"), doc.side("baseline").get("name", "baseline")
+    cand, base = doc.config_name("candidate"), doc.config_name("baseline")
     lines = [f"{cand} vs {base}, {model_words(doc)}", head, "-" * len(head)]
     for t in doc.tasks:
         ci = interval(t.ci_low, t.ci_high)

@@ -9,10 +9,13 @@ same keys and values, and unknown keys are kept. Numbers keep their JSON type (a
 not ``2.0``). Points are percentage points (0-100 scale); shares are 0..1; KL is in nats.
 
 Every part is a ``results.document.Record``. The ``speed`` block's parts are the speed stage's own records
-(``evalgate.speed.block``: ``SpeedBlock`` and its levels, sides, latencies, goodput, precision and thresholds), which
-the gate and the economics read before the verdict exists, and so are the ``economics`` block's
+(``evalgate.speed.block``: ``SpeedBlock`` and its levels, sides, latencies, goodput, precision and thresholds; its
+``profile`` is ``evalgate.speed.profile.TrafficProfile``), which the gate and the economics read before the verdict
+exists, and so are the ``economics`` block's
 (``evalgate.speed.economics``: ``EconomicsBlock``, ``EconomicsLevel``, ``EconomicsSide``), which the ablation's rows
-carry to ``gate.recommend``; they are re-exported here under the same names.
+carry to ``gate.recommend``; they are re-exported here under the same names. The ``manifest`` is the run manifest's
+own model (``evalgate.results.manifest.Manifest``, what ``manifest.json`` holds), read as the document holds it
+(``Manifest.from_document``: a required key a hand-built or foreign document lacks is not recorded, never refused).
 """
 
 from __future__ import annotations
@@ -20,14 +23,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from evalgate.compare import power
 from evalgate.results.document import Number
 from evalgate.results.document import Record as _Record
 from evalgate.results.document import described as _f
 from evalgate.results.document import described_list as _list
+from evalgate.results.manifest import Manifest, Side
 from evalgate.speed.block import (
+    MeasuredSide,
     SpeedBlock,
     SpeedGoodput,
     SpeedLatency,
@@ -39,10 +44,10 @@ from evalgate.speed.block import (
 from evalgate.speed.economics import EconomicsBlock, EconomicsLevel, EconomicsSide
 
 __all__ = ["Choice", "CrossCheck", "DecodeSummary", "DiffRow", "Divergence", "EconomicsBlock", "EconomicsLevel",
-           "EconomicsSide", "Evidence", "Flip", "HealthShares", "HealthShift", "Lossless", "ManifestShape", "Number",
+           "EconomicsSide", "Evidence", "Flip", "HealthShares", "HealthShift", "Lossless", "MeasuredSide", "Number",
            "PositionBucket", "PrefillSummary", "Reasoning", "ReplayBlock", "ReplayRequest", "ReplayRuleRow",
            "SpecDecodeCounts", "SpeedBlock", "SpeedGoodput", "SpeedLatency", "SpeedLevel", "SpeedPrecision",
-           "SpeedShape", "SpeedSide", "SpeedThresholds", "TaskVerdict", "TokenDiff", "VERSION", "Verdict",
+           "SpeedSide", "SpeedThresholds", "TaskVerdict", "TokenDiff", "VERSION", "Verdict",
            "VerdictName", "as_task", "as_verdict"]
 
 VERSION = 1
@@ -367,66 +372,32 @@ class Verdict(_Record):
         default_factory=dict, description="per side (``baseline``/``candidate``): spec-decode counters or None")
     spec_decode_source: str | None = _f("where the candidate's counts came from (``per_request``, ``engine_counters``, "
                                         "``mixed``); None when none")
-    manifest: dict[str, Any] = Field(default_factory=dict, description=(
-        "run metadata: ``baseline``/``candidate`` (name, path, expect, requested, effective, ...), model, limit, "
-        "suites, versions, thresholds, timings"))
+    manifest: Manifest = Field(default_factory=lambda: Manifest.from_document({}), description=(
+        "the run manifest (``results.manifest.Manifest``, as ``manifest.json``): ``baseline``/``candidate`` (name, "
+        "path, expect, requested, effective, ...), model, limit, suites, versions, thresholds, timings; read with "
+        "``Manifest.from_document`` (a required key the document lacks is not recorded)"))
     speed: SpeedBlock | None = _f("speed beside the quality delta; absent when speed was not measured")
     economics: EconomicsBlock | None = _f("cost per million output tokens per side and the switch's saving; absent "
                                           "without an ``economics`` section or a speed measurement")
     replay: ReplayBlock | None = _f("the replay gate; absent without a ``replay`` section")
 
+    @field_validator("manifest", mode="before")
+    @classmethod
+    def _manifest_as_recorded(cls, value: Any) -> Manifest:
+        return Manifest.from_document(value)
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON-able document (``verdict.json``): the keys that were set, in the order evalgate writes them."""
         return self.model_dump(exclude_unset=True)
 
-    def side(self, role: str) -> dict[str, Any]:
+    def side(self, role: Literal["baseline", "candidate"]) -> Side:
         """The manifest entry of ``baseline`` or ``candidate`` (empty when not recorded)."""
-        entry = self.manifest.get(role)
-        return entry if isinstance(entry, dict) else {}
+        return self.manifest.baseline if role == "baseline" else self.manifest.candidate
 
-
-class _ManifestSuite(_Record):
-    """What the renderers read of one ``manifest.suites`` entry."""
-
-    name: str = ""
-    content_hash: str = ""
-    tasks: list[str] = []
-
-
-class _ManifestSide(_Record):
-    """What the renderers read of ``manifest.baseline`` / ``manifest.candidate``."""
-
-    requested: dict[str, Any] | None = None
-    effective: dict[str, Any] | None = None
-    cached_suites: list[str] | None = None
-
-
-class ManifestShape(_Record):
-    """The shape of ``Verdict.manifest`` that the renderers rely on (the manifest stays a plain mapping in the
-    model, so old and compare manifests keep their keys): checked by ``runs.read_verdict`` so that a wrong-typed
-    manifest field of a stored ``verdict.json`` is named, not a renderer's TypeError."""
-
-    versions: dict[str, Any] = {}
-    timings: dict[str, Number] = {}
-    suites: list[_ManifestSuite] = []
-    baseline: _ManifestSide | None = None
-    candidate: _ManifestSide | None = None
-
-
-class _SpeedProfileShape(_Record):
-    concurrency: list[int] = []
-
-
-class _SpeedSideShape(_Record):
-    isa: list[str] | None = None
-    device: str | None = None
-
-
-class SpeedShape(_Record):
-    """The shape of ``SpeedBlock.profile`` and ``SpeedBlock.sides`` the renderers rely on (see ``ManifestShape``)."""
-
-    profile: _SpeedProfileShape = _SpeedProfileShape()
-    sides: dict[str, _SpeedSideShape] = {}
+    def config_name(self, role: Literal["baseline", "candidate"]) -> str:
+        """The config name of ``baseline`` or ``candidate`` (the manifest's ``name``), the role when not recorded."""
+        entry = self.side(role)
+        return entry.name if "name" in entry.model_fields_set else role
 
 
 def as_verdict(doc: Verdict | Mapping[str, Any]) -> Verdict:

@@ -12,7 +12,6 @@ from typing import Any
 from evalgate.fmt import rule_text
 from evalgate.models.embedded import HYBRID_MODEL
 from evalgate.report.verdict import SpeedBlock, SpeedGoodput, TaskVerdict, Verdict, as_task, as_verdict
-from evalgate.speed.speedup import PLANNING_POWER
 
 Doc = Verdict | Mapping[str, Any]
 Task = TaskVerdict | Mapping[str, Any]
@@ -34,11 +33,10 @@ def side_models(doc: Doc) -> tuple[str | None, str | None]:
     """``(baseline model, candidate model)`` as each side's config requested it (``manifest.<side>.requested.model``),
     else the manifest's ``model`` (the candidate's; a compare's ``a → b``); None when not recorded."""
     doc = as_verdict(doc)
-    fallback = doc.manifest.get("model")
+    fallback = doc.manifest.model
     models = []
     for role in ("baseline", "candidate"):
-        requested = doc.side(role).get("requested")
-        model = requested.get("model") if isinstance(requested, Mapping) else None
+        model = doc.side(role).requested.get("model")
         models.append(str(model) if model is not None else None if fallback is None else str(fallback))
     return models[0], models[1]
 
@@ -63,7 +61,7 @@ def speed_mde_note(speed: SpeedBlock) -> str:
     (``profile.power``; 0.8 in a document written before it was recorded); "" when no level has an MDE."""
     if not any(row.mde_ratio is not None for row in speed.levels):
         return ""
-    power = speed.profile.get("power", PLANNING_POWER)
+    power = speed.profile.power
     return (f"MDE \u00d7M: the smallest speed-up (or slowdown to \u00d71/M) that these repeats detect with "
             f"{100 * power:.0f} % power at the spread they showed (paired t test); \u201cneeds \u2248N repeats in "
             "all\u201d: the repeats at which that spread would resolve the geometric mean of the paired ratios (an "

@@ -8,7 +8,13 @@ without one is version ``VERSION``. ``evalgate compare`` writes the same model w
 The models live here, below every stage, because the stages meet on them: ``evaluate`` builds a run's manifest
 (``evalgate.evaluate.manifest.side`` from a ``runner.ConfigRun``, re-exporting these names), the gate
 (``gate.judge_run``) and the verdict builder (``report.document.build_verdict``) read it typed, and a stored or
-merged manifest (``evalgate compare``) is validated once where it is read (:meth:`Manifest.checked`).
+merged manifest (``evalgate compare``) is validated once where it is read (:meth:`Manifest.checked`): whole, every
+required field there.
+
+``verdict.json`` embeds the manifest (``report.verdict.Verdict.manifest``), read back with
+``Manifest.from_document`` (``results.document.Recorded``): a required field a stored verdict does not hold (a
+hand-built or foreign document) is not recorded (``NOT_RECORDED``: empty) and dumps back absent, while a field it
+holds must have its type (``manifest.timings: Input should be a valid dictionary``).
 """
 
 from __future__ import annotations
@@ -16,28 +22,31 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from evalgate.errors import StoreError
+from evalgate.results.document import Number, Recorded
 from evalgate.results.store import read_json
 
 __all__ = ["Manifest", "Side", "SuiteEntry"]
 
 
-class SuiteEntry(BaseModel):
+class SuiteEntry(Recorded):
     """One suite run: its name, its tasks and the content hash of its files (the store key part)."""
 
     model_config = ConfigDict(extra="allow")
+    NOT_RECORDED: ClassVar[dict[str, Any]] = {"name": "", "tasks": [], "content_hash": ""}
 
     name: str = Field(description="suite name (its folder under suites/)")
     tasks: list[str] = Field(description="task names, in the suite's order")
     content_hash: str = Field(description="sha256 over the suite's files (suites.content_hash)")
 
 
-class Side(BaseModel):
+class Side(Recorded):
     """One side (baseline or candidate) of a run."""
 
     model_config = ConfigDict(extra="allow")
+    NOT_RECORDED: ClassVar[dict[str, Any]] = {"name": ""}
 
     name: str = Field(description="config name")
     path: str | None = Field(None, description="the config file")
@@ -55,18 +64,21 @@ class Side(BaseModel):
                                             "before it was recorded (completion)")
 
 
-class Manifest(BaseModel):
+class Manifest(Recorded):
     """The run manifest (``manifest.json``). Dumped with ``exclude_unset``: only the keys a run set are written."""
 
     model_config = ConfigDict(extra="allow")
     VERSION: ClassVar[int] = 1
+    NOT_RECORDED: ClassVar[dict[str, Any]] = {
+        "created": "", "model": None, "limit": None, "versions": {}, "thresholds": "", "timings": {}, "suites": [],
+        "baseline": {}, "candidate": {}}
 
     created: str = Field(description="the run's UTC time stamp, e.g. 20261201T104705Z")
     model: Any = Field(description="the model evaluated (a compare of two models: 'a → b')")
     limit: Any = Field(description="items per task (None = all; a compare of two limits: 'a → b')")
     versions: dict[str, str] = Field(description="installed package versions (runner.versions)")
     thresholds: str = Field(description="the thresholds file applied")
-    timings: dict[str, Any] = Field(description="seconds by phase, e.g. load, baseline:total, compare")
+    timings: dict[str, Number] = Field(description="seconds by phase, e.g. load, baseline:total, compare")
     suites: list[SuiteEntry] = Field(description="the suites run")
     compared_runs: dict[str, str] | None = Field(None, description="evalgate compare: the two run directories")
     placement: dict[str, Any] | None = Field(

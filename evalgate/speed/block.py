@@ -9,7 +9,10 @@ adds the :class:`SpeedThresholds` and ``evalgate.report.verdict`` re-exports eve
 
 Written with ``model_dump(exclude_unset=True)`` (``results.document.Record``): only the keys that were set, in the
 order of the fields below, so the JSON keys and values are those evalgate has always written; a document from
-before a field existed reads with that field unset and dumps back without it. Throughputs are tokens (or requests)
+before a field existed reads with that field unset and dumps back without it. The block's ``profile`` is the
+measured ``profile.TrafficProfile`` itself (read from a document with ``TrafficProfile.from_document``: a failed
+measurement's profile may hold only part of it), and its ``sides`` are :class:`MeasuredSide` records (what each side
+ran on, and its raw repeat records as the worker or ``vllm bench serve`` reported them). Throughputs are tokens (or requests)
 per second, latencies milliseconds, ratios candidate / baseline (a throughput ratio above 1 is faster, a latency
 ratio below 1 is faster), shares 0..1.
 """
@@ -18,11 +21,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from evalgate.results.document import Number, Record, described, described_list
+from evalgate.speed.profile import TrafficProfile
 
-__all__ = ["SpeedBlock", "SpeedGoodput", "SpeedLatency", "SpeedLevel", "SpeedPrecision", "SpeedSide",
+__all__ = ["MeasuredSide", "SpeedBlock", "SpeedGoodput", "SpeedLatency", "SpeedLevel", "SpeedPrecision", "SpeedSide",
            "SpeedThresholds"]
 
 
@@ -118,25 +122,54 @@ class SpeedThresholds(Record):
                                                   "repeats; absent when none")
 
 
+class MeasuredSide(Record):
+    """What one side's speed was measured on, and its timed passes: the offline worker's ``ready`` reply (less its
+    ``event``) or, in serve mode, the server's (``serve._side_info``), with ``runs``."""
+
+    device: str | None = described("the device measured on: the GPU's name, or the CPU's model and logical cores")
+    isa: list[str] | None = described("the CPU's SIMD flags that decide kernel speed (``avx*``, ``amx*``, ...); empty "
+                                      "on a GPU")
+    cuda: str | None = described("the CUDA version torch was built with (offline, on a GPU); absent on a CPU")
+    versions: dict[str, str] = Field(default_factory=dict, description="installed package versions, e.g. ``vllm``")
+    effective: dict[str, Any] = Field(default_factory=dict, description=(
+        "what the engine applied (offline: read back from the engine; serve: the server's engine args and env)"))
+    max_num_seqs: int | None = described("offline: the engine's ``max_num_seqs`` (the highest concurrency it runs)")
+    max_model_len: int | None = described("offline: the engine's ``max_model_len``, tokens")
+    sleep_mode: bool | None = described("offline: the engine runs with sleep mode (``placement: alternate``)")
+    server: dict[str, Any] | None = described("serve mode: the server's ``argv``, start-up seconds, log and the "
+                                              "arguments it logged; absent offline")
+    runs: list[dict[str, Any]] = described_list(
+        "every timed pass, in order, as measured: ``concurrency``, ``repeat`` (``stage`` under a precision target) "
+        "and the pass's figures (offline ``worker.throughput.measure``: tokens/s, seconds, counts, the steady-state "
+        "``window``; serve mode ``engine.serve.ServeRun``: also the latency percentiles and goodput)")
+
+
 class SpeedBlock(Record):
     """Speed measured beside the quality delta (``speed.speed_block``, or a failed measurement)."""
 
     status: str = described("``measured`` or ``failed``", "measured")
     error: str | None = described("why the measurement failed (``failed`` only)")
     method: str = described("how the speed-up and its interval are computed", "")
-    profile: dict[str, Any] = Field(default_factory=dict, description="the traffic profile (``TrafficProfile``)")
+    profile: TrafficProfile = Field(default_factory=lambda: TrafficProfile.from_document({}), description=(
+        "the traffic profile measured (``profile.TrafficProfile``; read from a document as it holds it)"))
     levels: list[SpeedLevel] = described_list("one row per concurrency level")
     ratio: Number | None = described("the headline (first level) speed-up")
     ci_low: Number | None = described("its interval, low end")
     ci_high: Number | None = described("its interval, high end")
     verdict: str | None = described("its reading")
     concurrency: int | None = described("its concurrency")
-    sides: dict[str, Any] = Field(default_factory=dict, description="per side: device, ISA, versions, raw repeats")
+    sides: dict[str, MeasuredSide] = Field(default_factory=dict, description=(
+        "per side (``baseline``/``candidate``): device, ISA, versions, raw repeats"))
     thresholds: SpeedThresholds | None = described("the speed floors; None when none apply")
     latency_method: str | None = described("serve mode: how the latency ratios and intervals are computed; absent "
                                            "offline")
     latency: dict[str, SpeedLatency] | None = described("serve mode: the headline (first level) latencies, as in "
                                                         "its ``latency``; absent offline")
+
+    @field_validator("profile", mode="before")
+    @classmethod
+    def _profile_as_recorded(cls, value: Any) -> TrafficProfile:
+        return TrafficProfile.from_document(value)
 
     @property
     def measured(self) -> bool:

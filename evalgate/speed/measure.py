@@ -22,7 +22,7 @@ from evalgate.evaluate.runner import SpeedError
 from evalgate.inputs.options import RunOptions
 from evalgate.inputs.requestlog import FROM_LOG, concurrency_from_log, read_request_log
 from evalgate.inputs.thresholds import MAX_TRAFFIC_PROMPTS, SLO_KEYS, ConfigPolicy
-from evalgate.speed.block import SpeedBlock
+from evalgate.speed.block import MeasuredSide, SpeedBlock
 from evalgate.speed.precision import (
     BY_REPEATS,
     BY_SECONDS,
@@ -124,7 +124,8 @@ def measure_speed(workers: Mapping[str, Any], profile: TrafficProfile,
                 deadline = level_start + left / (len(profile.concurrency) - k)
             comp = _second_stage(comp, profile, out, total, pair, pair_seconds, deadline, clock, say)
         levels.append(comp)
-    sides = {role: {**{k: v for k, v in (workers[role].info or {}).items() if k != "event"}, "runs": runs[role]}
+    sides = {role: MeasuredSide.model_validate({**{k: v for k, v in (workers[role].info or {}).items()
+                                                  if k != "event"}, "runs": runs[role]})
              for role in ("baseline", "candidate")}
     if profile.requests is not None:
         profile = with_sent_requests(profile, sent)
@@ -179,15 +180,13 @@ def with_sent_requests(profile: TrafficProfile, sent: Mapping[str, dict[str, Any
     summaries, by role): ``requests.sent`` (the baseline's: count and token-length quantiles; the candidate's too,
     as ``sent_candidate``, when its tokenizer counted differently) and ``requests.same_requests`` (both sides sent
     the same prompt texts and output budgets: equal ``requests_sha256``)."""
-    import dataclasses
-
     base, cand = sent.get("baseline"), sent.get("candidate")
     meta = dict(profile.requests or {})
     meta["sent"] = base
     if cand != base:
         meta["sent_candidate"] = cand
     meta["same_requests"] = bool(base and cand and base.get("requests_sha256") == cand.get("requests_sha256"))
-    return dataclasses.replace(profile, requests=meta)
+    return profile.replace(requests=meta)
 
 
 def speed_profile(options: RunOptions, policy: ConfigPolicy, *, default_on: bool = False) -> TrafficProfile | None:
@@ -261,8 +260,6 @@ def with_latency_slos(profile: TrafficProfile, policy: ConfigPolicy) -> TrafficP
         ConfigError (exit 2), naming the SLO's file and field: an SLO with ``mode: offline``, which measures
             throughput only (no per-request latency), so the objective could never be checked.
     """
-    import dataclasses
-
     slos = policy.speed_floors
     if not slos.slos():
         return profile
@@ -270,7 +267,7 @@ def with_latency_slos(profile: TrafficProfile, policy: ConfigPolicy) -> TrafficP
         raise ConfigError("a latency objective is measured in serve mode only (offline mode measures throughput, "
                           "not per-request latency): set traffic.mode: serve", path=policy.path,
                           field=_slo_field(policy))
-    return dataclasses.replace(profile, goodput=slos.goodput() or None)
+    return profile.replace(goodput=slos.goodput() or None)
 
 
 def log_profile(profile: TrafficProfile, fields: dict[str, Any], log_path: str | None, from_log: bool,
@@ -287,8 +284,6 @@ def log_profile(profile: TrafficProfile, fields: dict[str, Any], log_path: str |
             requests without ``num_prompts``; and every problem of the log itself (naming its file, line and
             field).
     """
-    import dataclasses
-
 
     def refuse(fld: str, msg: str) -> None:
         path, dotted = traffic_source(policy, fld, options)
@@ -317,8 +312,8 @@ def log_profile(profile: TrafficProfile, fields: dict[str, Any], log_path: str |
         concurrency = tuple(dict.fromkeys((levels["typical"], levels["peak"])))
     meta = {"path": str(log.path), "sha256": log.sha256, "requests": count, "formats": log.formats(),
             "concurrency": conc}
-    return dataclasses.replace(profile, input_len=None, prompts="log", concurrency=concurrency,
-                               num_prompts=n if n is not None else count, requests=meta)
+    return profile.replace(input_len=None, prompts="log", concurrency=concurrency,
+                           num_prompts=n if n is not None else count, requests=meta)
 
 
 def check_benchmark_code(mode: str, policy: ConfigPolicy, options: RunOptions | None = None, *, replay: bool = False) -> None:
@@ -370,16 +365,15 @@ def check_speed_only_profile(profile: TrafficProfile | None, policy: ConfigPolic
 
 def measure_speed_safely(workers: dict[str, Any], profile: TrafficProfile) -> SpeedBlock:
     """The speed block (``measure_speed``), or, when a measurement failed, a failed one:
-    ``SpeedBlock(status="failed", error=one line, profile=profile.as_dict())`` (only those keys set, so it is
+    ``SpeedBlock(status="failed", error=one line, profile=profile)`` (only those keys set, so it is
     written as ``{"status", "error", "profile"}``): the quality verdict is still written (the run then exits 3).
     Raises nothing: an unexpected exception becomes an ``internal error: ...`` failure too."""
     # repeats_words says "per side" only where it is true: a precision target's budget is the whole speed phase's.
-    log.info("speed: %s, concurrency %s, %s", profile_words(profile.as_dict()),
-             ",".join(map(str, profile.concurrency)), repeats_words(profile.as_dict(), interleaved=True))
+    log.info("speed: %s, concurrency %s, %s", profile_words(profile),
+             ",".join(map(str, profile.concurrency)), repeats_words(profile, interleaved=True))
     try:
         return measure_speed(workers, profile)
     except SpeedError as exc:
-        return SpeedBlock(status="failed", error=str(exc), profile=profile.as_dict())
+        return SpeedBlock(status="failed", error=str(exc), profile=profile)
     except Exception as exc:  # noqa: BLE001 - a bug in the speed phase must not lose the quality verdict either
-        return SpeedBlock(status="failed", error=f"internal error: {type(exc).__name__}: {exc}",
-                          profile=profile.as_dict())
+        return SpeedBlock(status="failed", error=f"internal error: {type(exc).__name__}: {exc}", profile=profile)

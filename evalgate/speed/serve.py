@@ -35,7 +35,7 @@ from evalgate.engine.serve import (
 )
 from evalgate.errors import EvalgateError
 from evalgate.models.embedded import resolve_model
-from evalgate.speed.block import SpeedBlock, SpeedGoodput, SpeedLatency
+from evalgate.speed.block import MeasuredSide, SpeedBlock, SpeedGoodput, SpeedLatency
 from evalgate.speed.speedup import (
     SpeedComparison,
     TrafficProfile,
@@ -221,7 +221,7 @@ def measure_configs(base: Any, cand: Any, profile: TrafficProfile, log_dir: Path
 
     Returns:
         The measured ``speed`` block (``measure_serve``), or ``SpeedBlock(status="failed", error=one line,
-        profile=profile.as_dict())`` when a server or a benchmark failed, or the embedded model could not be
+        profile=profile)`` when a server or a benchmark failed, or the embedded model could not be
         prepared (the run keeps its quality results and exits 3, as for the offline measurement).
     """
     if cuda is None:
@@ -231,7 +231,7 @@ def measure_configs(base: Any, cand: Any, profile: TrafficProfile, log_dir: Path
     try:
         return measure_serve(sides, profile, together=not cuda, cuda=cuda, progress=progress)
     except EvalgateError as exc:  # ServeError, or the embedded model could not be prepared
-        return SpeedBlock(status="failed", error=str(exc), profile=profile.as_dict())
+        return SpeedBlock(status="failed", error=str(exc), profile=profile)
 
 
 def serve_block(runs: Mapping[str, list[ServeRun]], profile: TrafficProfile,
@@ -252,7 +252,8 @@ def serve_block(runs: Mapping[str, list[ServeRun]], profile: TrafficProfile,
         goodput = compare_goodput([r.goodput_s for r in per["baseline"]], [r.goodput_s for r in per["candidate"]],
                                   profile.goodput, profile.level) if profile.goodput else None
         extra.append((latency, goodput, {role: col[role]["request_s"] for role in ROLES}))
-    sides = {role: {**info[role], "runs": [r.as_dict() for r in runs[role]]} for role in ROLES}
+    sides = {role: MeasuredSide.model_validate({**info[role], "runs": [r.as_dict() for r in runs[role]]})
+             for role in ROLES}
     block = speed_block(levels, profile, sides)
     rows = []
     for row, (latency, goodput, request_s) in zip(block.levels, extra):

@@ -31,85 +31,23 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalgate.speed.block import SpeedBlock, SpeedLevel, SpeedPrecision, SpeedSide
+from evalgate.speed.block import MeasuredSide, SpeedBlock, SpeedLevel, SpeedPrecision, SpeedSide
 from evalgate.speed.precision import METHOD as PRECISION_METHOD
 from evalgate.speed.precision import pair_cap, precision_note
+from evalgate.speed.profile import PLANNING_POWER, TrafficProfile
 
-__all__ = ["CPU_PROFILE", "CUDA_PROFILE", "SpeedComparison", "TrafficProfile", "compare_speed", "coefficient_of_variation",
-           "describe", "detectable_ratio", "paired_t_power", "repeats_needed", "speed_block"]
+__all__ = ["CPU_PROFILE", "CUDA_PROFILE", "PLANNING_POWER", "SpeedComparison", "TrafficProfile", "compare_speed",
+           "coefficient_of_variation", "describe", "detectable_ratio", "paired_t_power", "repeats_needed",
+           "speed_block"]
 
 METHOD = "paired t interval on log throughput ratios (interleaved repeats); point estimate: ratio of medians"
 FASTER, SLOWER, UNMEASURABLE = "faster", "slower", "no measurable speed-up"
-PLANNING_POWER = 0.8  # the speed MDE's power unless the profile says otherwise: the thresholds' default ``power``
 MAX_REPEATS = 100  # beyond this, repeats_needed reads "more than 100": the effect is small against the spread
-
-
-@dataclass(frozen=True)
-class TrafficProfile:
-    """The load a speed-up is measured at.
-
-    Attributes:
-        input_len: prompt tokens per request.
-        output_len: generated tokens per request (``ignore_eos``: exactly this many).
-        concurrency: requests in flight at once, one value per level of a sweep (each <= ``max_num_seqs``).
-        num_prompts: requests per repeat at each level; None = as many as the level's concurrency (one wave).
-        repeats: timed passes per side and level (>= 1; >= 2 for an interval).
-        prompts: ``random`` (vLLM's RandomDataset) or ``suites`` (the suites' own prompts, cut/cycled to input_len).
-        mode: ``offline`` (``vllm.LLM`` in the engine worker) or ``serve`` (``vllm serve`` + ``vllm bench serve``).
-        level: the confidence level of the speed-up interval (two-sided).
-        power: the power of the speed-up's MDE and repeats needed (the thresholds' ``power``; not a traffic key).
-        precision: ``traffic.precision``: the target half-width of the speed-up's interval as a share of the ratio
-            (0.02 = ±2 %), reached by Stein's two-stage rule (``evalgate.speed.precision``; ``repeats`` is then the first
-            stage, >= 2); None: ``repeats`` pairs, no target.
-        max_repeats: with ``precision``, the pairs in all at most (None: ``precision.pair_cap``'s default).
-        max_seconds: with ``precision``, the speed phase's wall-clock budget in seconds (None: no budget).
-        range_ratio: ``traffic.range_ratio``: with ``prompts: random``, each request's prompt and output lengths are
-            drawn uniformly from ``[len * (1 - r), len * (1 + r)]`` (vLLM's ``RandomDataset`` ``range_ratio`` /
-            ``vllm bench --random-range-ratio``, 0 <= r < 1), so a refilled pass (``num_prompts`` > concurrency)
-            turns requests over one at a time and reaches a steady state instead of running in lock-step waves;
-            None: every request exactly ``input_len`` / ``output_len``.
-        requests: with ``traffic.from`` (``prompts: log``, ``input_len`` None, ``output_len`` the budget of a record
-            without one): what the gate read of the request log, ``{"path", "sha256", "requests" (in the log),
-            "formats", "concurrency": {"source", ...}}``; after the measurement also the requests sent:
-            ``"sent"`` (``engine.replay.load_requests``' summary: count and token-length quantiles) and
-            ``"same_requests"`` (both sides sent the same prompts and budgets). Never a request's text.
-        goodput: serve mode with latency objectives (``thresholds.LatencySlos.goodput``): the per-request
-            objectives in ms passed to ``vllm bench serve --goodput`` (``{"ttft": 500.0, "tpot": 50.0}``); None
-            otherwise (not a traffic key: it comes from the thresholds' ``speed`` section).
-    """
-
-    input_len: int | None
-    output_len: int
-    concurrency: tuple[int, ...]
-    num_prompts: int | None = None
-    repeats: int = 3
-    prompts: str = "random"
-    mode: str = "offline"
-    level: float = 0.95
-    power: float = PLANNING_POWER
-    requests: dict[str, Any] | None = None
-    goodput: dict[str, float] | None = None
-    precision: float | None = None
-    max_repeats: int | None = None
-    max_seconds: float | None = None
-    range_ratio: float | None = None
-
-    def prompts_at(self, concurrency: int) -> int:
-        """Requests per repeat at one concurrency level."""
-        return self.num_prompts if self.num_prompts is not None else concurrency
-
-    def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["concurrency"] = list(self.concurrency)
-        for key in ("requests", "goodput", "precision", "max_repeats", "max_seconds", "range_ratio"):
-            if d[key] is None:
-                del d[key]  # the keys of a profile without them stay as they were
-        return d
 
 
 # The recipe's profile (512 in / 512 out / 256 streams); on CPU a scaled one that takes about a minute per side
@@ -291,17 +229,17 @@ def _num(x: float) -> float | None:
 
 
 def speed_block(levels: Sequence[SpeedComparison], profile: TrafficProfile,
-                measurements: dict[str, dict[str, Any]]) -> SpeedBlock:
+                measurements: Mapping[str, MeasuredSide]) -> SpeedBlock:
     """The ``speed`` block of ``verdict.json``: profile, method, and per concurrency level both sides and the ratio.
 
     Args:
         levels: one ``SpeedComparison`` per concurrency level (``compare_speed``), in the profile's order; the first
             is the headline (its ``ratio``, ``ci_low``, ``ci_high``, ``verdict`` and ``concurrency`` are repeated at
             the top level; all None without levels).
-        profile: the traffic profile measured (recorded as ``TrafficProfile.as_dict``); with ``precision`` the
-            method names Stein's interval too.
-        measurements: per side (``baseline``/``candidate``) the worker's ``{"device", "isa", "versions",
-            "effective", "runs": [...]}`` (raw repeat records), kept as ``sides``.
+        profile: the traffic profile measured (recorded whole, as ``TrafficProfile.as_dict`` writes it); with
+            ``precision`` the method names Stein's interval too.
+        measurements: per side (``baseline``/``candidate``) what it ran on and its raw repeat records
+            (``block.MeasuredSide``: device, ISA, versions, effective config, ``runs``), kept as ``sides``.
     Returns:
         A measured :class:`~evalgate.speed.block.SpeedBlock` (every key set, so ``model_dump(exclude_unset=True)``
         writes them all): per level ratio and interval (None where not finite), level, reading, MDE ratio,
@@ -323,10 +261,10 @@ def speed_block(levels: Sequence[SpeedComparison], profile: TrafficProfile,
                                 total_tok_s=list(s.total_candidate), cv=_num(s.cv_candidate))))
     head = rows[0] if rows else None
     method = METHOD if profile.precision is None else f"{METHOD}; {PRECISION_METHOD}"
-    return SpeedBlock(status="measured", method=method, profile=profile.as_dict(), levels=rows,
+    return SpeedBlock(status="measured", method=method, profile=profile, levels=rows,
                       ratio=None if head is None else head.ratio, ci_low=None if head is None else head.ci_low,
                       ci_high=None if head is None else head.ci_high, verdict=None if head is None else head.verdict,
-                      concurrency=None if head is None else head.concurrency, sides=measurements)
+                      concurrency=None if head is None else head.concurrency, sides=dict(measurements))
 
 
 def headline(speed: SpeedBlock | None) -> str:
@@ -349,19 +287,19 @@ def headline(speed: SpeedBlock | None) -> str:
         parts.append(f"c={row.concurrency}: \u00d7{row.ratio:.2f}{ci}, {row.verdict}{', ' + need if need else ''}"
                      f"{', ' + prec if prec else ''} "
                      f"({row.baseline.median:,.0f} \u2192 {row.candidate.median:,.0f} output tok/s)")
-    head = f"speed ({profile_words(p)}, {repeats_words(p)}, {p.get('mode', 'offline')}):"
+    head = f"speed ({profile_words(p)}, {repeats_words(p)}, {p.mode}):"
     # A sweep gets one line per level: three levels on one line outgrow any terminal.
     return f"{head} {parts[0]}" if len(parts) == 1 else head + "".join(f"\n  {x}" for x in parts)
 
 
-def profile_words(p: dict[str, Any]) -> str:
+def profile_words(p: TrafficProfile) -> str:
     """The traffic in words: ``512 in / 512 out`` for a synthetic profile; for a request log (``requests``) ``40
     logged requests (requests.jsonl), input p50/p90/p99/max 120/340/800/812 tokens, output 64/256/256/256,
     concurrency from-log: typical 3, peak 7`` (counts and lengths only: the log's text never reaches a report)."""
-    log = p.get("requests")
+    log = p.requests
     if not isinstance(log, dict):
-        spread = f" (lengths \u00b1{100 * float(p['range_ratio']):g} %)" if p.get("range_ratio") else ""
-        return f"{p.get('input_len')} in / {p.get('output_len')} out{spread}"
+        spread = f" (lengths \u00b1{100 * float(p.range_ratio):g} %)" if p.range_ratio else ""
+        return f"{p.input_len} in / {p.output_len} out{spread}"
     sent = log.get("sent") if isinstance(log.get("sent"), dict) else {}
     name = Path(str(log.get("path", "?"))).name
     text = f"{sent.get('requests', log.get('requests'))} logged requests ({name})"
@@ -377,25 +315,24 @@ def profile_words(p: dict[str, Any]) -> str:
     return text
 
 
-def repeats_words(p: dict[str, Any], interleaved: bool = False) -> str:
+def repeats_words(p: TrafficProfile, interleaved: bool = False) -> str:
     """The profile's repeats in words: ``3 repeats`` (with ``interleaved``: ``3 interleaved repeats per side``); with
     ``traffic.precision`` ``3 to 10 pairs, target ±2 %`` (``3 to 10 interleaved pairs, ...``): Stein's first stage,
     then up to the cap (``precision.pair_cap``), and the ``max_seconds`` budget when set."""
-    n = p.get("repeats")
-    if p.get("precision") is None or not isinstance(n, int):
+    n = p.repeats
+    if p.precision is None:
         return f"{n} interleaved repeats per side" if interleaved else f"{n} repeats"
-    text = (f"{n} to {pair_cap(n, p.get('max_repeats'))} {'interleaved ' if interleaved else ''}pairs, target "
-            f"\u00b1{100 * float(p['precision']):g} %")
-    return text + (f" within {float(p['max_seconds']):g} s" if p.get("max_seconds") is not None else "")
+    text = (f"{n} to {pair_cap(n, p.max_repeats)} {'interleaved ' if interleaved else ''}pairs, target "
+            f"\u00b1{100 * float(p.precision):g} %")
+    return text + (f" within {float(p.max_seconds):g} s" if p.max_seconds is not None else "")
 
 
-def window_words(sides: dict[str, Any]) -> str:
-    """How the timed passes were timed, from the repeat records in ``SpeedBlock.sides`` (``sides[role]["runs"]``):
+def window_words(sides: Mapping[str, MeasuredSide]) -> str:
+    """How the timed passes were timed, from the repeat records in ``SpeedBlock.sides`` (``sides[role].runs``):
     ``each pass over its steady-state window (fill and drain excluded)`` when every offline pass had one
     (``worker.throughput.steady_window``), ``each pass whole`` when none had, ``7 of 12 passes over their
     steady-state window, the rest whole`` when some had; "" without repeat records."""
-    runs = [r for side in sides.values() if isinstance(side, dict) for r in side.get("runs") or []
-            if isinstance(r, dict)]
+    runs = [r for side in sides.values() for r in side.runs if isinstance(r, dict)]
     if not runs:
         return ""
     windowed = sum(1 for r in runs if isinstance(r.get("window"), dict))

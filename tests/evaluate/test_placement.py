@@ -240,7 +240,7 @@ def test_a_wake_that_dies_restarts_that_side_and_the_pass_runs() -> None:
     i = gpu.calls.index(("candidate", "wake-died"))
     assert gpu.calls[i:i + 4] == [("candidate", "wake-died"), ("candidate", "kill"), ("candidate", "start"),
                                   ("candidate", "measure repeat 1/2")]
-    assert len(block.sides["candidate"]["runs"]) == 2  # no pass lost
+    assert len(block.sides["candidate"].runs) == 2  # no pass lost
     rec = alt.record()["candidate"]
     assert rec["restarts"] == 1 and "wake failed" in rec["restart_reasons"][0]
 
@@ -256,7 +256,7 @@ def test_a_pass_that_dies_is_repeated_on_a_restarted_side() -> None:
     block = measure_speed({r: alt.proxy(r) for r in ("baseline", "candidate")}, _profile(), progress=lambda s: None)
     labels = [c for n, c in gpu.calls if n == "baseline" and c.startswith("measure")]
     assert labels == ["measure warm-up", "measure-died", "measure repeat 1/2", "measure repeat 2/2"]
-    assert len(block.sides["baseline"]["runs"]) == 2 and alt.record()["baseline"]["restarts"] == 1
+    assert len(block.sides["baseline"].runs) == 2 and alt.record()["baseline"]["restarts"] == 1
 
 
 def test_restarts_are_bounded_then_the_speed_part_fails() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from evalgate.commands import ablate
-from evalgate.gate.recommend import AblationRow, recommend, recommendation_lines
+from evalgate.gate.recommend import AblationRow, Recommendation, recommend, recommendation_lines
 
 
 def _row(label: str, verdict: str, *levels: tuple[int, float, float | None, float | None], config: str | None = None,
@@ -31,9 +31,9 @@ def test_fastest_pass_with_lower_bound_above_one_per_level() -> None:
             _row("c", "BLOCK", (16, 2.00, 1.80, 2.20), (256, 2.00, 1.80, 2.20)),  # fastest of all: quality BLOCK
             _row("d", "INCONCLUSIVE", (16, 1.90, 1.70, 2.10), (256, 1.90, 1.70, 2.10))]
     recs = recommend(rows)
-    assert [(r["concurrency"], r["label"], r["ratio"]) for r in recs] == [(16, "a", 1.30), (256, "b", 1.25)]
-    assert recs[0]["config"] == "r~a" and (recs[0]["ci_low"], recs[0]["ci_high"]) == (1.10, 1.50)
-    assert recs[0]["reason"] == ("the fastest variant that PASSes with its speed-up's lower 95 % bound above 1: "
+    assert [(r.concurrency, r.label, r.ratio) for r in recs] == [(16, "a", 1.30), (256, "b", 1.25)]
+    assert recs[0].config == "r~a" and (recs[0].ci_low, recs[0].ci_high) == (1.10, 1.50)
+    assert recs[0].reason == ("the fastest variant that PASSes with its speed-up's lower 95 % bound above 1: "
                                  "\u00d71.30 [1.10, 1.50]")
 
 
@@ -41,15 +41,15 @@ def test_none_with_the_reason() -> None:
     # Only BLOCK / INCONCLUSIVE variants: never chosen, however fast.
     recs = recommend([_row("c", "BLOCK", (16, 2.0, 1.8, 2.2)), _row("d", "INCONCLUSIVE", (16, 1.9, 1.7, 2.1)),
                       _row("e", "NO-OP", (16, 1.5, 1.2, 1.8))])
-    assert recs[0]["config"] is None and recs[0]["label"] is None
-    assert recs[0]["reason"] == "no variant PASSes quality (3 measured: c BLOCK, d INCONCLUSIVE, e NO-OP)"
+    assert recs[0].config is None and recs[0].label is None
+    assert recs[0].reason == "no variant PASSes quality (3 measured: c BLOCK, d INCONCLUSIVE, e NO-OP)"
     # PASS but none faster for sure: a lower bound of exactly 1, one below, one without an interval.
     recs = recommend([_row("a", "PASS", (16, 1.2, 1.0, 1.4)), _row("b", "PASS", (16, 1.5, 0.9, 2.1)),
                       _row("c", "PASS", (16, 3.0, None, None))])
-    assert recs[0]["config"] is None
-    assert recs[0]["reason"] == ("no PASS variant is faster for sure (lower bound of its speed-up > 1); the fastest, "
+    assert recs[0].config is None
+    assert recs[0].reason == ("no PASS variant is faster for sure (lower bound of its speed-up > 1); the fastest, "
                                  "c, is \u00d73.00 [no interval]")
-    assert recommendation_lines(recs) == [f"c=16: none: {recs[0]['reason']}"]
+    assert recommendation_lines(recs) == [f"c=16: none: {recs[0].reason}"]
 
 
 def test_ties_go_to_the_larger_lower_bound_then_fewer_switches_and_are_named() -> None:
@@ -57,10 +57,10 @@ def test_ties_go_to_the_larger_lower_bound_then_fewer_switches_and_are_named() -
             _row("one", "PASS", (16, 1.40, 1.20, 1.60), switches=1),
             _row("wide", "PASS", (16, 1.40, 1.05, 1.80))]
     (rec,) = recommend(rows)
-    assert rec["label"] == "one" and rec["tied"] == ["two"] and rec["reason"].endswith("(tied with two)")
+    assert rec.label == "one" and rec.tied == ["two"] and rec.reason.endswith("(tied with two)")
     # Same speed-up, a larger lower bound wins and is not a tie.
     (rec,) = recommend([_row("wide", "PASS", (16, 1.40, 1.05, 1.80)), _row("tight", "PASS", (16, 1.40, 1.30, 1.50))])
-    assert rec["label"] == "tight" and rec["tied"] == []
+    assert rec.label == "tight" and rec.tied == []
 
 
 def test_skipped_pending_and_duplicate_configs_do_not_count() -> None:
@@ -69,17 +69,17 @@ def test_skipped_pending_and_duplicate_configs_do_not_count() -> None:
     alone = _row("fp16", "PASS", (16, 1.2, 1.1, 1.3), config="fp16-state")
     cum = _row("+ fp16", "PASS", (16, 1.2, 1.1, 1.3), config="fp16-state", kind="cumulative")
     (rec,) = recommend([skipped, pending, alone, cum])
-    assert rec["label"] == "fp16" and rec["tied"] == []  # the same config once, under its first row's label
+    assert rec.label == "fp16" and rec.tied == []  # the same config once, under its first row's label
 
 
 def test_slo_hook_refuses_a_variant_that_breaks_one() -> None:
     rows = [_row("fast", "PASS", (16, 1.8, 1.5, 2.1)), _row("slow", "PASS", (16, 1.3, 1.1, 1.5))]
     breaks = {"fast": "TTFT p99 900 ms > 500 ms"}
     (rec,) = recommend(rows, slo_failure=lambda r, c: breaks.get(r.label, ""))
-    assert rec["label"] == "slow"
+    assert rec.label == "slow"
     (rec,) = recommend(rows[:1], slo_failure=lambda r, c: breaks.get(r.label, ""))
-    assert rec["config"] is None
-    assert rec["reason"] == "every PASS variant faster for sure breaks a latency SLO: fast: TTFT p99 900 ms > 500 ms"
+    assert rec.config is None
+    assert rec.reason == "every PASS variant faster for sure breaks a latency SLO: fast: TTFT p99 900 ms > 500 ms"
 
 
 def test_nothing_measured_gives_no_recommendation() -> None:
@@ -177,6 +177,10 @@ def test_ablate_command_writes_costs_and_the_recommendation(monkeypatch, tmp_pat
     first_pass = next(r for r in ran if r["verdict"] == "PASS")
     assert rec["concurrency"] == 4 and rec["config"] == first_pass["config"] and rec["ratio"] == pytest.approx(1.5)
     assert rec["usd_per_mtok"] == pytest.approx(10.0 / 1.5)
+    # every key of a typed Recommendation, in its order, and it reads back into one and dumps to the same JSON
+    assert list(rec) == list(Recommendation.model_fields)
+    assert json.dumps([Recommendation.model_validate(r).as_json() for r in saved["recommendation"]]) == json.dumps(
+        saved["recommendation"])
     table = capsys.readouterr().out
     assert "c=4 \u00d71.50 [1.50, 1.50] $6.67/M" in table
     assert f"  c=4: recommend {first_pass['label']} (config {first_pass['config']})" in table

@@ -344,9 +344,9 @@ def test_the_speed_phase_sends_the_log_to_both_sides_and_records_what_was_sent()
     assert [(r, cmd["concurrency"], bool(cmd.get("warmup"))) for r, cmd in calls[:2]] == [
         ("baseline", 3, True), ("candidate", 3, True)]
     assert len(calls) == 2 * (2 + 2 * 2)  # per level: a warm-up and 2 repeats per side
-    rq = block.profile["requests"]
+    rq = block.profile.requests
     assert rq["sent"] == SENT and rq["same_requests"] is True and rq["requests"] == 6
-    assert all("requests_summary" not in run for side in block.sides.values() for run in side["runs"])
+    assert all("requests_summary" not in run for side in block.sides.values() for run in side.runs)
 
 
 def test_sides_that_sent_different_requests_are_recorded_as_such() -> None:

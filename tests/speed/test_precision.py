@@ -170,10 +170,11 @@ def test_record_and_its_words() -> None:
 
 def test_pair_cap_and_the_profile_in_words() -> None:
     assert pair_cap(3, None) == 10 and pair_cap(12, None) == 12 and pair_cap(3, 25) == 25
-    assert repeats_words({"repeats": 3}) == "3 repeats"
-    assert repeats_words({"repeats": 3}, True) == "3 interleaved repeats per side"
-    assert repeats_words({"repeats": 3, "precision": 0.02}) == "3 to 10 pairs, target \u00b12 %"
-    assert repeats_words({"repeats": 4, "precision": 0.015, "max_repeats": 30, "max_seconds": 600}, True) == (
+    recorded = TrafficProfile.from_document
+    assert repeats_words(recorded({"repeats": 3})) == "3 repeats"
+    assert repeats_words(recorded({"repeats": 3}), True) == "3 interleaved repeats per side"
+    assert repeats_words(recorded({"repeats": 3, "precision": 0.02})) == "3 to 10 pairs, target \u00b12 %"
+    assert repeats_words(recorded({"repeats": 4, "precision": 0.015, "max_repeats": 30, "max_seconds": 600}), True) == (
         "3 to 30 interleaved pairs, target \u00b11.5 % within 600 s".replace("3 to", "4 to"))
 
 
@@ -220,7 +221,7 @@ def _run(d: list[float], profile: TrafficProfile, seconds: float = 10.0) -> tupl
 
 def test_second_stage_measures_what_the_plan_asks_and_meets_the_target() -> None:
     d = [0.005, -0.005, 0.015, 0.004, 0.006, 0.1, 0.1]  # plan: 5 pairs in all (s0 = 0.01); the last two unused
-    block, calls, left = _run(d, TrafficProfile(8, 8, (4,), repeats=3, precision=0.02))
+    block, calls, left = _run(d, TrafficProfile(input_len=8, output_len=8, concurrency=(4,), repeats=3, precision=0.02))
     row = block.levels[0]
     assert left == 2 and len(row.baseline.output_tok_s) == 5
     half = T_975_DF2 * 0.01 / math.sqrt(5)
@@ -233,7 +234,7 @@ def test_second_stage_measures_what_the_plan_asks_and_meets_the_target() -> None
     assert row.verdict == "no measurable speed-up"
     assert row.repeats_needed == repeats_needed(*_pairs(d[:5]))
     assert block.method.endswith("s0 the first n0 pairs' standard deviation") and "Stein" in block.method
-    runs = block.sides["baseline"]["runs"]
+    runs = block.sides["baseline"].runs
     assert [r["stage"] for r in runs] == [1, 1, 1, 2, 2] and [r["repeat"] for r in runs] == [0, 1, 2, 3, 4]
     # ABBA order kept through the second stage: pair i runs the baseline first when i is even.
     timed = [role for role, label in calls if label != "warm-up"]
@@ -241,7 +242,7 @@ def test_second_stage_measures_what_the_plan_asks_and_meets_the_target() -> None
 
 
 def test_a_first_stage_tight_enough_adds_no_pairs() -> None:
-    block, calls, left = _run([0.001, -0.001, 0.003, 0.5], TrafficProfile(8, 8, (4,), repeats=3, precision=0.02))
+    block, calls, left = _run([0.001, -0.001, 0.003, 0.5], TrafficProfile(input_len=8, output_len=8, concurrency=(4,), repeats=3, precision=0.02))
     rec = block.levels[0].precision
     assert left == 1 and (rec.pairs, rec.stopped, rec.pairs_needed) == (3, "met", 3)
     assert rec.achieved_half_width == pytest.approx(math.expm1(T_975_DF2 * 0.002 / math.sqrt(3)))
@@ -249,7 +250,7 @@ def test_a_first_stage_tight_enough_adds_no_pairs() -> None:
 
 def test_max_repeats_caps_the_second_stage_and_says_so() -> None:
     d = [0.01, -0.01, 0.03] + [0.02] * 20  # plan: 19 pairs in all
-    block, _, left = _run(d, TrafficProfile(8, 8, (4,), repeats=3, precision=0.02, max_repeats=5))
+    block, _, left = _run(d, TrafficProfile(input_len=8, output_len=8, concurrency=(4,), repeats=3, precision=0.02, max_repeats=5))
     row = block.levels[0]
     half = T_975_DF2 * 0.02 / math.sqrt(5)
     assert left == 18 and row.precision.model_dump() == {
@@ -258,7 +259,7 @@ def test_max_repeats_caps_the_second_stage_and_says_so() -> None:
     mean = (0.03 + 2 * 0.02) / 5
     assert (row.ci_low, row.ci_high) == (pytest.approx(math.exp(mean - half)), pytest.approx(math.exp(mean + half)))
     # unset max_repeats: max(10, repeats) pairs
-    block, _, left = _run(d, TrafficProfile(8, 8, (4,), repeats=3, precision=0.02))
+    block, _, left = _run(d, TrafficProfile(input_len=8, output_len=8, concurrency=(4,), repeats=3, precision=0.02))
     assert (block.levels[0].precision.pairs, block.levels[0].precision.stopped) == (10, BY_REPEATS)
     line = headline(block)
     # 9 more pairs of 20 s (two 10 s passes): 180 s, ~3 min
@@ -271,7 +272,7 @@ def test_max_seconds_shares_the_budget_between_levels() -> None:
     # Every pass takes 10 s of the fake clock, so a pair 20 s. Two levels, 200 s: the first may use 100 s (warm-ups 20,
     # first stage 60, one more pair ends at 100; the next would end at 120 > 100), the second the 100 s left.
     d = [0.01, -0.01, 0.03] + [0.02] * 20
-    profile = TrafficProfile(8, 8, (2, 4), repeats=3, precision=0.02, max_seconds=200.0)
+    profile = TrafficProfile(input_len=8, output_len=8, concurrency=(2, 4), repeats=3, precision=0.02, max_seconds=200.0)
     b, c = _pairs(d)
     calls: list[tuple[str, str]] = []
     clock = [0.0]
@@ -283,7 +284,7 @@ def test_max_seconds_shares_the_budget_between_levels() -> None:
         assert (row.precision.pairs, row.precision.stopped, row.precision.pairs_needed) == (4, BY_SECONDS, 19)
     assert clock[0] == 200.0
     # A budget that the first stage alone overruns still measures the first stage (no interval without it).
-    block, _, _ = _run(d, TrafficProfile(8, 8, (4,), repeats=3, precision=0.02, max_seconds=1.0))
+    block, _, _ = _run(d, TrafficProfile(input_len=8, output_len=8, concurrency=(4,), repeats=3, precision=0.02, max_seconds=1.0))
     assert (block.levels[0].precision.pairs, block.levels[0].precision.stopped) == (3, BY_SECONDS)
 
 
@@ -293,7 +294,8 @@ def test_the_record_reaches_every_output() -> None:
     from evalgate.report.outputs import speed_markdown, speed_properties
 
     d = [0.01, -0.01, 0.03] + [0.02] * 20
-    block, _, _ = _run(d, TrafficProfile(8, 8, (4,), repeats=3, precision=0.02, max_repeats=5))
+    block, _, _ = _run(d, TrafficProfile(input_len=8, output_len=8, concurrency=(4,), repeats=3, precision=0.02,
+                                         max_repeats=5))
     note = ("target ±2 % not met: ±3.9 % after 5 pairs (max_repeats); ≈19 pairs needed for ±2 % (14 more, ≈5 min at "
             "20 s a pair)")  # 14 pairs of 20 s = 280 s
     assert precision_note(block.levels[0].precision) == note
@@ -314,8 +316,8 @@ def test_the_record_reaches_every_output() -> None:
     assert "Stein&#39;s two-stage interval" in html
     assert note in render_terminal(doc)
     # without precision: no record, and the words stay as they were
-    plain, _, _ = _run(d, TrafficProfile(8, 8, (4,), repeats=3))
-    assert "precision" not in plain.levels[0].model_dump(exclude_unset=True) and "precision" not in plain.profile
+    plain, _, _ = _run(d, TrafficProfile(input_len=8, output_len=8, concurrency=(4,), repeats=3))
+    assert "precision" not in plain.levels[0].model_dump(exclude_unset=True) and "precision" not in plain.profile.as_dict()
     assert "Stein" not in plain.method and "3 repeats" in headline(plain)
 
 

@@ -241,17 +241,17 @@ def test_measure_serve_interleaves_both_servers_and_compares_them(tmp_path: Path
     assert (ttft.ci_low, ttft.ci_high) == pytest.approx(_t_interval(tb, tc))
     assert block.latency["ttft_p99_ms"].baseline == pytest.approx([2 * x for x in tb])
     assert row.baseline.request_s == pytest.approx([x / 8 for x in b])  # 8 output tokens per request
-    assert block.profile["mode"] == "serve" and block.status == "measured"
+    assert block.profile.mode == "serve" and block.status == "measured"
     ports = [int(p) for p in (tmp_path / "order").read_text().split()]
-    argvs = {role: block.sides[role]["server"]["argv"] for role in ("baseline", "candidate")}
+    argvs = {role: block.sides[role].server["argv"] for role in ("baseline", "candidate")}
     assert all(a[:2] == ["serve", "fake-model"] for a in argvs.values())
     port_of = {role: a[a.index("--port") + 1] for role, a in argvs.items()}
     roles = [next(r for r, p in port_of.items() if int(p) == q) for q in ports] if together else None
     if together:  # ABBA: B C, C B, B C; one start-up each
         assert roles == ["baseline", "candidate", "candidate", "baseline", "baseline", "candidate"]
-        assert [len(block.sides[r]["server"]["startups_s"]) for r in port_of] == [1, 1]
+        assert [len(block.sides[r].server["startups_s"]) for r in port_of] == [1, 1]
     else:  # one server at a time: a restart whenever the side changes (B | C C | B B | C)
-        assert [len(block.sides[r]["server"]["startups_s"]) for r in port_of] == [2, 2]
+        assert [len(block.sides[r].server["startups_s"]) for r in port_of] == [2, 2]
     assert all(_gone(p) for p in _pids(tmp_path / "pids"))
 
 
@@ -291,13 +291,13 @@ def test_measure_configs_turns_a_server_that_dies_into_a_failed_speed_block(tmp_
     cand = SimpleNamespace(model="fake-model", engine_args={"mode": "die", "pid_file": pids}, env={"X": "1"})
     profile = TrafficProfile(input_len=16, output_len=8, concurrency=(2,), num_prompts=8, repeats=2, mode="serve")
     block = servespeed.measure_configs(base, cand, profile, tmp_path / "logs", cuda=False)
-    assert block.status == "failed" and block.profile == profile.as_dict()
+    assert block.status == "failed" and block.profile.as_dict() == profile.as_dict()
     assert block.error.startswith("vllm serve exited with code 3 before it was healthy (log ")
     assert str(tmp_path / "logs" / "candidate-serve.log") in block.error
     assert all(_gone(p) for p in _pids(tmp_path / "pids"))
     ok = servespeed.measure_configs(base, base, profile, tmp_path / "logs2", cuda=False)
     assert ok.status == "measured" and ok.ratio == pytest.approx(1.0)
-    assert ok.sides["candidate"]["server"]["log"] == str(tmp_path / "logs2" / "candidate-serve.log")
+    assert ok.sides["candidate"].server["log"] == str(tmp_path / "logs2" / "candidate-serve.log")
 
 
 def _latency_block() -> SpeedBlock:

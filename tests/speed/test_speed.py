@@ -13,7 +13,7 @@ import pytest
 from evalgate.errors import ConfigError, ExitCode
 from evalgate.gate import speed_floor_failures
 from evalgate.inputs.thresholds import load_thresholds
-from evalgate.speed.block import SpeedLevel
+from evalgate.speed.block import MeasuredSide, SpeedBlock, SpeedLevel
 from evalgate.speed.measure import measure_speed
 from evalgate.speed.speedup import (
     CPU_PROFILE,
@@ -206,7 +206,7 @@ def test_profile_problems_against_engine_limits() -> None:
     problems = dict(profile_problems(p, {"max_model_len": 2048, "max_num_seqs": 256}))
     assert "2100 tokens exceeds the engine's max_model_len 2048" in problems["input_len"]
     assert "concurrency 512 exceeds the engine's max_num_seqs 256" in problems["concurrency"]
-    assert profile_problems(TrafficProfile(512, 512, (256,)), {"max_model_len": 2048, "max_num_seqs": 256}) == []
+    assert profile_problems(TrafficProfile(input_len=512, output_len=512, concurrency=(256,)), {"max_model_len": 2048, "max_num_seqs": 256}) == []
     assert profile_problems(p, {}) == []
 
 
@@ -214,8 +214,8 @@ def test_range_ratio_is_carried_shown_and_bounds_the_longest_request() -> None:
     p = resolve_profile({"range_ratio": 0.5, "num_prompts": 1024}, cuda=True)
     assert (p.range_ratio, p.num_prompts, p.input_len) == (0.5, 1024, 512)
     assert p.as_dict()["range_ratio"] == 0.5 and "range_ratio" not in CUDA_PROFILE.as_dict()
-    assert profile_words(p.as_dict()) == "512 in / 512 out (lengths \u00b150 %)"
-    assert profile_words(CUDA_PROFILE.as_dict()) == "512 in / 512 out"
+    assert profile_words(p) == "512 in / 512 out (lengths \u00b150 %)"
+    assert profile_words(CUDA_PROFILE) == "512 in / 512 out"
     # vLLM's sampling range tops at ceil(512 * 1.5) = 768 prompt and 768 output tokens: 1,536 must fit.
     assert profile_problems(p, {"max_model_len": 1536}) == []
     problems = dict(profile_problems(p, {"max_model_len": 1535}))
@@ -356,7 +356,7 @@ def test_measure_speed_interleaves_and_builds_the_block() -> None:
     # Per level: both warm-ups, then ABBA order of the timed repeats.
     assert [r for r, _ in calls[:8]] == ["baseline", "candidate", "baseline", "candidate", "candidate", "baseline",
                                          "baseline", "candidate"]
-    assert block.status == "measured" and block.profile["concurrency"] == [2, 4]
+    assert block.status == "measured" and block.profile.as_dict()["concurrency"] == [2, 4]
     lvl = block.levels[0]
     assert lvl.baseline.output_tok_s == [100, 110, 90] and lvl.baseline.median == 100
     assert lvl.ratio == pytest.approx(1.5) and block.ratio == pytest.approx(1.5)
@@ -364,7 +364,7 @@ def test_measure_speed_interleaves_and_builds_the_block() -> None:
     lo, hi = paired_log_interval([100, 110, 90], [150, 160, 140], 0.95)
     assert (lvl.ci_low, lvl.ci_high) == (pytest.approx(lo), pytest.approx(hi)) and lvl.verdict == FASTER
     assert block.levels[1].verdict == UNMEASURABLE
-    assert block.sides["candidate"]["device"] == "test CPU" and len(block.sides["baseline"]["runs"]) == 6
+    assert block.sides["candidate"].device == "test CPU" and len(block.sides["baseline"].runs) == 6
     assert "c=2: \u00d71.50" in headline(block) and "no measurable speed-up" in headline(block)
     # A sweep: the profile, then one indented line per level.
     first, *rest = headline(block).split("\n")
@@ -386,7 +386,7 @@ def _doc_with_speed(min_speedup: float | None = None, evil: bool = False) -> dic
                "candidate": FakeWorker("candidate", {16: [101, 103, 99]}, [])}
     if evil:
         workers["candidate"].info["device"] = EVIL_SCRIPT
-    block = measure_speed(workers, TrafficProfile(8, 8, (16,), repeats=3), progress=lambda _: None)
+    block = measure_speed(workers, TrafficProfile(input_len=8, output_len=8, concurrency=(16,), repeats=3), progress=lambda _: None)
     return equal_sides_document(speed=block, speed_floors=SpeedFloors(min_speedup=min_speedup))
 
 
@@ -416,7 +416,7 @@ def test_speed_mde_and_repeats_needed_reach_markdown_html_and_the_headline() -> 
 
     workers = {"baseline": FakeWorker("baseline", {16: list(C16_BASE)}, []),
                "candidate": FakeWorker("candidate", {16: list(C16_CAND)}, [])}
-    block = measure_speed(workers, TrafficProfile(512, 512, (16,), repeats=3), progress=lambda _: None)
+    block = measure_speed(workers, TrafficProfile(input_len=512, output_len=512, concurrency=(16,), repeats=3), progress=lambda _: None)
     (lvl,) = block.levels
     assert lvl.repeats_needed == 6 and lvl.mde_ratio == pytest.approx(2.349, abs=1e-3)
     assert "c=16: ×0.61 [0.34, 1.25] (95%), no measurable speed-up, resolving it needs ≈6 repeats in all (2,253" in headline(block)
@@ -452,8 +452,9 @@ def test_the_report_says_how_the_passes_were_timed() -> None:
             run["window"] = window
     assert "; each pass over its steady-state window (fill and drain excluded)). Device:" in render_html(doc)
     del doc["speed"]["sides"]["baseline"]["runs"][0]["window"]
-    assert window_words(doc["speed"]["sides"]) == "5 of 6 passes over their steady-state window, the rest whole"
-    assert window_words({}) == "" and window_words({"baseline": {"device": "x"}}) == ""
+    sides = SpeedBlock.model_validate(doc["speed"]).sides
+    assert window_words(sides) == "5 of 6 passes over their steady-state window, the rest whole"
+    assert window_words({}) == "" and window_words({"baseline": MeasuredSide(device="x")}) == ""
 
 
 def test_min_speedup_blocks_through_the_document() -> None:

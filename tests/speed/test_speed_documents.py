@@ -53,8 +53,9 @@ def _offline_precision() -> dict[str, Any]:
     cand = [150.0, 140.0, 160.0, 152.0, 148.0]
     workers = {"baseline": _Worker(base + [200.0, 205.0, 198.0, 202.0, 199.0]),
                "candidate": _Worker(cand + [210.0, 190.0, 220.0, 205.0, 200.0])}
-    profile = TrafficProfile(8, 8, (2, 4), repeats=3, precision=0.01, max_repeats=5)
-    block = measure_speed(workers, profile, progress=lambda _: None)
+    profile = TrafficProfile(input_len=8, output_len=8, concurrency=(2, 4), repeats=3, precision=0.01, max_repeats=5)
+    ticks = iter(range(0, 10_000, 5))  # a clock that advances 5 s per reading: each pair reads it twice, 5 s apart
+    block = measure_speed(workers, profile, progress=lambda _: None, clock=lambda: float(next(ticks)))
     return equal_sides_document(speed=block, speed_floors=SpeedFloors(min_speedup=1.2),
                                 economics={"gpu_hour_usd": 3.6, "api_usd_per_mtok": 2.0})
 
@@ -78,7 +79,7 @@ def _serve() -> dict[str, Any]:
 def _failed() -> dict[str, Any]:
     """A measurement that failed (no floors: ``thresholds`` null)."""
     workers = {"baseline": _Worker([100.0] * 3), "candidate": _Worker([], fail=True)}
-    block = measure_speed_safely(workers, TrafficProfile(8, 8, (4,), repeats=3))
+    block = measure_speed_safely(workers, TrafficProfile(input_len=8, output_len=8, concurrency=(4,), repeats=3))
     return equal_sides_document(speed=block)
 
 
@@ -105,7 +106,7 @@ def test_a_stored_speed_document_dumps_back_byte_identical(name: str) -> None:
 def test_the_golden_speed_documents_cover_each_mode() -> None:
     docs = {name: json.loads((GOLDEN / f"{name}.json").read_text(encoding="utf-8")) for name in NAMES}
     assert docs["failed"]["speed"] == {"status": "failed", "error": "the engine died in the speed phase",
-                                       "profile": TrafficProfile(8, 8, (4,), repeats=3).as_dict(), "thresholds": None}
+                                       "profile": TrafficProfile(input_len=8, output_len=8, concurrency=(4,), repeats=3).as_dict(), "thresholds": None}
     offline = docs["offline_precision"]
     assert [lv["precision"]["pairs"] for lv in offline["speed"]["levels"]] == [5, 5]
     assert offline["verdict"] == "BLOCK" and offline["economics"]["levels"]
@@ -130,7 +131,7 @@ def test_speed_block_is_typed_and_dumps_to_the_dict_it_always_was() -> None:
                         (200.0, 220.0, 180.0), (300.0, 320.0, 280.0), 1.3, None, record),
         SpeedComparison(4, (200,), (210,), 1.05, nan, nan, 0.95, nan, nan, UNMEASURABLE, (), (), nan, None),
     ]
-    profile = TrafficProfile(8, 8, (2, 4), repeats=3, precision=0.02)
+    profile = TrafficProfile(input_len=8, output_len=8, concurrency=(2, 4), repeats=3, precision=0.02)
     sides = {"baseline": {"device": "test CPU", "runs": [{"repeat": 0}]}, "candidate": {"device": "test CPU"}}
     expected = {
         "status": "measured", "method": f"{METHOD}; {PRECISION_METHOD}", "profile": profile.as_dict(),
@@ -155,7 +156,7 @@ def test_speed_block_is_typed_and_dumps_to_the_dict_it_always_was() -> None:
     assert block.levels[1].baseline.median == 200 and isinstance(block.levels[1].baseline.median, int)
     assert block.levels[0].precision is not None and block.levels[0].precision.pairs_needed == 3
     # No level: the headline keys are there, all None; without a precision target the method is the plain one.
-    plain = TrafficProfile(8, 8, (2,))
+    plain = TrafficProfile(input_len=8, output_len=8, concurrency=(2,))
     assert speed_block([], plain, {}).model_dump(exclude_unset=True) == {
         "status": "measured", "method": METHOD, "profile": plain.as_dict(), "levels": [], "ratio": None,
         "ci_low": None, "ci_high": None, "verdict": None, "concurrency": None, "sides": {}}
