@@ -108,7 +108,7 @@ def bench_command(model: str, port: int, *, input_len: int, output_len: int, num
             "--seed", str(PROMPT_SEED), "--percentile-metrics", ",".join(LATENCY_METRICS),
             "--metric-percentiles", ",".join(str(p) for p in PERCENTILES), "--disable-tqdm",
             "--save-result", "--result-dir", str(result_dir), "--result-filename", result_file, *slo,
-            *(["--random-range-ratio", f"{range_ratio:g}"] if range_ratio else [])]
+            *(["--random-range-ratio", repr(float(range_ratio))] if range_ratio else [])]  # exact: no rounding
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ ratio below 1 is faster), shares 0..1.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field, field_validator
 
@@ -53,7 +53,7 @@ class SpeedPrecision(Record):
                                     "it)")
     pairs_needed: int | None = described("pairs in all Stein's rule asked for: max(n0, ceil(t\u00b2 s0\u00b2 / "
                                          "h\u00b2))")
-    pair_seconds: Number | None = described("mean wall-clock seconds of one interleaved pair at this level (both "
+    pair_seconds: Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)] | None = described("mean wall-clock seconds of one interleaved pair at this level (both "
                                             "passes, sleep/wake included): what each further pair costs; absent in "
                                             "records written before it was kept")
 

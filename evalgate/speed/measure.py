@@ -46,6 +46,7 @@ from evalgate.speed.speedup import (
     repeats_words,
     resolve_profile,
     speed_block,
+    spread_problems,
 )
 
 log = logging.getLogger("evalgate")
@@ -217,6 +218,9 @@ def speed_profile(options: RunOptions, policy: ConfigPolicy, *, default_on: bool
                               max_seconds=getattr(options, "max_seconds", None))
 
     for fld, msg in precision_problems(profile.repeats, profile.precision, profile.max_repeats, profile.max_seconds):
+        path, dotted = traffic_source(policy, fld, options)
+        raise ConfigError(msg, path=path, field=dotted)
+    for fld, msg in spread_problems(profile):
         path, dotted = traffic_source(policy, fld, options)
         raise ConfigError(msg, path=path, field=dotted)
     if profile.range_ratio and profile.prompts != "random":

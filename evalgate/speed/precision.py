@@ -168,8 +168,13 @@ def _pct(share: float) -> str:
 
 
 def _duration(seconds: float) -> str:
-    """``40 s`` below two minutes, else ``11 min`` (rounded)."""
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+    """``0.04 s`` / ``4.5 s`` below 10 s (two significant digits), ``40 s`` below two minutes, ``11 min`` below two hours, ``5 h`` below two days, else
+    ``12 days`` (rounded)."""
+    for limit, unit, size, fmt in ((10, "s", 1, ".2g"), (120, "s", 1, ".0f"), (7200, "min", 60, ".0f"),
+                                   (172800, "h", 3600, ".0f")):
+        if seconds < limit:
+            return f"{seconds / size:{fmt}} {unit}"
+    return f"{seconds / 86400:,.0f} days"
 
 
 def precision_note(record: Any) -> str:
@@ -190,8 +195,8 @@ def precision_note(record: Any) -> str:
     text = (f"target {_pct(target)} not met: {_pct(got)} after {pairs} pairs ({stopped}); \u2248{need:,} pairs "
             f"needed for {_pct(target)}")
     secs, more = record.get("pair_seconds"), need - pairs
-    if isinstance(secs, (int, float)) and 0 < secs < math.inf and more > 0:
-        text += f" ({more:,} more, \u2248{_duration(more * secs)} at {secs:.0f} s a pair)"
+    if isinstance(secs, (int, float)) and not isinstance(secs, bool) and 0 < secs < math.inf and more > 0:
+        text += f" ({more:,} more, \u2248{_duration(more * secs)} at {_duration(secs)} a pair)"
     return text
 
 

@@ -394,17 +394,38 @@ def longest_request(profile: TrafficProfile) -> int:
     return math.ceil(profile.input_len * (1 + r)) + math.ceil(profile.output_len * (1 + r))
 
 
+# vLLM's RandomDataset refuses a spread whose shortest prompt, floor((input_len - special tokens) * (1 - r)), is
+# below one token (vllm/benchmarks/datasets/datasets.py, RandomDataset.sample, 0.26.0 and 0.32.0); the tokenizer's
+# special-token count is not known before an engine starts, so the pre-flight assumes up to this many.
+MAX_SPECIAL_TOKENS = 2
+
+
+def spread_problems(profile: TrafficProfile) -> list[tuple[str, str]]:
+    """``(traffic field, message)`` when ``range_ratio`` would make vLLM's ``RandomDataset`` draw prompts shorter
+    than one token: ``floor((input_len - MAX_SPECIAL_TOKENS) * (1 - range_ratio)) < 1`` (vLLM's own rule, with the
+    tokenizer's special tokens assumed at most ``MAX_SPECIAL_TOKENS``). Empty without a spread or a prompt length."""
+    r, n = profile.range_ratio, profile.input_len
+    if not r or n is None or math.floor(max(0, n - MAX_SPECIAL_TOKENS) * (1 - r)) >= 1:
+        return []
+    return [("range_ratio", f"at input_len {n} the shortest prompt vLLM would draw, floor((input_len - special "
+                            f"tokens) * (1 - {r!r})), is under one token (vLLM refuses it, counting up to "
+                            f"{MAX_SPECIAL_TOKENS} special tokens); lower range_ratio or raise input_len")]
+
+
 def profile_problems(profile: TrafficProfile, limits: dict[str, int]) -> list[tuple[str, str]]:
     """``(field, message)`` for each way ``profile`` exceeds an engine's limits (``max_model_len`` in tokens,
     ``max_num_seqs``); empty when it fits or a limit is unknown."""
     out = []
     max_len = limits.get("max_model_len")  # a request log's lengths are checked in the worker (engine.replay)
     if max_len is not None and profile.input_len is not None:
-        longest = longest_request(profile)
-        if longest > max_len:
-            what = ("input_len + output_len" if not profile.range_ratio else
-                    f"the longest request at range_ratio {profile.range_ratio:g}")
-            out.append(("input_len", f"{what} = {longest} tokens exceeds the engine's max_model_len {max_len}"))
+        exact, longest = profile.input_len + profile.output_len, longest_request(profile)
+        if exact > max_len:
+            out.append(("input_len", f"input_len + output_len = {exact} tokens exceeds the engine's max_model_len "
+                                     f"{max_len}"))
+        elif longest > max_len:  # the spread alone makes it too long: the field to change is range_ratio
+            out.append(("range_ratio", f"the longest request at range_ratio {profile.range_ratio!r} = {longest} "
+                                       f"tokens (input_len + output_len, each times 1 + range_ratio, rounded up) "
+                                       f"exceeds the engine's max_model_len {max_len}"))
     seqs = limits.get("max_num_seqs")
     over = [c for c in profile.concurrency if seqs is not None and c > seqs]
     if over:

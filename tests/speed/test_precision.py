@@ -163,6 +163,12 @@ def test_record_and_its_words() -> None:
              "pair_seconds": 10.0}  # 3 more pairs of 10 s: 30 s, said in seconds below two minutes
     assert precision_note(short).endswith("\u224811 pairs needed for \u00b13 % (3 more, \u224830 s at 10 s a pair)")
     assert precision_note({**short, "stopped": "met", "pairs_needed": 8}) == "\u00b14 % (target \u00b13 %, 8 pairs)"
+    tiny = {**short, "pairs_needed": 11, "pair_seconds": 0.3}  # 3 more pairs of 0.3 s
+    assert precision_note(tiny).endswith("(3 more, \u22480.9 s at 0.3 s a pair)")
+    huge = {**short, "pairs_needed": 2_835_907, "pair_seconds": 0.04}  # 2,835,899 more * 0.04 s = 113,436 s
+    assert precision_note(huge).endswith("(2,835,899 more, \u224832 h at 0.04 s a pair)")
+    months = {**short, "pairs_needed": 100_008, "pair_seconds": 48.0}  # 100,000 * 48 s = 55.6 days
+    assert precision_note(months).endswith("(100,000 more, \u224856 days at 48 s a pair)")
     for bad in (0.0, -1.0, math.inf):
         with pytest.raises(ValueError, match="pair_seconds"):
             precision_record(0.02, plan, 10, BY_REPEATS, pair_seconds=bad)

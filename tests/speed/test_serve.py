@@ -88,6 +88,9 @@ def test_the_server_command_serves_the_model_on_127_0_0_1_through_the_launcher()
     spread = serve.bench_command("/m", 12345, input_len=16, output_len=8, num_prompts=8, concurrency=2,
                                  result_dir=Path("/r"), result_file="x.json", range_ratio=0.25)
     assert dict(zip(spread, spread[1:]))["--random-range-ratio"] == "0.25"
+    exact = serve.bench_command("/m", 12345, input_len=16, output_len=8, num_prompts=8, concurrency=2,
+                                result_dir=Path("/r"), result_file="x.json", range_ratio=0.9999999)
+    assert dict(zip(exact, exact[1:]))["--random-range-ratio"] == "0.9999999"  # never rounded up to 1
 
 
 def test_a_server_starts_answers_health_and_its_whole_group_is_gone_after_the_block(tmp_path: Path) -> None:

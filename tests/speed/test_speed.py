@@ -218,13 +218,30 @@ def test_range_ratio_is_carried_shown_and_bounds_the_longest_request() -> None:
     assert profile_words(CUDA_PROFILE) == "512 in / 512 out"
     # vLLM's sampling range tops at ceil(512 * 1.5) = 768 prompt and 768 output tokens: 1,536 must fit.
     assert profile_problems(p, {"max_model_len": 1536}) == []
-    problems = dict(profile_problems(p, {"max_model_len": 1535}))
-    assert problems["input_len"] == ("the longest request at range_ratio 0.5 = 1536 tokens exceeds the engine's "
-                                     "max_model_len 1535")
+    # 1,024 exact tokens fit 1,535: the spread alone is too long, so the field named is range_ratio
+    assert profile_problems(p, {"max_model_len": 1535}) == [("range_ratio", (
+        "the longest request at range_ratio 0.5 = 1536 tokens (input_len + output_len, each times 1 + range_ratio, "
+        "rounded up) exceeds the engine's max_model_len 1535"))]
+    assert [f for f, _ in profile_problems(p, {"max_model_len": 1000})] == ["input_len"]  # 1,024 exact: too long
     odd = TrafficProfile(input_len=101, output_len=33, concurrency=(4,), range_ratio=0.3)
-    assert dict(profile_problems(odd, {"max_model_len": 174}))["input_len"].endswith("= 175 tokens exceeds the "
-                                                                                     "engine's max_model_len 174")
+    assert dict(profile_problems(odd, {"max_model_len": 174}))["range_ratio"].startswith(
+        "the longest request at range_ratio 0.3 = 175 tokens")
     assert profile_problems(odd, {"max_model_len": 175}) == []  # ceil(131.3) + ceil(42.9) = 132 + 43
+
+
+def test_a_spread_whose_shortest_prompt_vllm_refuses_is_refused_first() -> None:
+    """vLLM's RandomDataset needs floor((input_len - special tokens) * (1 - r)) >= 1; evalgate assumes up to 2."""
+    from evalgate.speed.speedup import spread_problems
+
+    def spread(n: int, r: float | None) -> list:
+        return spread_problems(TrafficProfile(input_len=n, output_len=4, concurrency=(2,), range_ratio=r))
+
+    assert [f for f, _ in spread(16, 0.95)] == ["range_ratio"]  # floor(14 * 0.05) = 0
+    assert "at input_len 16 the shortest prompt" in spread(16, 0.95)[0][1]
+    assert spread(16, 0.9) == []                                 # floor(14 * 0.1) = 1
+    assert [f for f, _ in spread(256, 0.999)] == ["range_ratio"]  # floor(254 * 0.001) = 0
+    assert spread(256, 0.99) == [] and spread(3, None) == [] and spread(3, 0.0) == []
+    assert [f for f, _ in spread(2, 0.1)] == ["range_ratio"]     # nothing left after 2 special tokens
 
 
 def test_sample_requests_draws_vllm_random_lengths_within_the_range() -> None:

@@ -288,6 +288,8 @@ CASES: list[Case] = [
                                                            "drawn from half to one and a half times"),
     _thr("traffic-range-ratio-negative", "traffic.range_ratio", "0 <= range_ratio < 1"),
     _thr("traffic-range-ratio-suites", "traffic.range_ratio", "varies vLLM's random prompts only, got prompts: suites"),
+    _thr("traffic-range-ratio-shortest-prompt", "traffic.range_ratio", "at input_len 16 the shortest prompt vLLM would "
+                                                                        "draw"),
     Case("thresholds-traffic-from-with-range-ratio", {"--thresholds": "@thresholds/traffic-from-with-range-ratio.yaml"},
          "thresholds/traffic-from-with-range-ratio.yaml", "traffic.range_ratio", "does not apply with traffic.from",
          uses=("requestlogs/ok.jsonl",)),
