@@ -152,6 +152,9 @@ CASES: list[Case] = [
     _cfg("placement-sideways", "placement", "must be one of auto, together, alternate", uses=PARENT),
     _cfg("suites-empty", "suites", "must be a non-empty list of suite names", uses=PARENT),
     _cfg("suites-unknown", "suites", "no suite named 'nosuch'", uses=PARENT),
+    # --suites wins over the config's suites, but the config's are checked all the same
+    Case("config-suites-unknown-with-suites-flag", {"--config": "@configs/suites-unknown.yaml", "--suites": ["s1"]},
+         "configs/suites-unknown.yaml", "suites", "no suite named 'nosuch'", uses=PARENT),
     # alternate needs vLLM's sleep mode: this CPU host (no GPU device node) has none
     _cfg("placement-alternate-cpu", "placement", "sleep mode", uses=PARENT),
     _cfg("description-list", "description", "string", uses=PARENT),
