@@ -482,6 +482,13 @@ CASES: list[Case] = [
          command="plan", code=ExitCode.RUNTIME, uses=("stored_runs/pilot-baseline-truncated",)),
     Case("plan-config-unknown", {"--config": "nosuch", "--from": None}, None, "--config", "config 'nosuch' not found",
          command="plan"),
+    # no pilot: the config decides the suites, so an invalid one is exit 2 as in run, never planned around
+    Case("plan-assumed-config-invalid", {"--config": "@configs/sampling-temperature-negative.yaml", "--from": None,
+                                         "--assume-discordance": "0.1"},
+         "configs/sampling-temperature-negative.yaml", "sampling.temperature", ">= 0", command="plan", uses=PARENT),
+    Case("plan-assumed-config-suites-unknown", {"--config": "@configs/suites-unknown.yaml", "--from": None,
+                                                "--assume-discordance": "0.1"},
+         "configs/suites-unknown.yaml", "suites", "no suite named", command="plan", uses=PARENT),
     # ------------------------------------------------------------------ evalgate score
     Case("score-config-unknown", {"--config": "nosuch"}, None, "--config", "config 'nosuch' not found",
          command="score"),
