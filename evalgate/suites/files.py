@@ -284,6 +284,10 @@ def task_modality(cfg: dict[str, Any], path: Path, what: str = "") -> str:
     Raises:
         ConfigError naming ``path`` and ``metadata.evalgate.modality``: a value other than ``text`` / ``image``;
             ``text`` on a task that sets ``doc_to_image``; ``image`` on one that does not (it would send no image).
+        ConfigError naming ``path`` and ``output_type``: an image task whose ``output_type`` is not
+            ``generate_until`` (evalgate sends images with generation requests only; a log-likelihood request with
+            images would fail inside the engine, and a rolling one would drop them), refused at load, before any
+            engine starts.
     """
     field = "metadata.evalgate.modality"
     declared = _evalgate_block(cfg).get("modality")
@@ -296,6 +300,11 @@ def task_modality(cfg: dict[str, Any], path: Path, what: str = "") -> str:
     if declared == "image" and not sends:
         raise ConfigError(f"{what}is 'image', but the task sets no doc_to_image (the doc fields holding each item's "
                           "images), so it would send none", path=path, field=field)
+    out = cfg.get("output_type") or "generate_until"
+    if sends and out != "generate_until":
+        raise ConfigError(f"{what}is {out!r}, but the task sets doc_to_image (its items carry images): evalgate "
+                          "sends images with generate_until tasks only (log-likelihood scoring of image items is not "
+                          "supported)", path=path, field="output_type")
     return "image" if sends else "text"
 
 

@@ -173,3 +173,17 @@ def test_the_reported_repro_unknown_config_suite_with_suites_flag_is_exit_2(
     err = capsys.readouterr().err.strip().splitlines()
     assert code == ExitCode.USAGE == 2 and len(err) == 1, err
     assert f"{cfg}: suites: no suite named 'nosuch'" in err[0], err
+
+
+@pytest.mark.parametrize("output_type", ["multiple_choice", "loglikelihood", "loglikelihood_rolling"])
+def test_an_image_task_scored_by_log_likelihood_is_refused_at_load(tmp_path: Path, output_type: str) -> None:
+    """Images go with generate_until requests only: any other output type is refused when the suite is read (before
+    any engine starts), naming the YAML and ``output_type``; the same task without images loads."""
+    for name, extra in (("mc", "doc_to_choice: [a, b]\ndoc_to_image: [image]\n"), ("mc_text", "doc_to_choice: [a, b]\n")):
+        d = _suite(tmp_path, name, extra)
+        (d / "t.yaml").write_text((d / "t.yaml").read_text().replace("generate_until", output_type))
+    with pytest.raises(ConfigError) as ei:
+        load_suite("mc", tmp_path)
+    assert (ei.value.path, ei.value.field) == (tmp_path / "mc" / "t.yaml", "output_type")
+    assert f"is {output_type!r}, but the task sets doc_to_image" in ei.value.message
+    assert load_suite("mc_text", tmp_path).modality == "text"

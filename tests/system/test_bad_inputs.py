@@ -375,6 +375,9 @@ CASES: list[Case] = [
     _suite("modality-text-with-images", "s1/t.yaml", "metadata.evalgate.modality",
            "is 'text', but the task sets doc_to_image"),
     _suite("uses-suites-unknown", "s1/t.yaml", "metadata.evalgate.uses_suites", "'nosuch' is not another suite"),
+    # an image task scored by log-likelihood: refused at load, never inside the engine
+    _suite("image-multiple-choice", "s1/t.yaml", "output_type",
+           "is 'multiple_choice', but the task sets doc_to_image", suites=["s1"]),
     _suite("only-image-suites", None, None, "no text suite here, only image suites (s1)"),
     _suite("primary-aggregation-median", "s1/t.yaml", "metric_list[0].aggregation", "must be 'mean'"),
     _suite("include-self", "s1/t.yaml", "include", "include cycle: t.yaml -> t.yaml"),
