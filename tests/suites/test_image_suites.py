@@ -187,3 +187,23 @@ def test_an_image_task_scored_by_log_likelihood_is_refused_at_load(tmp_path: Pat
     assert (ei.value.path, ei.value.field) == (tmp_path / "mc" / "t.yaml", "output_type")
     assert f"is {output_type!r}, but the task sets doc_to_image" in ei.value.message
     assert load_suite("mc_text", tmp_path).modality == "text"
+
+
+def test_a_suite_module_call_for_an_undeclared_suite_is_refused_at_load(tmp_path: Path) -> None:
+    """A suite whose Python loads another suite's module (``taskcode.suite_module``) must list that suite in
+    ``metadata.evalgate.uses_suites`` (else the other suite's files would not key its results): refused when the
+    suite is read, naming the YAML that references the module and the field; declared, it loads and is hashed with
+    the used suite. The shipped docpages declares docparse."""
+    _suite(tmp_path, "base")
+    user = _suite(tmp_path, "user")
+    (user / "t.yaml").write_text((user / "t.yaml").read_text().replace("'{{q}}'", "!function helpers.doc_to_text"))
+    (user / "helpers.py").write_text("from evalgate.suites import taskcode\n\n"
+                                     "base = taskcode.suite_module(__file__, suite='base', name='utils')\n\n\n"
+                                     "def doc_to_text(doc):\n    return doc['q']\n")
+    with pytest.raises(ConfigError) as ei:
+        load_suite("user", tmp_path)
+    assert (ei.value.path, ei.value.field) == (user / "t.yaml", "metadata.evalgate.uses_suites")
+    assert "helpers.py line 3 loads a module of suite 'base' (suite_module)" in ei.value.message
+    (user / "t.yaml").write_text((user / "t.yaml").read_text() + "metadata:\n  evalgate: {uses_suites: [base]}\n")
+    assert load_suite("user", tmp_path).uses == ("base",)
+    assert load_suite("docpages", SUITES_DIR).uses == ("docparse",)

@@ -375,6 +375,9 @@ CASES: list[Case] = [
     _suite("modality-text-with-images", "s1/t.yaml", "metadata.evalgate.modality",
            "is 'text', but the task sets doc_to_image"),
     _suite("uses-suites-unknown", "s1/t.yaml", "metadata.evalgate.uses_suites", "'nosuch' is not another suite"),
+    # s1's utils.py loads s2's module (suite_module) undeclared: s2's files would not key s1's stored results
+    _suite("uses-suites-undeclared", "s1/t.yaml", "metadata.evalgate.uses_suites",
+           "utils.py line 3 loads a module of suite 's2' (suite_module), but no task of the suite lists 's2'"),
     # an image task scored by log-likelihood: refused at load, never inside the engine
     _suite("image-multiple-choice", "s1/t.yaml", "output_type",
            "is 'multiple_choice', but the task sets doc_to_image", suites=["s1"]),
