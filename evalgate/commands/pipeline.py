@@ -195,22 +195,21 @@ def load_suites(suites_dir: Path, names: list[str] | None, config: Any = None) -
     suite (``Suite.modality``: its items carry images) runs only when named, by ``--suites`` or a config: it needs a
     model that reads images, which the text configs are not (one line on the log says which were left out).
 
+    The config's ``suites`` is checked whether or not ``--suites`` overrides it (each named suite loaded under
+    ``suites_dir``): a config that names a suite the project lacks is refused, never silently ignored.
+
     Raises:
-        ConfigError: a suite named twice; an unknown suite (one the config names: naming its file and ``suites``);
-            no suite to run.
+        ConfigError: a suite named twice; an unknown suite (one the config names, even when ``--suites`` wins: naming
+            its file and ``suites``); no suite to run.
     """
     twice = sorted({n for n in names or [] if (names or []).count(n) > 1})
     if twice:  # a suite listed twice (a typo for another?) would appear twice in the manifest and the runs: refuse
         raise ConfigError(f"suite {twice[0]!r} is named more than once", field="--suites")
+    chosen = _config_suites(suites_dir, config) if config is not None and config.suites else None
     if names:
         suites = [load_suite(n, suites_dir) for n in names]
-    elif config is not None and config.suites:
-        suites = []
-        for n in config.suites:
-            try:
-                suites.append(load_suite(n, suites_dir))
-            except ConfigError as exc:  # the config named it: say which file and key
-                raise ConfigError(exc.message, path=config.suites_from or config.path, field="suites") from None
+    elif chosen is not None:
+        suites = chosen
     else:
         every = list_suites(suites_dir)
         suites = [s for s in every if s.modality == "text"]
@@ -223,4 +222,16 @@ def load_suites(suites_dir: Path, names: list[str] | None, config: Any = None) -
                      ", ".join(left))
     if not suites:
         raise ConfigError("no suites found", path=suites_dir)
+    return suites
+
+
+def _config_suites(suites_dir: Path, config: Any) -> list[Suite]:
+    """The suites ``config``'s ``suites`` names, loaded; a suite that cannot be loaded is ConfigError naming the
+    file of the config chain that set ``suites`` and the field."""
+    suites = []
+    for n in config.suites:
+        try:
+            suites.append(load_suite(n, suites_dir))
+        except ConfigError as exc:  # the config named it: say which file and key
+            raise ConfigError(exc.message, path=config.suites_from or config.path, field="suites") from None
     return suites

@@ -34,7 +34,9 @@ def plan(config: str, margin: float | None, thresholds_path: Path, configs_dir: 
     says which margin was used and where it came from.
 
     Raises:
-        ConfigError: margin not in (0, 100], unknown config, a pilot of another config, a share outside [0, 1].
+        ConfigError: margin not in (0, 100], unknown config, a pilot of another config, a share outside [0, 1];
+            with ``assume_discordance``, a config that does not load (its file and field named) or whose ``suites``
+            names an unknown suite.
         StoreError: the pilot run is missing or malformed.
     """
     if margin is not None and (not margin > 0 or margin > 100):
@@ -44,9 +46,10 @@ def plan(config: str, margin: float | None, thresholds_path: Path, configs_dir: 
     if not from_dir:
         _find_config(config, configs_dir)  # a config that does not exist has no pilot to find
     if assume_discordance is not None:
-        cfg = _load_config(config, configs_dir)
-        return _plan_assumed(assume_discordance, margin, policy, cfg.model if cfg else None,
-                             load_suites(default_suites_dir(), None, cfg))
+        # no pilot: the config decides the suites and names the model, so a config that does not load is exit 2
+        # (as for run/score/ablate), never planned around
+        cfg = load_config(config, configs_dir, check_engine_args=False)
+        return _plan_assumed(assume_discordance, margin, policy, cfg.model, load_suites(default_suites_dir(), None, cfg))
     _plan_from_pilot(config, name, margin, policy, configs_dir, from_dir or _latest_run(name))
 
 

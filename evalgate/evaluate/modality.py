@@ -8,7 +8,9 @@ with ``images=True``: the engine config resolved from the checkpoint's ``config.
 decision is ``worker.main.image_input``: vLLM's model registry and multimodal processor, never the model's name).
 A model that does not read images, or of which it cannot be told, is exit 2: one line naming the config file, the
 field that decides it (``model``, ``engine_args.limit_mm_per_prompt`` or ``engine_args.language_model_only``) and
-the image suite. Runs without an image suite start nothing here.
+the image suite. A config that prompts through a chat template (a ``chat`` section) is refused first, with no worker
+started (images in chat-protocol prompts are not supported: ``check_chat_images``). Runs without an image suite
+start nothing here.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from evalgate.evaluate import runner
 from evalgate.inputs.config import EngineConfig, installed_vllm_version, set_in
 from evalgate.suites.files import Suite
 
-__all__ = ["check_image_input", "image_suites"]
+__all__ = ["check_chat_images", "check_image_input", "image_suites"]
 
 
 def image_suites(suites: list[Suite]) -> list[Suite]:
@@ -42,7 +44,8 @@ def check_image_input(configs: list[tuple[str, EngineConfig]], suites: list[Suit
         ``image_input``), so a later engine-value check can reuse it; ``{}`` when no suite carries images (no worker
         is started).
     Raises:
-        ConfigError (exit 2): a config's model does not read images, or it cannot be told (fail closed). One line,
+        ConfigError (exit 2): a config prompts through a chat template (``check_chat_images``, checked first: no
+            worker starts); a config's model does not read images, or it cannot be told (fail closed). One line,
             ``<config file>: <field>: <model> does not read images (<vLLM distribution and version>: <why>) ...``,
             naming the image suite and where its task says so.
         EngineError (exit 3): the check worker itself could not run.
@@ -50,6 +53,7 @@ def check_image_input(configs: list[tuple[str, EngineConfig]], suites: list[Suit
     wanted = image_suites(suites)
     if not wanted:
         return {}
+    check_chat_images([cfg for _, cfg in configs], wanted)
     out: dict[str, dict[str, Any]] = {}
     for role, cfg in configs:
         got = runner.check_engine_values(cfg, log_dir / f"{role}-check.log", timeout_s, images=True)
@@ -60,6 +64,33 @@ def check_image_input(configs: list[tuple[str, EngineConfig]], suites: list[Suit
             field = str(info.get("field") or "model")
             raise ConfigError(_refusal(cfg, info, field, wanted[0]), path=cfg.path, field=field)
     return out
+
+
+def check_chat_images(configs: list[EngineConfig], suites: list[Suite]) -> None:
+    """Refuse images in chat-protocol prompts (not supported: the chat template renders text turns only, so where
+    the image goes in the prompt would be the template's accident), before any worker or engine starts.
+
+    Args:
+        configs: the configs of the command, checked in order. suites: the suites the command runs.
+    Raises:
+        ConfigError (exit 2): a config with a chat protocol (its ``chat`` section sets a template) given an image
+            suite; one line naming the config file, ``chat`` (and the file of its chain that sets it, when another)
+            and the image suite.
+    """
+    wanted = image_suites(suites)
+    if not wanted:
+        return
+    for cfg in configs:
+        if not cfg.chat.is_chat:
+            continue
+        suite = wanted[0]
+        task = next(s for s in suite.specs if s.modality == "image")
+        origin = set_in(cfg, "chat")
+        where = "" if origin == cfg.path else f" (set in {origin})"
+        raise ConfigError(f"the config prompts through a chat template{where}, but suite {suite.name} is an image "
+                          f"suite (task {task.name}: doc_to_image in {task.source}); images in chat-protocol prompts "
+                          "are not supported: gate it with a completion-prompt config (no chat section), or leave it "
+                          "out of --suites and the config's suites", path=cfg.path, field="chat")
 
 
 def _refusal(cfg: EngineConfig, info: dict[str, Any], field: str, suite: Suite) -> str:

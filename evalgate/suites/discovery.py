@@ -36,6 +36,7 @@ from evalgate.suites.files import (
     SUITES_ENV,
     Suite,
     TaskSpec,
+    check_declared_uses,
     check_dir,
     check_metrics,
     content_hash,
@@ -167,7 +168,8 @@ def load_suite(name: str, suites_dir: Path | str | None = None) -> Suite:
     Raises:
         ConfigError: the name is not a plain folder name; the suite folder does not exist (the
             message suggests close names); it holds no task YAML; a task's ``metadata.evalgate.modality`` or
-            ``uses_suites`` is malformed (``files.task_modality``, ``files.uses_suites``); a YAML cannot be
+            ``uses_suites`` is malformed (``files.task_modality``, ``files.uses_suites``), or the suite's Python loads
+            another suite's module that no task lists in ``uses_suites`` (``files.check_declared_uses``); a YAML cannot be
             parsed, is neither a task (``task: name``) nor a group (``group: name`` with a ``task:`` list), repeats a key, has a bad
             ``limit``, or a task (its own or built-in) has no non-empty ``metric_list`` or its primary metric has
             ``higher_is_better`` other than true or an ``aggregation`` other than ``mean``; a group names a task
@@ -194,6 +196,7 @@ def load_suite(name: str, suites_dir: Path | str | None = None) -> Suite:
                               path=s.source, field="task")
         seen[s.name] = s.source
     specs.sort(key=lambda s: s.name)
+    check_declared_uses(path, specs)  # a suite_module call for a suite not in uses_suites would key results stale
     uses = tuple(sorted({u for s in specs for u in s.uses_suites}))
     return Suite(name=name, path=path, tasks=tuple(s.name for s in specs),
                  primary_metric={s.name: s.metric for s in specs},

@@ -284,6 +284,10 @@ def task_modality(cfg: dict[str, Any], path: Path, what: str = "") -> str:
     Raises:
         ConfigError naming ``path`` and ``metadata.evalgate.modality``: a value other than ``text`` / ``image``;
             ``text`` on a task that sets ``doc_to_image``; ``image`` on one that does not (it would send no image).
+        ConfigError naming ``path`` and ``output_type``: an image task whose ``output_type`` is not
+            ``generate_until`` (evalgate sends images with generation requests only; a log-likelihood request with
+            images would fail inside the engine, and a rolling one would drop them), refused at load, before any
+            engine starts.
     """
     field = "metadata.evalgate.modality"
     declared = _evalgate_block(cfg).get("modality")
@@ -296,6 +300,11 @@ def task_modality(cfg: dict[str, Any], path: Path, what: str = "") -> str:
     if declared == "image" and not sends:
         raise ConfigError(f"{what}is 'image', but the task sets no doc_to_image (the doc fields holding each item's "
                           "images), so it would send none", path=path, field=field)
+    out = cfg.get("output_type") or "generate_until"
+    if sends and out != "generate_until":
+        raise ConfigError(f"{what}is {out!r}, but the task sets doc_to_image (its items carry images): evalgate "
+                          "sends images with generate_until tasks only (log-likelihood scoring of image items is not "
+                          "supported)", path=path, field="output_type")
     return "image" if sends else "text"
 
 
@@ -316,6 +325,60 @@ def uses_suites(cfg: dict[str, Any], path: Path, root: Path, own: str) -> tuple[
             raise ConfigError(f"{name!r} is not another suite of {root} (known: {', '.join(known) or 'none'})",
                               path=path, field=field)
     return tuple(sorted(set(value)))
+
+
+def check_declared_uses(folder: Path, specs: Sequence[TaskSpec]) -> None:
+    """Refuse a suite whose Python loads another suite's module (``taskcode.suite_module(__file__, "<suite>", ...)``)
+    without declaring that suite in ``metadata.evalgate.uses_suites``: the other suite's files would not key its
+    stored results, so a change there would be served stale. Each ``*.py`` of ``folder`` is parsed, not run; a call
+    whose suite name is a string literal is checked (a computed name, or another way of reading the other suite's
+    files, is not seen). A file that does not parse is left to the ``!function`` check.
+
+    Args:
+        folder: the suite's folder. specs: its tasks as resolved (their ``uses_suites``; their YAMLs, to name one).
+    Raises:
+        ConfigError naming the task YAML that references the calling module (else the suite's first YAML) and
+            ``metadata.evalgate.uses_suites``.
+    """
+    import ast
+
+    declared = {u for s in specs for u in s.uses_suites}
+    for py in (f for f in _files(folder) if f.suffix == ".py"):
+        try:
+            tree = ast.parse(py.read_bytes(), filename=str(py))
+        except (SyntaxError, ValueError, OSError):
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+            if called != "suite_module":
+                continue
+            arg = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "suite"),
+                                                                None)
+            used = arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else None
+            if used is None or used == folder.name or used in declared:
+                continue
+            yaml = _referrer(folder, specs, py.stem)
+            raise ConfigError(f"{py.relative_to(folder).as_posix()} line {node.lineno} loads a module of suite "
+                              f"{used!r} (suite_module), but no task of the suite lists {used!r} here: list it so "
+                              "that its files key this suite's stored results (else a change to it is served stale)",
+                              path=yaml, field="metadata.evalgate.uses_suites")
+
+
+def _referrer(folder: Path, specs: Sequence[TaskSpec], module: str) -> Path:
+    """The YAML of the first task of ``specs`` (in the suite's ``folder``) whose config names ``module`` in a
+    ``!function`` reference (a string ``module.name``); else the folder's first YAML."""
+    def names(value: Any) -> bool:
+        if isinstance(value, str):
+            return value.startswith(f"{module}.")
+        if isinstance(value, dict):
+            return any(names(v) for v in value.values())
+        return isinstance(value, list) and any(names(v) for v in value)
+
+    own = sorted((s for s in specs if s.source.parent == folder), key=lambda s: s.source)
+    return next((s.source for s in own if names(s.config)), None) or (own[0].source if own else suite_yamls(folder)[0])
 
 
 def resolve_files(files: Any, folder: Path) -> Any:

@@ -32,8 +32,9 @@ def sibling(file: str | Path, name: str) -> ModuleType:
 def suite_module(file: str | Path, suite: str, name: str) -> ModuleType:
     """The module ``<name>.py`` of suite ``suite`` beside the suite of ``file`` (pass ``__file__``): the file
     ``<folder of file>/../<suite>/<name>.py``, loaded by :func:`load_module`. The calling task's YAML must list
-    ``suite`` in ``metadata.evalgate.uses_suites`` (so that suite's files key its stored results); FileNotFoundError
-    when the file is missing."""
+    ``suite`` in ``metadata.evalgate.uses_suites`` (so that suite's files key its stored results): a call with a
+    literal suite name that no task of the suite lists is refused when the suite is loaded
+    (``files.check_declared_uses``, exit 2). Raises FileNotFoundError when the file is missing."""
     return load_module(Path(file).resolve().parent.parent / suite / f"{name}.py")
 
 

@@ -145,3 +145,41 @@ def test_a_vl_run_asks_both_sides_once_then_starts_its_engines(vllm_says, tmp_pa
     with pytest.raises(_Reached):
         cli.main(["run", "--config", "vl/bf16", "--limit", "2", "--no-speed", "--out", str(tmp_path / "run")])
     assert calls == [("vl/bf16", "candidate-check.log", True), ("vl/baseline", "baseline-check.log", True)]
+
+
+def _chat_vl_configs(root: Path) -> Path:
+    """A chat-protocol pair on the VL fixture: ``base`` (chat set here, the page tier by the inherited ``suites``)
+    and ``cand`` (BF16) extending it."""
+    root.mkdir(parents=True)
+    (root / "base.yaml").write_text(f"extends: {CONFIGS_DIR / 'vl' / 'baseline.yaml'}\nbaseline: null\n"
+                                    "chat: {template: model}\n")
+    (root / "cand.yaml").write_text("extends: base\nexpect: lossy\nengine_args: {dtype: bfloat16}\n")
+    return root
+
+
+@pytest.mark.parametrize("command", ["run", "score", "ablate"])
+def test_images_in_chat_prompts_are_refused_before_any_worker(vllm_says, tmp_path: Path, command: str,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A chat-protocol config given an image suite: exit 2, one line naming the config file, ``chat`` (and the file
+    that sets it) and the image suite; no check worker and no engine started."""
+    answers, calls = vllm_says
+    answers["embedded:idefics3-tiny"] = READS
+    d = _chat_vl_configs(tmp_path / "configs")
+    argv = [command, "--config", str(d / "cand.yaml"), "--limit", "2",
+            "--out", str(tmp_path / "out")]
+    code = cli.main(argv + (["--no-speed"] if command == "run" else []))
+    line = _one_line(capsys)
+    assert code == ExitCode.USAGE == 2 and calls == [], line
+    assert line.startswith(f"evalgate: error: {d / 'cand.yaml'}: chat: the config prompts through a chat template "
+                           f"(set in {d / 'base.yaml'}), but suite docpages is an image suite"), line
+    assert "images in chat-protocol prompts are not supported" in line
+
+
+def test_a_chat_config_without_an_image_suite_is_not_refused(tmp_path: Path) -> None:
+    d = _chat_vl_configs(tmp_path / "configs")
+    from evalgate.evaluate.modality import check_chat_images
+    cand = load_config(d / "cand.yaml", d, check_engine_args=False)
+    check_chat_images([cand], [load_suite("docparse", SUITES_DIR)])  # text only: nothing to refuse
+    with pytest.raises(ConfigError) as ei:
+        check_chat_images([cand], [load_suite("docparse", SUITES_DIR), load_suite("docpages", SUITES_DIR)])
+    assert (ei.value.path, ei.value.field) == (d / "cand.yaml", "chat")

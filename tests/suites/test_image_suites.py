@@ -132,3 +132,78 @@ def test_the_shipped_defaults_leave_the_page_tier_to_the_vl_configs() -> None:
     for name in ("vl/baseline", "vl/bf16"):
         assert [s.name for s in load_suites(SUITES_DIR, None, load_config(name, check_engine_args=False))] == [
             "docpages"]
+
+
+def test_a_configs_suites_is_checked_even_when_the_command_line_names_the_suites(tmp_path: Path) -> None:
+    """``--suites`` wins over a config's ``suites``, but a config naming a suite the project lacks is still refused,
+    naming the file that set ``suites`` (never silently ignored)."""
+    root = tmp_path / "suites"
+    _suite(root, "alpha")
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "base.yaml").write_text("model: org/text\n")
+    (configs / "typo.yaml").write_text("extends: base\nsuites: [alpha, nosuch]\n")
+    typo = load_config("typo", configs, check_engine_args=False)
+    for names in (None, ["alpha"]):
+        with pytest.raises(ConfigError) as ei:
+            load_suites(root, names, typo)
+        assert (ei.value.path, ei.value.field) == (configs / "typo.yaml", "suites"), names
+        assert "no suite named 'nosuch'" in ei.value.message
+
+
+def test_the_reported_repro_unknown_config_suite_with_suites_flag_is_exit_2(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The tester's repro: a config extending the shipped fp16-state by absolute path with ``suites: [nosuch]``, run
+    with ``--suites docparse``: exit 2 before any engine, one line naming the config file and ``suites``."""
+    import evalgate.evaluate.runner as runner
+    from evalgate import cli
+    from evalgate.errors import ExitCode
+    from evalgate.inputs.config import CONFIGS_DIR
+
+    def trip(*a: object, **k: object) -> None:
+        raise AssertionError("an engine or check worker started")
+
+    for name in ("check_engine_values", "start_config", "evaluate_config"):
+        monkeypatch.setattr(runner, name, trip)
+    monkeypatch.setenv("EVALGATE_HOME", str(tmp_path / "home"))
+    cfg = tmp_path / "nosuch-suites.yaml"
+    cfg.write_text(f"extends: {CONFIGS_DIR / 'fp16-state.yaml'}\nsuites: [nosuch]\n")
+    code = cli.main(["run", "--config", str(cfg), "--suites", "docparse", "--limit", "2", "--no-speed",
+                     "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == ExitCode.USAGE == 2 and len(err) == 1, err
+    assert f"{cfg}: suites: no suite named 'nosuch'" in err[0], err
+
+
+@pytest.mark.parametrize("output_type", ["multiple_choice", "loglikelihood", "loglikelihood_rolling"])
+def test_an_image_task_scored_by_log_likelihood_is_refused_at_load(tmp_path: Path, output_type: str) -> None:
+    """Images go with generate_until requests only: any other output type is refused when the suite is read (before
+    any engine starts), naming the YAML and ``output_type``; the same task without images loads."""
+    for name, extra in (("mc", "doc_to_choice: [a, b]\ndoc_to_image: [image]\n"), ("mc_text", "doc_to_choice: [a, b]\n")):
+        d = _suite(tmp_path, name, extra)
+        (d / "t.yaml").write_text((d / "t.yaml").read_text().replace("generate_until", output_type))
+    with pytest.raises(ConfigError) as ei:
+        load_suite("mc", tmp_path)
+    assert (ei.value.path, ei.value.field) == (tmp_path / "mc" / "t.yaml", "output_type")
+    assert f"is {output_type!r}, but the task sets doc_to_image" in ei.value.message
+    assert load_suite("mc_text", tmp_path).modality == "text"
+
+
+def test_a_suite_module_call_for_an_undeclared_suite_is_refused_at_load(tmp_path: Path) -> None:
+    """A suite whose Python loads another suite's module (``taskcode.suite_module``) must list that suite in
+    ``metadata.evalgate.uses_suites`` (else the other suite's files would not key its results): refused when the
+    suite is read, naming the YAML that references the module and the field; declared, it loads and is hashed with
+    the used suite. The shipped docpages declares docparse."""
+    _suite(tmp_path, "base")
+    user = _suite(tmp_path, "user")
+    (user / "t.yaml").write_text((user / "t.yaml").read_text().replace("'{{q}}'", "!function helpers.doc_to_text"))
+    (user / "helpers.py").write_text("from evalgate.suites import taskcode\n\n"
+                                     "base = taskcode.suite_module(__file__, suite='base', name='utils')\n\n\n"
+                                     "def doc_to_text(doc):\n    return doc['q']\n")
+    with pytest.raises(ConfigError) as ei:
+        load_suite("user", tmp_path)
+    assert (ei.value.path, ei.value.field) == (user / "t.yaml", "metadata.evalgate.uses_suites")
+    assert "helpers.py line 3 loads a module of suite 'base' (suite_module)" in ei.value.message
+    (user / "t.yaml").write_text((user / "t.yaml").read_text() + "metadata:\n  evalgate: {uses_suites: [base]}\n")
+    assert load_suite("user", tmp_path).uses == ("base",)
+    assert load_suite("docpages", SUITES_DIR).uses == ("docparse",)

@@ -152,6 +152,9 @@ CASES: list[Case] = [
     _cfg("placement-sideways", "placement", "must be one of auto, together, alternate", uses=PARENT),
     _cfg("suites-empty", "suites", "must be a non-empty list of suite names", uses=PARENT),
     _cfg("suites-unknown", "suites", "no suite named 'nosuch'", uses=PARENT),
+    # --suites wins over the config's suites, but the config's are checked all the same
+    Case("config-suites-unknown-with-suites-flag", {"--config": "@configs/suites-unknown.yaml", "--suites": ["s1"]},
+         "configs/suites-unknown.yaml", "suites", "no suite named 'nosuch'", uses=PARENT),
     # alternate needs vLLM's sleep mode: this CPU host (no GPU device node) has none
     _cfg("placement-alternate-cpu", "placement", "sleep mode", uses=PARENT),
     _cfg("description-list", "description", "string", uses=PARENT),
@@ -374,6 +377,12 @@ CASES: list[Case] = [
     _suite("modality-text-with-images", "s1/t.yaml", "metadata.evalgate.modality",
            "is 'text', but the task sets doc_to_image"),
     _suite("uses-suites-unknown", "s1/t.yaml", "metadata.evalgate.uses_suites", "'nosuch' is not another suite"),
+    # s1's utils.py loads s2's module (suite_module) undeclared: s2's files would not key s1's stored results
+    _suite("uses-suites-undeclared", "s1/t.yaml", "metadata.evalgate.uses_suites",
+           "utils.py line 3 loads a module of suite 's2' (suite_module), but no task of the suite lists 's2'"),
+    # an image task scored by log-likelihood: refused at load, never inside the engine
+    _suite("image-multiple-choice", "s1/t.yaml", "output_type",
+           "is 'multiple_choice', but the task sets doc_to_image", suites=["s1"]),
     _suite("only-image-suites", None, None, "no text suite here, only image suites (s1)"),
     _suite("primary-aggregation-median", "s1/t.yaml", "metric_list[0].aggregation", "must be 'mean'"),
     _suite("include-self", "s1/t.yaml", "include", "include cycle: t.yaml -> t.yaml"),
@@ -481,6 +490,13 @@ CASES: list[Case] = [
          command="plan", code=ExitCode.RUNTIME, uses=("stored_runs/pilot-baseline-truncated",)),
     Case("plan-config-unknown", {"--config": "nosuch", "--from": None}, None, "--config", "config 'nosuch' not found",
          command="plan"),
+    # no pilot: the config decides the suites, so an invalid one is exit 2 as in run, never planned around
+    Case("plan-assumed-config-invalid", {"--config": "@configs/sampling-temperature-negative.yaml", "--from": None,
+                                         "--assume-discordance": "0.1"},
+         "configs/sampling-temperature-negative.yaml", "sampling.temperature", ">= 0", command="plan", uses=PARENT),
+    Case("plan-assumed-config-suites-unknown", {"--config": "@configs/suites-unknown.yaml", "--from": None,
+                                                "--assume-discordance": "0.1"},
+         "configs/suites-unknown.yaml", "suites", "no suite named", command="plan", uses=PARENT),
     # ------------------------------------------------------------------ evalgate score
     Case("score-config-unknown", {"--config": "nosuch"}, None, "--config", "config 'nosuch' not found",
          command="score"),

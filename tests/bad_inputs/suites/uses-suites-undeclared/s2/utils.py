@@ -1,0 +1,2 @@
+def doc_to_text(doc):
+    return doc["q"]
