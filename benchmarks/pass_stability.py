@@ -1,7 +1,8 @@
 """Which pass shape measures speed with less noise per GPU-second: one wave, or a refilled pass timed over its steady
 window (issue 25, item 3: ``traffic.range_ratio``)?
 
-Two engines of one config (an A/A: the second with engine seed 1), both resident, take interleaved ABBA pairs of two
+Two engines of one config (an A/A: the second with engine seed 1; ``--placement alternate`` (default): both started
+with vLLM's sleep mode, one awake at a time, as evalgate places the scale configs; ``together``: both resident) take interleaved ABBA pairs of two
 pass shapes at one concurrency, the shapes alternating pair by pair (wave, refill, refill, wave, ...), so a slow drift
 of the machine reaches both shapes alike:
 
@@ -22,10 +23,10 @@ times the mean pair seconds. The shape with fewer GPU-seconds to the target is t
 
 Run on the GPU from the repository root (after the GPU kit's install), e.g.::
 
-    python benchmarks/pass_stability.py --config scale/baseline --util 0.4 --concurrency 256 --pairs 4 \
+    python benchmarks/pass_stability.py --config scale/baseline --concurrency 256 --pairs 4 \
         --max-seconds 900 --json /tmp/r/stability.json
 
-On CPU, to try it: ``--config scale/cpu/baseline --input-len 32 --output-len 16 --concurrency 4 --pairs 2``.
+On CPU, to try it: ``--config scale/cpu/baseline --placement together --input-len 32 --output-len 16 --concurrency 4 --pairs 2``.
 """
 
 from __future__ import annotations
@@ -42,8 +43,11 @@ from pathlib import Path
 from typing import Any
 
 
-def _workers(config: str, util: float | None, tmp: Path, timeout: float) -> dict[str, Any]:
-    """Start the A/A pair: ``config`` as baseline and the same with engine seed 1 as candidate, both resident."""
+def _workers(config: str, util: float | None, placement: str, tmp: Path, timeout: float) -> tuple[dict[str, Any], Any]:
+    """Start the A/A pair: ``config`` as baseline and the same with engine seed 1 as candidate, placed by evalgate's
+    own ``placement.Alternation`` (``together``: both resident; ``alternate``: sleep mode, one awake at a time).
+    Returns the sides' proxies (``measure`` wakes the side first) and the alternation (its ``record()``)."""
+    from evalgate.evaluate.placement import Alternation
     from evalgate.evaluate.runner import start_config
     from evalgate.inputs.config import load_config
     from evalgate.models.embedded import evalgate_home
@@ -54,14 +58,16 @@ def _workers(config: str, util: float | None, tmp: Path, timeout: float) -> dict
     args = dict(base.engine_args)
     if util is not None:
         args["gpu_memory_utilization"] = util
-    out: dict[str, Any] = {}
+    alternation = Alternation(placement)
     for role, seed in (("baseline", args.get("seed", 0) or 0), ("candidate", (args.get("seed", 0) or 0) + 1)):
-        cfg = dataclasses.replace(base, engine_args={**args, "seed": seed}, placement="together")
+        cfg = dataclasses.replace(base, engine_args={**args, "seed": seed}, placement=placement)
         t0 = time.monotonic()
-        out[role], _ = start_config(cfg, [], limit=None, store=store, log_path=tmp / f"{role}.log", timeout_s=timeout,
-                                    logprob_items=0)
+        alternation.before_start(role)
+        worker, _ = start_config(cfg, [], limit=None, store=store, log_path=tmp / f"{role}.log", timeout_s=timeout,
+                                 logprob_items=0, sleep_mode=placement == "alternate")
+        alternation.started(role, worker)
         print(f"{role} engine ready in {time.monotonic() - t0:.1f} s", flush=True)
-    return out
+    return {role: alternation.proxy(role) for role in ("baseline", "candidate")}, alternation
 
 
 def summarize(passes: list[dict[str, Any]], target: float) -> dict[str, Any]:
@@ -100,7 +106,8 @@ def summarize(passes: list[dict[str, Any]], target: float) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--config", default="scale/baseline")
-    p.add_argument("--util", type=float, default=None, help="gpu_memory_utilization per engine (both resident)")
+    p.add_argument("--util", type=float, default=None, help="gpu_memory_utilization per engine")
+    p.add_argument("--placement", choices=("together", "alternate"), default="alternate")
     p.add_argument("--input-len", type=int, default=512)
     p.add_argument("--output-len", type=int, default=512)
     p.add_argument("--concurrency", type=int, default=256)
@@ -135,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     raw: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="evalgate-stability-") as d:
         t0 = time.monotonic()
-        workers = _workers(args.config, args.util, Path(d), args.timeout)
+        workers, alternation = _workers(args.config, args.util, args.placement, Path(d), args.timeout)
         result["start_s"] = time.monotonic() - t0
         try:
             for name, cmd in shapes.items():  # warm-up: each shape once per side, short outputs, excluded
@@ -170,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name} pair {i + 1}: baseline {row['baseline']:,.0f} candidate {row['candidate']:,.0f} "
                       f"output tok/s, {row['seconds']:.1f} s (steady window: {win})", flush=True)
         finally:
-            for w in workers.values():
+            result["placement"] = alternation.record()
+            for role, w in alternation.workers.items():
                 w.close()
     result["passes"] = raw
     result["summary"] = {name: summarize(v, args.target) for name, v in pairs.items() if v}
