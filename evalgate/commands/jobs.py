@@ -47,6 +47,7 @@ from evalgate.inputs.speed_only import check_speed_only
 from evalgate.inputs.thresholds import Thresholds, load_thresholds
 from evalgate.models.embedded import check_home, evalgate_home
 from evalgate.paths import check_writable_dir
+from evalgate.results.document import validation_problem
 from evalgate.results.manifest import Manifest
 from evalgate.results.store import ResultStore, tasks_to_json, write_json_atomic
 from evalgate.speed.block import SpeedBlock
@@ -440,6 +441,4 @@ def _manifest_of(data: dict[str, Any], source: Path) -> Manifest:
     try:
         return Manifest.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        raise StoreError(f"{source / 'manifest.json'}: malformed manifest: {'.'.join(map(str, err['loc']))}: "
-                         f"{err['msg']}") from None
+        raise StoreError(f"{source / 'manifest.json'}: malformed manifest: {validation_problem(exc)}") from None
