@@ -32,7 +32,7 @@ from evalgate.engine.device import check_same_hardware
 from evalgate.engine.platform import check_platform
 from evalgate.errors import ConfigError, StoreError
 from evalgate.evaluate import runner
-from evalgate.evaluate.modality import check_image_input
+from evalgate.evaluate.modality import check_image_counts, check_image_input
 from evalgate.evaluate.placement import Alternation, Placement, placement_record, summary_line
 from evalgate.evaluate.placement import resolve as resolve_placement
 from evalgate.evaluate.preflight import check_suites
@@ -128,6 +128,8 @@ class EngineJob:
         # Each task built by lm-eval, its items' requests built and item 0 scored: a suite error is exit 2 here.
         self.preflight = (check_suites(self.suites, limit=self.options.limit, timeout=self.options.timeout)
                           if self.suites else {"seconds": 0.0})
+        # every item's images against what each side's model takes in one prompt (vLLM would refuse it mid-run)
+        check_image_counts([("candidate", self.cand), ("baseline", self.base)], self.checked, self.preflight)
         self.announce(self.out)
         self.timings = {"load": time.monotonic() - t0, "preflight": self.preflight["seconds"]}
         self._check_values()
