@@ -36,7 +36,7 @@ from evalgate.engine.device import check_same_hardware
 from evalgate.engine.platform import check_platform
 from evalgate.errors import ConfigError, EngineError
 from evalgate.evaluate import runner
-from evalgate.evaluate.modality import check_image_input
+from evalgate.evaluate.modality import check_image_counts, check_image_input
 from evalgate.evaluate.placement import Alternation, placement_record
 from evalgate.evaluate.placement import resolve as resolve_placement
 from evalgate.evaluate.preflight import check_suites
@@ -332,8 +332,7 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
     # As for a run: every task's data at hand, each task built by lm-eval and item 0 scored, before the baseline's
     # engine starts (a suite error is exit 2 here, not a worker traceback). --speed-only: no suites.
     os.environ.update(check_datasets(suites))
-    if suites:
-        check_suites(suites, limit=options.limit, timeout=options.timeout)
+    preflight = check_suites(suites, limit=options.limit, timeout=options.timeout) if suites else {}
     variants = _select(plan_variants(base, recipe, known, _refusal), kind, only, recipe, base)
     if all(v.skipped for v in variants):  # nothing would be measured: say so before the baseline's engine starts
         raise ConfigError(f"no row of this ablation can run on this platform ({variants[0].skipped.split(' (')[0]}; "
@@ -345,7 +344,8 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
     check_home()  # the store is written as the baseline runs: a broken home must not cost its engine run
     # an image suite needs models vLLM takes images for: the recipe's and the baseline's (every variant is one plus
     # some of the other's engine args), asked of vLLM before the baseline's engine starts (else exit 2)
-    check_image_input([("recipe", recipe), ("baseline", base)], suites, out / "logs", options.timeout)
+    sides = [("recipe", recipe), ("baseline", base)]
+    check_image_counts(sides, check_image_input(sides, suites, out / "logs", options.timeout), preflight)
     announce(out)
     policy = thresholds.policy(recipe.name)  # the recipe's thresholds, resolved once: its traffic profile
     profile = speed_profile(options, policy, default_on=True)

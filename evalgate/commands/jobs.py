@@ -32,7 +32,7 @@ from evalgate.engine.device import check_same_hardware
 from evalgate.engine.platform import check_platform
 from evalgate.errors import ConfigError, StoreError
 from evalgate.evaluate import runner
-from evalgate.evaluate.modality import check_image_input
+from evalgate.evaluate.modality import check_image_counts, check_image_input
 from evalgate.evaluate.placement import Alternation, Placement, placement_record, summary_line
 from evalgate.evaluate.placement import resolve as resolve_placement
 from evalgate.evaluate.preflight import check_suites
@@ -47,6 +47,7 @@ from evalgate.inputs.speed_only import check_speed_only
 from evalgate.inputs.thresholds import Thresholds, load_thresholds
 from evalgate.models.embedded import check_home, evalgate_home
 from evalgate.paths import check_writable_dir
+from evalgate.results.document import validation_problem
 from evalgate.results.manifest import Manifest
 from evalgate.results.store import ResultStore, tasks_to_json, write_json_atomic
 from evalgate.speed.block import SpeedBlock
@@ -127,6 +128,8 @@ class EngineJob:
         # Each task built by lm-eval, its items' requests built and item 0 scored: a suite error is exit 2 here.
         self.preflight = (check_suites(self.suites, limit=self.options.limit, timeout=self.options.timeout)
                           if self.suites else {"seconds": 0.0})
+        # every item's images against what each side's model takes in one prompt (vLLM would refuse it mid-run)
+        check_image_counts([("candidate", self.cand), ("baseline", self.base)], self.checked, self.preflight)
         self.announce(self.out)
         self.timings = {"load": time.monotonic() - t0, "preflight": self.preflight["seconds"]}
         self._check_values()
@@ -440,6 +443,4 @@ def _manifest_of(data: dict[str, Any], source: Path) -> Manifest:
     try:
         return Manifest.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        raise StoreError(f"{source / 'manifest.json'}: malformed manifest: {'.'.join(map(str, err['loc']))}: "
-                         f"{err['msg']}") from None
+        raise StoreError(f"{source / 'manifest.json'}: malformed manifest: {validation_problem(exc)}") from None

@@ -29,7 +29,7 @@ from evalgate.commands.pipeline import load_suites, stamp_now
 from evalgate.compare.intervals import cluster_codes, clustered_se, paired_t_interval, wilson_interval
 from evalgate.engine.platform import check_platform
 from evalgate.evaluate import runner
-from evalgate.evaluate.modality import check_image_input
+from evalgate.evaluate.modality import check_image_counts, check_image_input
 from evalgate.evaluate.preflight import check_suites
 from evalgate.evaluate.progress import engine_progress
 from evalgate.evaluate.runner import versions
@@ -179,8 +179,9 @@ class ScoreJob:
             check_writable_dir(self.out, field="--out (default)", what="the run directory")
         check_home()
         # an image suite needs a model vLLM takes images for (asked of vLLM, no weights loaded; else exit 2)
-        check_image_input([("score", self.cfg)], self.suites, self.out / "logs", self.options.timeout)
+        checked = check_image_input([("score", self.cfg)], self.suites, self.out / "logs", self.options.timeout)
         self.preflight = check_suites(self.suites, limit=self.options.limit, timeout=self.options.timeout)
+        check_image_counts([("score", self.cfg)], checked, self.preflight)  # each item's images vs the model's limit
         self.announce(self.out)
         self.timings = {"load": time.monotonic() - t0, "preflight": self.preflight["seconds"]}
 

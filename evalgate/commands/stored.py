@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from evalgate.inputs.chat import describe_difference
 from evalgate.paths import check_writable_dir
 from evalgate.report.outputs import write_outputs
 from evalgate.report.verdict import VERSION, Verdict
+from evalgate.results.document import validation_problem
 from evalgate.results.manifest import Manifest
 from evalgate.results.store import read_json, tasks_from_json
 
@@ -75,11 +75,8 @@ def read_verdict(path: Path) -> Verdict:
         raise StoreError(f"{path}: not an evalgate verdict document")
     try:
         verdict = Verdict.model_validate(doc)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
-        msg = re.sub(r" or instance of \w+$", "", first["msg"])  # not the model class names
-        raise StoreError(f"{path}: not an evalgate verdict document: {field}: {msg}") from None
+    except ValidationError as exc:  # one line: the field path, what it must hold and what it held
+        raise StoreError(f"{path}: not an evalgate verdict document: {validation_problem(exc)}") from None
     check_verdict_document(verdict, path)
     return verdict
 

@@ -23,7 +23,7 @@ from evalgate.evaluate import runner
 from evalgate.inputs.config import EngineConfig, installed_vllm_version, set_in
 from evalgate.suites.files import Suite
 
-__all__ = ["check_chat_images", "check_image_input", "image_suites"]
+__all__ = ["check_chat_images", "check_image_counts", "check_image_input", "image_suites"]
 
 
 def image_suites(suites: list[Suite]) -> list[Suite]:
@@ -91,6 +91,46 @@ def check_chat_images(configs: list[EngineConfig], suites: list[Suite]) -> None:
                           f"suite (task {task.name}: doc_to_image in {task.source}); images in chat-protocol prompts "
                           "are not supported: gate it with a completion-prompt config (no chat section), or leave it "
                           "out of --suites and the config's suites", path=cfg.path, field="chat")
+
+
+def check_image_counts(configs: list[tuple[str, EngineConfig]], checked: dict[str, dict[str, Any]],
+                       preflight: dict[str, Any]) -> None:
+    """Refuse, before any engine starts, an image task whose items carry more images than a config's model takes in
+    one prompt (vLLM refuses such a request: "At most N image(s) may be provided in one prompt", after the engine
+    has started).
+
+    Args:
+        configs: ``(role, config)`` pairs, as given to :func:`check_image_input`.
+        checked: what :func:`check_image_input` returned (role -> the check worker's report; its ``image_input``
+            has ``limit``, the most images one prompt may carry, and ``limit_field``, the config key that sets it:
+            ``worker.main.images_per_prompt``). A role without a ``limit`` is not checked here (vLLM still refuses
+            at request time).
+        preflight: what ``preflight.check_suites`` returned; its ``images`` maps each image task to ``{"most",
+            "item", "source"}`` (the most images an item of the run has, the first such item, the task's YAML).
+    Raises:
+        ConfigError (exit 2): one line naming the task's YAML and ``doc_to_image``, the task, the item and its
+            image count, and the config file with the field that limits it (``engine_args.limit_mm_per_prompt``,
+            or ``model`` when the model's own processor takes fewer).
+    """
+    for role, cfg in configs:
+        info = (checked.get(role) or {}).get("image_input") or {}
+        limit = info.get("limit")
+        if not isinstance(limit, int):
+            continue
+        for task, seen in sorted((preflight.get("images") or {}).items()):
+            most = int(seen.get("most") or 0)
+            if most <= limit:
+                continue
+            field = str(info.get("limit_field") or "engine_args.limit_mm_per_prompt")
+            if field == "model":
+                whose = f"{cfg.model} takes at most {limit} per prompt in vLLM ({info.get('architecture', '?')}"
+                fix = "gate it with a model that takes that many, or give each item fewer images"
+            else:
+                whose = f"limit_mm_per_prompt allows {limit} per prompt ({cfg.model}"
+                fix = f"set engine_args.limit_mm_per_prompt to {{image: {most}}} or more, or give each item fewer images"
+            raise ConfigError(f"task {task}: {seen.get('item')} has {most} images, but {set_in(cfg, field)}: {field}: "
+                              f"{whose}, {installed_vllm_version()}); {fix}", path=seen.get("source"),
+                              field="doc_to_image")
 
 
 def _refusal(cfg: EngineConfig, info: dict[str, Any], field: str, suite: Suite) -> str:

@@ -48,8 +48,9 @@ from typing import Any
 from evalgate.errors import ConfigError, EvalgateError, ExitCode
 from evalgate.evaluate.procs import _die_with_parent, kill_group
 from evalgate.suites.discovery import load_suite, task_manager
+from evalgate.suites.files import source_id
 
-__all__ = ["PreflightError", "check_suites", "run_checks"]
+__all__ = ["PreflightError", "check_item_images", "check_suites", "run_checks"]
 
 log = logging.getLogger("evalgate")
 # lm-eval's Task methods (lm_eval/api/task.py) -> the task config field whose value they apply.
@@ -89,7 +90,9 @@ def check_suites(suites: list[Any], *, limit: int | None, timeout: float = 3 * 3
         limit: the run's ``--limit`` (None: every item); a suite YAML's own ``limit`` also applies.
         timeout: seconds before the pre-flight is killed (the run's ``--timeout``).
     Returns:
-        ``{"seconds": s, "tasks": {task: items checked}}``.
+        ``{"seconds": s, "tasks": {task: items checked}}``, with ``"images": {task: {"most", "item", "source"}}``
+        when a task carries images (:func:`check_item_images`: the most images an item of the run has, which item,
+        the task's YAML), for ``modality.check_image_counts`` to hold against each config's per-prompt limit.
     Raises:
         ConfigError (exit 2): a task fails the pre-flight; one line naming the suite YAML, the field and the task.
         PreflightError (exit 3): the pre-flight crashed (its last stderr line is given) or timed out.
@@ -140,7 +143,8 @@ def run_checks(suites_dir: Path | str, names: list[str], limit: int | None) -> d
     suites' Python: :func:`check_suites` calls it in a subprocess).
 
     Returns:
-        ``{"tasks": {task: number of items whose requests were built}}`` (at most :data:`ITEMS` each).
+        ``{"tasks": {task: number of items whose requests were built}}`` (at most :data:`ITEMS` each), and for the
+        image tasks ``"images": {task: check_item_images(...)}`` (every item's images checked).
     Raises:
         ConfigError: the first task that fails, naming its suite YAML, the field and the task.
     """
@@ -151,6 +155,7 @@ def run_checks(suites_dir: Path | str, names: list[str], limit: int | None) -> d
             _check_config(spec)
     manager = task_manager(suites_dir, builtins=any(s.builtins for s in suites))
     checked: dict[str, int] = {}
+    images: dict[str, dict[str, Any]] = {}
     try:
         for suite in suites:
             for entry, own in suite.entries:
@@ -162,13 +167,15 @@ def run_checks(suites_dir: Path | str, names: list[str], limit: int | None) -> d
                 for name, task in sorted(tasks.items()):
                     spec = specs.get(name) or _spec_of(entry, suite)
                     checked[name] = _check_task(task, spec, n)
+                    if spec.modality == "image":
+                        images[name] = check_item_images(task, spec, n)
     except _Finding as f:
         raise ConfigError(f.message, path=f.path, field=f.field) from None
     finally:
         from evalgate.suites import scoring
 
         scoring.shutdown()  # a scorer's sandbox pool, if one started
-    return {"tasks": checked}
+    return {"tasks": checked, **({"images": images} if images else {})}
 
 
 def _spec_of(entry: str, suite: Any) -> Any:
@@ -241,6 +248,70 @@ def _check_task(task: Any, spec: Any, limit: int | None) -> int:
     _score_dummies(task, spec, first)
     task._instances = None  # free the requests (the worker builds its own)
     return n
+
+
+def check_item_images(task: Any, spec: Any, limit: int | None) -> dict[str, Any]:
+    """Every item's images of an image task (one that sets ``doc_to_image``), as lm-eval will send them: for each of
+    the items the run evaluates (the first ``limit``, lm-eval's ``doc_id`` order), ``task.doc_to_image(doc)`` is
+    what lm-eval puts in the request (``{"visual": ...}``): one image or a list of them (lm-eval drops the ``None``
+    of a list of field names). Each must be a ``PIL.Image.Image``, what evalgate's adapter hashes and vLLM gets as
+    ``multi_modal_data`` (a path, a URL, bytes or an array is not loaded by anyone: vLLM would refuse it after the
+    engine had started, exit 3). Every item needs at least one: an image task's prompt is about its image, so an
+    item without one would be measured on a question it cannot answer (and its ``<image>`` placeholder sent as
+    text). This is the refusal chosen over scoring such an item (see also ``suite_eval.image_item_hash``, which
+    keys an image task's items by content either way). Cost: ``doc_to_image`` once per item (a datasets ``Image``
+    column decodes each page: the shipped page tier's 200 items took about 1 s here).
+
+    Args:
+        task: the lm-eval task, built. spec: its ``TaskSpec``. limit: items the run evaluates (None: all).
+    Returns:
+        ``{"most": the most images one item has, "item": that item (``item N`` or ``item N (id X)``, the first with
+        that many), "source": the task's YAML}``.
+    Raises:
+        _Finding (exit 2 as ConfigError): naming the task's YAML, ``doc_to_image``, the task and the item, for an
+            item whose images are not all PIL images (the type found) or that has none; a ``doc_to_image`` that
+            raises is blamed as any task code is.
+    """
+    from PIL import Image
+
+    most, where = 0, ""
+    docs = task.eval_docs
+    count = len(docs) if limit is None else min(limit, len(docs))
+    for i in range(count):
+        doc = docs[i]
+        sid = source_id(doc, spec.id_field)
+        item = f"item {i}" + (f" (id {_one_line(sid, 80)})" if sid is not None else "")
+        try:
+            value = task.doc_to_image(doc)
+        except Exception as exc:  # noqa: BLE001 - the task's own code on a real item: blame it
+            raise _blame(exc, {spec.name: spec}, default=spec, stage=f"reading the images of {item}",
+                         field="doc_to_image") from None
+        images = list(value) if isinstance(value, (list, tuple)) else [] if value is None else [value]
+        if not images:
+            got = "None" if value is None else "an empty list"
+            raise _Finding(spec.source, "doc_to_image", f"task {spec.name}: {item} has no image (doc_to_image gave "
+                           f"{got}): every item of an image task needs one (its prompt is about its image); fill "
+                           "in the item's image, or leave such items out of the task's data")
+        for j, im in enumerate(images):
+            if not isinstance(im, Image.Image):
+                which = f"image {j} of {len(images)}" if len(images) > 1 else "its image"
+                raise _Finding(spec.source, "doc_to_image", f"task {spec.name}: {item}: {which} is "
+                               f"{_kind_of(im)}, not a PIL image (evalgate sends PIL.Image.Image objects to vLLM; "
+                               "load a path, URL or bytes into one in the task's code, or read the column as a "
+                               "datasets Image feature)")
+        if len(images) > most:
+            most, where = len(images), item
+    return {"most": most, "item": where, "source": str(spec.source)}
+
+
+def _kind_of(value: Any) -> str:
+    """What a value that should have been an image is, for a message: ``None``, or a short repr and its type
+    (``'page-3.png' (type str)``, ``array(...) (type numpy.ndarray)``)."""
+    if value is None:
+        return "None"
+    kind = type(value)
+    name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+    return f"{_one_line(repr(value), 60)} (type {name})"
 
 
 def _check_bare_words(task: Any, spec: Any, doc: Any) -> None:

@@ -32,7 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-__all__ = ["Number", "Record", "Recorded", "described", "described_list"]
+__all__ = ["Number", "Record", "Recorded", "described", "described_list", "field_path", "validation_problem"]
 
 Number = Union[int, float]  # smart union: an int stays an int, a float (also NaN) a float
 
@@ -117,3 +117,99 @@ def described(description: str, default: Any = None) -> Any:
 def described_list(description: str) -> Any:
     """A list field, empty by default, with its ``description``."""
     return Field(default_factory=list, description=description)
+
+
+# pydantic's error types -> what the field holds, in the words of a one-line message (``validation_problem``).
+_EXPECTED = {
+    "int_type": "a whole number", "int_parsing": "a whole number", "int_from_float": "a whole number",
+    "float_type": "a number", "float_parsing": "a number", "finite_number": "a finite number",
+    "bool_type": "true or false", "bool_parsing": "true or false",
+    "string_type": "a string", "string_unicode": "a string",
+    "dict_type": "a mapping (a JSON object)", "model_type": "a mapping (a JSON object)",
+    "model_attributes_type": "a mapping (a JSON object)", "mapping_type": "a mapping (a JSON object)",
+    "list_type": "a list", "tuple_type": "a list", "set_type": "a list",
+}
+_BOUNDS = {"greater_than": ("gt", ">"), "greater_than_equal": ("ge", ">="), "less_than": ("lt", "<"),
+           "less_than_equal": ("le", "<=")}
+
+
+def field_path(loc: tuple[Any, ...]) -> str:
+    """A pydantic error location as the field path a message names: keys joined by dots, list positions in
+    brackets (``("speed", "levels", 0, "precision", "pair_seconds")`` -> ``speed.levels[0].precision.pair_seconds``);
+    ``(top level)`` for an empty one."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _union_tag(part: Any) -> bool:
+    """Whether a location part is the tag pydantic puts under a union's member (``int``, ``float``,
+    ``function-after[...]``, ...), not a field name."""
+    return isinstance(part, str) and (part in ("int", "float", "str", "bool", "none") or part.startswith(
+        ("function-", "constrained-", "list[", "dict[", "nullable[", "literal[")))
+
+
+def _shown(value: Any) -> str:
+    """A JSON value as a message shows what a field held: its kind, and a short value for a string or number."""
+    import json
+    import math
+
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return f"{value:g}" if isinstance(value, float) and math.isfinite(value) and value == int(value) and abs(
+            value) < 1e15 else repr(value) if isinstance(value, int) or math.isfinite(value) else str(value)
+    if isinstance(value, str):
+        text = json.dumps(value, ensure_ascii=False)
+        return f"a string ({text if len(text) <= 40 else text[:37] + '...'})"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return type(value).__name__
+
+
+def validation_problem(exc: Any) -> str:
+    """The first error of a ``pydantic.ValidationError`` raised reading a stored document, as one line:
+    ``<field path>: expected <what the field holds>, got <what it held>`` (e.g.
+    ``speed.levels[0].precision.pair_seconds: expected a number, got a string ("48")``), or ``<field path>: missing``
+    for a required field the document lacks. A value that fits none of a union's types is named once, by what the
+    union holds (``Number``: "a number"); an error type without words here keeps pydantic's message (class names
+    dropped).
+
+    Args:
+        exc: the ``pydantic.ValidationError``.
+    Returns:
+        The line, without the file (the caller names it).
+    """
+    import re
+
+    errors = exc.errors()
+    first = errors[0]
+    loc = tuple(first["loc"])
+    kinds = [first["type"]]
+    # A union's members fail one by one, each located under its member's tag (``ratio.int``, ``ratio.float``).
+    union = [e for e in errors if len(e["loc"]) == len(loc) and tuple(e["loc"][:-1]) == loc[:-1]
+             and e.get("input") is first.get("input") and _union_tag(e["loc"][-1])]
+    if len(union) > 1 and _union_tag(loc[-1]):
+        loc, kinds = loc[:-1], [e["type"] for e in union]
+    where = field_path(loc)
+    kind = kinds[0]
+    if kind == "missing":
+        return f"{where}: missing (a required field)"
+    expected = [_EXPECTED.get(k) for k in kinds]
+    if all(expected):
+        named = list(dict.fromkeys(e for e in expected if e))
+        words = "a number" if set(named) == {"a number", "a whole number"} else " or ".join(named)
+    elif kind in _BOUNDS:
+        key, sign = _BOUNDS[kind]
+        words = f"a number {sign} {_shown((first.get('ctx') or {}).get(key))}"
+    elif kind == "literal_error":
+        words = f"one of {(first.get('ctx') or {}).get('expected')}"
+    else:
+        msg = re.sub(r" or instance of \w+", "", first["msg"])  # not the model class names
+        return f"{where}: {msg}, got {_shown(first.get('input'))}"
+    return f"{where}: expected {words}, got {_shown(first.get('input'))}"

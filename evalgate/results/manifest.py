@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 from pydantic import ConfigDict, Field, ValidationError
 
 from evalgate.errors import StoreError
-from evalgate.results.document import Number, Recorded
+from evalgate.results.document import Number, Recorded, validation_problem
 from evalgate.results.store import read_json
 
 __all__ = ["Manifest", "Side", "SuiteEntry"]
@@ -108,13 +108,10 @@ class Manifest(Recorded):
         type (``suites`` a list of ``{name, tasks, content_hash}`` with string hashes, ...).
 
         Raises:
-            StoreError (exit 3): naming ``path`` and the first bad field, e.g. ``suites: Field required`` or
-                ``suites.0.content_hash: Input should be a valid string``.
+            StoreError (exit 3): naming ``path`` and the first bad field (``document.validation_problem``), e.g.
+                ``suites: missing (...)`` or ``suites[0].content_hash: expected a string, got 5``.
         """
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            msg = err["msg"].split(" or instance of ")[0]  # not the model class names
-            raise StoreError(f"{path}: malformed run manifest: {where}: {msg}") from None
+            raise StoreError(f"{path}: malformed run manifest: {validation_problem(exc)}") from None

@@ -32,6 +32,8 @@ GROUP_FIELDS = frozenset({"group", "group_alias", "task", "aggregate_metric_list
 LOCAL_BUILDERS = frozenset({"json", "csv", "parquet", "text", "arrow", "pandas", "xml", "webdataset"})
 EVALGATE_KEYS = ("limit",)  # keys evalgate reads from a suite YAML and strips before lm-eval sees it
 MODALITIES = ("text", "image")  # what a task's items carry: text only, or images too (lm-eval's doc_to_image)
+# Fields of a task's docs that hold the dataset's own item id, in the order they are tried (``source_id``).
+SOURCE_ID_FIELDS = ("id", "doc_id", "uid", "qid", "task_id")
 
 
 @dataclass(frozen=True)
@@ -434,3 +436,15 @@ def suite_yamls(path: Path) -> list[Path]:
     return sorted(p for p in path.iterdir() if p.is_file() and p.suffix in _YAML_SUFFIXES)
 
 
+def source_id(doc: Any, field: str | None = None) -> str | None:
+    """The dataset's own id of an item: ``field`` (the task's ``metadata.evalgate.id_field``) if its ``doc``
+    (lm-eval's document, as built or as logged) holds it, else the first of ``SOURCE_ID_FIELDS`` it holds, as a
+    string or integer, as text (at most 200 characters); None when it holds none (or ``doc`` is not a mapping)."""
+    if not isinstance(doc, dict):
+        return None
+    for name in ((field,) if field else ()) + SOURCE_ID_FIELDS:
+        value = doc.get(name)
+        if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
+            continue
+        return str(value)[:200]
+    return None

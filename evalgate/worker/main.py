@@ -258,7 +258,9 @@ def image_input(model_config: Any) -> dict[str, Any]:
         ``{"reads_images": True | False | None, "architecture": str, "why": str, "field": str}``: None when it
         cannot be told (an attribute this vLLM lacks, a processor that fails; ``why`` says which), which the parent
         refuses as it refuses False (fail closed). ``field``: the config key that decides it (``model``,
-        ``engine_args.limit_mm_per_prompt`` or ``engine_args.language_model_only``).
+        ``engine_args.limit_mm_per_prompt`` or ``engine_args.language_model_only``). With True, also ``limit``
+        (the most images one prompt may carry) and ``limit_field`` (the key that sets it): :func:`images_per_prompt`,
+        which the parent holds each item's images against (``modality.check_image_counts``).
     """
     arch = ", ".join(getattr(model_config, "architectures", None) or []) or "?"
     out: dict[str, Any] = {"reads_images": None, "architecture": arch, "field": "model"}
@@ -280,9 +282,36 @@ def image_input(model_config: Any) -> dict[str, Any]:
         if limit == 0:
             return {**out, "reads_images": False, "field": "engine_args.limit_mm_per_prompt",
                     "why": f"limit_mm_per_prompt allows 0 images per prompt on {arch}"}
+        most, decided_by = images_per_prompt(MULTIMODAL_REGISTRY.get_processing_info(model_config), limit)
     except Exception as exc:  # noqa: BLE001 - an API this vLLM lacks, a processor that fails: cannot tell, say why
         return {**out, "why": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
-    return {**out, "reads_images": True, "why": f"{arch} takes images in vLLM (up to {limit} per prompt)"}
+    return {**out, "reads_images": True, "why": f"{arch} takes images in vLLM (up to {most} per prompt)",
+            "limit": most, "limit_field": decided_by}
+
+
+def images_per_prompt(info: Any, user_limit: int) -> tuple[int, str]:
+    """The most images vLLM takes in one prompt for a model, as its processor enforces it
+    (``BaseProcessingInfo.validate_num_items``: the smaller of what the model's processor supports,
+    ``supported_mm_limits["image"]`` (None: no bound of its own), and what the engine args allow,
+    ``MultiModalConfig.get_limit_per_prompt("image")``: ``limit_mm_per_prompt``, 999 when unset in vLLM 0.32), and
+    the config field that decides it. Feature-detected: a vLLM whose processing info has ``allowed_mm_limits``
+    is asked that; else the two are combined here as that version does.
+
+    Args:
+        info: ``MULTIMODAL_REGISTRY.get_processing_info(model_config)``. user_limit: the engine args' limit.
+    Returns:
+        ``(most, field)``: ``field`` is ``engine_args.limit_mm_per_prompt`` when the engine args' limit is the
+        binding one, ``model`` when the model's processor takes fewer.
+    Raises:
+        Whatever the processor raises (the caller reports it as "cannot tell").
+    """
+    supported = info.supported_mm_limits.get("image")
+    allowed = getattr(info, "allowed_mm_limits", None)
+    most = int(allowed["image"]) if isinstance(allowed, dict) and "image" in allowed else int(user_limit)
+    if supported is not None:
+        most = min(most, int(supported))
+    field = "model" if supported is not None and int(supported) < int(user_limit) else "engine_args.limit_mm_per_prompt"
+    return most, field
 
 
 if __name__ == "__main__":

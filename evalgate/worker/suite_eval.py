@@ -11,9 +11,11 @@ from typing import Any
 
 from evalgate.errors import StoreError
 from evalgate.results.records import ItemResult, TaskResult
+from evalgate.suites.files import SOURCE_ID_FIELDS, source_id
 
-# Fields of a task's docs that hold the dataset's own item id, in the order they are tried.
-SOURCE_ID_FIELDS = ("id", "doc_id", "uid", "qid", "task_id")
+# The dataset's own item id (``source_id``, trying ``SOURCE_ID_FIELDS``) is read where the suites are
+# (``suites.files``), re-exported here: the pre-flight names an item by it too.
+__all__ = ["SOURCE_ID_FIELDS", "evaluate_suite", "image_item_hash", "source_id"]
 
 
 def evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None, sampling: Any,
@@ -99,7 +101,9 @@ def _item(task: str, sample: dict[str, Any], metric: str, gen: dict[str, Any],
     content hashes of its request's images (``item_hash`` then covers them: ``image_item_hash``), ``thumbnails``
     the adapter's image hash -> thumbnail map."""
     metrics = {k: float(sample[k]) for k in sample.get("metrics", []) if isinstance(sample.get(k), (int, float))}
-    item_hash = image_item_hash(sample, images) if images else str(sample["doc_hash"])
+    # An image task's item is keyed by content even when its request carries no image: lm-eval's doc_hash would
+    # serialise an image its document holds as a repr with a memory address (pre-flight refuses such items anyway).
+    item_hash = image_item_hash(sample, images) if images or _image_request(sample) else str(sample["doc_hash"])
     return ItemResult(
         task=task, item_id=int(sample["doc_id"]), item_hash=item_hash,
         prompt=str(sample["arguments"][0][0]), target=str(sample["target"]),
@@ -110,12 +114,22 @@ def _item(task: str, sample: dict[str, Any], metric: str, gen: dict[str, Any],
     )
 
 
+def _image_request(sample: dict[str, Any]) -> bool:
+    """Whether a logged sample is of an image task: lm-eval adds ``{"visual": ...}`` to its request arguments for
+    every item of a task that sets ``doc_to_image``, whether or not that item's yields an image."""
+    args = (sample.get("arguments") or [()])[0]
+    return len(args) >= 3 and isinstance(args[2], dict) and "visual" in args[2]
+
+
 def image_item_hash(sample: dict[str, Any], images: tuple[str, ...]) -> str:
     """The item hash of a sample with images: lm-eval's ``doc_hash`` formula (sha256 of the document as indented
     JSON) over the logged document, in which lm-eval has put each image's content hash in place of the image
     (``hash_dict_images``), followed by the request's image hashes. lm-eval's own ``doc_hash`` is taken before that
     substitution and serialises an image as its ``repr`` (mode, size and memory address): it neither sees the pixels
-    nor stays the same from run to run."""
+    nor stays the same from run to run. Used for every item of an image task, also one whose request carries no
+    image (``images`` empty: then the hash is lm-eval's formula over the logged document, equal to ``doc_hash``
+    when the document holds no image); the pre-flight refuses such an item before any engine starts
+    (``preflight.check_item_images``), so this only keeps the key stable where the pre-flight did not run."""
     import hashlib
     import json
 
@@ -164,17 +178,3 @@ def _cluster(sample: dict[str, Any]) -> str | None:
     doc = sample.get("doc")
     group = doc.get("doc_group") if isinstance(doc, dict) else None
     return None if group is None else str(group)
-
-
-def source_id(doc: Any, field: str | None = None) -> str | None:
-    """The dataset's own id of an item: ``field`` (the task's ``metadata.evalgate.id_field``) if its ``doc``
-    (lm-eval's logged document) holds it, else the first of ``SOURCE_ID_FIELDS`` it holds, as a string or integer,
-    as text (at most 200 characters); None when it holds none."""
-    if not isinstance(doc, dict):
-        return None
-    for name in ((field,) if field else ()) + SOURCE_ID_FIELDS:
-        value = doc.get(name)
-        if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
-            continue
-        return str(value)[:200]
-    return None

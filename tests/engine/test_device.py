@@ -130,7 +130,7 @@ def _runs(tmp_path: Path) -> tuple[Path, Path]:
 @pytest.mark.parametrize("device_b, words", [
     ({"platform": "cuda", "gpus": ["NVIDIA H200 (sm_90)"]}, "ran on Test CPU (CPU; avx2) and"),
     (None, "candidate.device: the hardware the run used is not recorded"),
-    ("H200", "malformed run manifest: candidate.device: Input should be a valid dictionary"),
+    ("H200", "malformed run manifest: candidate.device: expected a mapping (a JSON object), got a string (\"H200\")"),
     ({"platform": "cuda", "gpus": ["unknown"]}, "candidate.device: the hardware the run used is not recorded"),
 ])
 def test_compare_refuses_runs_on_other_or_unrecorded_hardware(tmp_path: Path, capsys: pytest.CaptureFixture[str],

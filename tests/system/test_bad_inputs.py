@@ -527,11 +527,16 @@ STORED_CASES: list[Case] = [
     _stored("report", "verdict-is-dir", "verdict.json", None),
     _stored("report", "run-is-a-file", None, None),
     # valid JSON, wrong-typed fields the renderers read: the dotted field where the model knows its shape
-    _stored("report", "verdict-manifest-timings-string", "verdict.json", "manifest.timings: Input should be a valid"),
+    _stored("report", "verdict-manifest-timings-string", "verdict.json",
+            'manifest.timings: expected a mapping (a JSON object), got a string ("slow")'),
+    # a hand-edited number: the file, the field path (list positions in brackets), what it must be and what it is
+    _stored("report", "verdict-pair-seconds-string", "verdict.json",
+            'not an evalgate verdict document: speed.levels[0].precision.pair_seconds: expected a number, got a '
+            'string ("48")'),
     _stored("report", "verdict-manifest-suite-hash-null", "verdict.json",
-            "manifest.suites.0.content_hash: Input should be a valid string"),
+            "manifest.suites[0].content_hash: expected a string, got null"),
     _stored("report", "verdict-speed-side-null", "verdict.json",
-            "speed.sides.candidate: Input should be a valid dictionary"),
+            "speed.sides.candidate: expected a mapping (a JSON object), got null"),
     # a value the model admits but evalgate never writes: the file, never an internal error
     _stored("report", "verdict-task-margin-null", "verdict.json", "tasks.0: PASS, but its own numbers do not show"),
     _stored("report", "verdict-speed-ratio-huge", "verdict.json", "a field holds a value evalgate does not write"),
@@ -546,12 +551,12 @@ STORED_CASES: list[Case] = [
     _stored("compare", "manifest-candidate-string", "manifest.json", "candidate: must be a mapping, got str"),
     _stored("compare", "run-is-a-file", None, "not found"),
     # issue 23: a manifest that cannot vouch for its suites' contents is refused, never gated
-    _stored("compare", "manifest-no-suites", "manifest.json", "malformed run manifest: suites: Field required"),
+    _stored("compare", "manifest-no-suites", "manifest.json", "malformed run manifest: suites: missing (a required field)"),
     _stored("compare", "manifest-hash-int", "manifest.json",
-            "malformed run manifest: suites.0.content_hash: Input should be a valid string"),
+            "malformed run manifest: suites[0].content_hash: expected a string, got 12345"),
     _stored("compare", "manifest-suite-not-listed", "manifest.json",
             "suites: no entry for task 's1_task' of suite 's1', so its suite content cannot be checked"),
-    _stored("compare", "manifest-no-created", "manifest.json", "malformed run manifest: created: Field required"),
+    _stored("compare", "manifest-no-created", "manifest.json", "malformed run manifest: created: missing (a required field)"),
     # issue 23: a verdict.json that contradicts itself is refused, never re-rendered (least of all as PASS)
     _stored("report", "verdict-pass-over-block", "verdict.json",
             "not a consistent evalgate verdict: verdict: PASS, but tasks.0 (s/t) is BLOCK"),
@@ -776,13 +781,13 @@ def test_compare_of_matching_manifests_passes(tmp_path: Path, capsys) -> None:
 
 
 @pytest.mark.parametrize(("edit", "fragment"), [
-    (lambda m: m.pop("suites"), "suites: Field required"),
-    (lambda m: m["suites"][0].update(content_hash=12345), "suites.0.content_hash: Input should be a valid string"),
-    (lambda m: m["suites"][0].update(content_hash=None), "suites.0.content_hash: Input should be a valid string"),
+    (lambda m: m.pop("suites"), "suites: missing (a required field)"),
+    (lambda m: m["suites"][0].update(content_hash=12345), "suites[0].content_hash: expected a string, got 12345"),
+    (lambda m: m["suites"][0].update(content_hash=None), "suites[0].content_hash: expected a string, got null"),
     (lambda m: m.update(suites=[]), "suites: no entry for task 's1_task' of suite 's1'"),
     (lambda m: m["suites"][0].update(name="other"), "suites: no entry for task 's1_task' of suite 's1'"),
     (lambda m: m["suites"][0].update(tasks=[]), "suites: no entry for task 's1_task' of suite 's1'"),
-    (lambda m: m.pop("baseline"), "baseline: Field required"),
+    (lambda m: m.pop("baseline"), "baseline: missing (a required field)"),
 ], ids=["no-suites", "hash-int", "hash-null", "suites-empty", "suite-renamed", "task-unlisted", "no-baseline"])
 def test_compare_of_runs_over_different_prompts_is_refused_never_passed(edit, fragment: str, tmp_path: Path,
                                                                        capsys) -> None:

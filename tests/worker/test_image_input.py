@@ -67,3 +67,16 @@ def test_what_cannot_be_told_is_none_with_the_reason(registry) -> None:
     got = image_input(_ModelConfig("XForConditionalGeneration", True, _MM(1)))
     assert got["reads_images"] is None and got["why"] == "ValueError: no processor registered for X"
     assert image_input(object())["reads_images"] is None  # a vLLM whose model config lacks the attribute
+
+
+def test_the_most_images_a_prompt_takes_and_the_field_that_sets_it(registry) -> None:
+    """As vLLM's processor enforces it (``validate_num_items``): the smaller of the engine args' limit and what the
+    model's processor supports; the field is the one that binds."""
+    got = image_input(_ModelConfig("VLForConditionalGeneration", True, _MM(2)))  # the processor: no bound of its own
+    assert (got["limit"], got["limit_field"]) == (2, "engine_args.limit_mm_per_prompt")
+    assert "up to 2 per prompt" in got["why"]
+    registry["modalities"] = {"image": 1}  # a model that takes one image a prompt, whatever the engine args say
+    got = image_input(_ModelConfig("Idefics3ForConditionalGeneration", True, _MM(999)))
+    assert (got["limit"], got["limit_field"]) == (1, "model")
+    got = image_input(_ModelConfig("Idefics3ForConditionalGeneration", True, _MM(1)))
+    assert (got["limit"], got["limit_field"]) == (1, "engine_args.limit_mm_per_prompt")

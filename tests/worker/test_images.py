@@ -129,3 +129,36 @@ def test_an_image_suite_runs_through_lm_eval_with_image_keys_and_hashes(tmp_path
     task2, keys2, engine2 = _run_suite(tmp_path / "j.jsonl")
     assert [i.item_hash for i in task2.items] == [i.item_hash for i in items] and keys2 == keys
     assert engine2.prompts == [] and [i.output for i in task2.items] == [i.output for i in items]
+
+
+def test_an_image_tasks_item_without_an_image_is_keyed_by_content_not_a_memory_address(tmp_path: Path) -> None:
+    """An image task's item whose ``doc_to_image`` yields nothing while its document holds a page: lm-eval's own
+    ``doc_hash`` serialises the page as ``<PIL.Image... at 0x7f...>`` (a memory address), so the item's hash, which
+    pairs baseline and candidate, changed from run to run. It is lm-eval's formula over the logged document (the
+    page replaced by its content hash) instead, as for the items that carry their image. (The pre-flight refuses
+    such an item before any engine: tests/evaluate/test_item_images.py; this keeps the key sound regardless.)"""
+    import json
+
+    d = tmp_path / "suites" / "pages"
+    d.mkdir(parents=True)
+    (d / "t.yaml").write_text(
+        'task: pages_task\ndataset_path: ""\ncustom_dataset: !function utils.load_data\noutput_type: generate_until\n'
+        'test_split: test\ndoc_to_text: "<image>{{q}}"\ndoc_to_target: "{{a}}"\ndoc_to_image: !function utils.images\n'
+        'generation_kwargs: {until: ["\\n"], max_gen_toks: 8}\nmetric_list:\n  - metric: exact_match\n')
+    (d / "utils.py").write_text(
+        "import datasets\nfrom PIL import Image\n\n\ndef load_data(**_):\n"
+        "    rows = [{'n': n, 'q': f'Q{n}', 'a': str(n), 'image': Image.new('RGB', (8, 8), (60 * n, 0, 0))}\n"
+        "            for n in range(2)]\n    return {'test': datasets.Dataset.from_list(rows)}\n\n\n"
+        "def images(doc):\n    return [] if doc['n'] == 1 else [doc['image']]\n")
+    spec = {"name": "pages", "dir": str(d.parent), "tasks": ["pages_task"], "metrics": {"pages_task": "exact_match"},
+            "entries": [["pages_task", None]]}
+    engine = ImageEngine()
+    task, _ = evaluate_suite(make_lm(engine, GenerationJournal(tmp_path / "j.jsonl")), spec, None, engine.sampling)
+    item = {i.item_id: i for i in task["pages_task"].items}[1]
+    assert item.images is None and item.output == "none"  # it reached the engine as text, without its page
+    page = _png_sha(Image.new("RGB", (8, 8), (60, 0, 0)))
+    doc = {"n": 1, "q": "Q1", "a": "1", "image": page}  # lm-eval's logged document: the page as its content hash
+    assert item.item_hash == hashlib.sha256(json.dumps(doc, indent=2, ensure_ascii=False).encode()).hexdigest()
+    again = ImageEngine()
+    task2, _ = evaluate_suite(make_lm(again, GenerationJournal(tmp_path / "j.jsonl")), spec, None, again.sampling)
+    assert [i.item_hash for i in task2["pages_task"].items] == [i.item_hash for i in task["pages_task"].items]
