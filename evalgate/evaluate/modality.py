@@ -8,9 +8,14 @@ with ``images=True``: the engine config resolved from the checkpoint's ``config.
 decision is ``worker.main.image_input``: vLLM's model registry and multimodal processor, never the model's name).
 A model that does not read images, or of which it cannot be told, is exit 2: one line naming the config file, the
 field that decides it (``model``, ``engine_args.limit_mm_per_prompt`` or ``engine_args.language_model_only``) and
-the image suite. A config that prompts through a chat template (a ``chat`` section) is refused first, with no worker
-started (images in chat-protocol prompts are not supported: ``check_chat_images``). Runs without an image suite
-start nothing here.
+the image suite.
+
+A config that prompts through a chat template (a ``chat`` section) sends each image item's messages to the template
+as content parts (``inputs.chat.image_content``, as lm-eval's ``vllm-vlm`` does), so the template must have a place
+for an image: the same check worker renders a probe user message with an image part and counts the model's image
+placeholder as vLLM names it (``worker.main.chat_image_input``). A template that places no image (or of which it
+cannot be told) is exit 2 naming the config file and ``chat.template`` (``check_chat_images``). Runs without an
+image suite start nothing here.
 """
 
 from __future__ import annotations
@@ -44,16 +49,15 @@ def check_image_input(configs: list[tuple[str, EngineConfig]], suites: list[Suit
         ``image_input``), so a later engine-value check can reuse it; ``{}`` when no suite carries images (no worker
         is started).
     Raises:
-        ConfigError (exit 2): a config prompts through a chat template (``check_chat_images``, checked first: no
-            worker starts); a config's model does not read images, or it cannot be told (fail closed). One line,
+        ConfigError (exit 2): a config's model does not read images, or it cannot be told (fail closed). One line,
             ``<config file>: <field>: <model> does not read images (<vLLM distribution and version>: <why>) ...``,
-            naming the image suite and where its task says so.
+            naming the image suite and where its task says so. Then a chat-protocol config whose template has no
+            place for an image (``check_chat_images``, from the same worker's report).
         EngineError (exit 3): the check worker itself could not run.
     """
     wanted = image_suites(suites)
     if not wanted:
         return {}
-    check_chat_images([cfg for _, cfg in configs], wanted)
     out: dict[str, dict[str, Any]] = {}
     for role, cfg in configs:
         got = runner.check_engine_values(cfg, log_dir / f"{role}-check.log", timeout_s, images=True)
@@ -63,34 +67,44 @@ def check_image_input(configs: list[tuple[str, EngineConfig]], suites: list[Suit
         if info.get("reads_images") is not True:
             field = str(info.get("field") or "model")
             raise ConfigError(_refusal(cfg, info, field, wanted[0]), path=cfg.path, field=field)
+        check_chat_images(cfg, got, wanted)
     return out
 
 
-def check_chat_images(configs: list[EngineConfig], suites: list[Suite]) -> None:
-    """Refuse images in chat-protocol prompts (not supported: the chat template renders text turns only, so where
-    the image goes in the prompt would be the template's accident), before any worker or engine starts.
+def check_chat_images(cfg: EngineConfig, checked: dict[str, Any], suites: list[Suite]) -> None:
+    """Refuse a chat-protocol config whose chat template has no place for an image, when a suite carries images.
+
+    An image item's messages reach the template as content parts (``inputs.chat.image_content``); the template must
+    write the model's image placeholder for an image part, where vLLM's processor expands it for the item's image.
+    The check worker rendered the probe (``worker.main.chat_image_input``); this judges its report.
 
     Args:
-        configs: the configs of the command, checked in order. suites: the suites the command runs.
+        cfg: the config. checked: what its check worker reported (``runner.check_engine_values`` with
+            ``images=True``): ``chat_images`` is ``{"places_images": True | False | None, "placeholder", "why"}``.
+        suites: the suites the command runs.
     Raises:
-        ConfigError (exit 2): a config with a chat protocol (its ``chat`` section sets a template) given an image
-            suite; one line naming the config file, ``chat`` (and the file of its chain that sets it, when another)
-            and the image suite.
+        ConfigError (exit 2): a chat-protocol config given an image suite whose template places no image, or of
+            which it cannot be told (no report: fail closed); one line naming the config file, ``chat.template``
+            (and the file of its chain that sets it, when another), what the probe showed and the image suite.
     """
     wanted = image_suites(suites)
-    if not wanted:
+    if not wanted or not cfg.chat.is_chat:
         return
-    for cfg in configs:
-        if not cfg.chat.is_chat:
-            continue
-        suite = wanted[0]
-        task = next(s for s in suite.specs if s.modality == "image")
-        origin = set_in(cfg, "chat")
-        where = "" if origin == cfg.path else f" (set in {origin})"
-        raise ConfigError(f"the config prompts through a chat template{where}, but suite {suite.name} is an image "
-                          f"suite (task {task.name}: doc_to_image in {task.source}); images in chat-protocol prompts "
-                          "are not supported: gate it with a completion-prompt config (no chat section), or leave it "
-                          "out of --suites and the config's suites", path=cfg.path, field="chat")
+    info = checked.get("chat_images") or {"places_images": None,
+                                          "why": "the check worker reported nothing about the chat template"}
+    if info.get("places_images") is True:
+        return
+    suite = wanted[0]
+    task = next(s for s in suite.specs if s.modality == "image")
+    spec = cfg.chat
+    which = f"template {spec.template_path}" if spec.template_path is not None else f"{cfg.model}'s own chat template"
+    origin = set_in(cfg, "chat.template")
+    where = "" if origin == cfg.path else f" (set in {origin})"
+    what = "has no place for an image" if info.get("places_images") is False else "cannot be shown to place an image"
+    raise ConfigError(f"{which}{where} {what} ({info.get('why')}), but suite {suite.name} is an image suite (task "
+                      f"{task.name}: doc_to_image in {task.source}); use a template that renders an image content "
+                      "part ({\"type\": \"image\"}) as the model's image placeholder, or leave the suite out of "
+                      "--suites and the config's suites", path=cfg.path, field="chat.template")
 
 
 def check_image_counts(configs: list[tuple[str, EngineConfig]], checked: dict[str, dict[str, Any]],

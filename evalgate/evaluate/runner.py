@@ -189,7 +189,8 @@ def _plan(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: R
                         "metrics": s.primary_metric, "key": keys[s.name], "builtins": s.builtins,
                         "entries": [list(e) for e in s.entries] or [[t, None] for t in s.tasks],
                         "id_fields": {t.name: t.id_field for t in s.specs if t.id_field},
-                        **({"uses": list(s.uses)} if s.uses else {})} for s in missing]}
+                        **({"uses": list(s.uses)} if s.uses else {}),
+                        **({"modality": "image"} if s.modality == "image" else {})} for s in missing]}
     return _Plan(cfg, suites, keys, cached, missing, spec, journal, scores, fingerprint, device, proto)
 
 
@@ -421,15 +422,19 @@ def check_engine_values(cfg: EngineConfig, log_path: Path, timeout_s: float,
         (``inputs.replay.ReplayPlan.spec``) also ``replay_prompt_tokens`` (the requests' prompt lengths under the
         model's tokenizer) or ``replay_error`` (why they cannot be rendered). With ``images``, also
         ``image_input``: whether vLLM takes images for the model (``worker.main.image_input``; the parent judges it:
-        ``evaluate.modality``).
+        ``evaluate.modality``), and for a chat-protocol config ``chat_images``: whether its chat template places an
+        image (``worker.main.chat_image_input``).
     Raises:
         ConfigError: vLLM refused a value (its reason, naming the config file).
         EngineError: the check itself could not run (its log tail).
     """
-    spec = {"check_only": True, "model": resolve_model(cfg.model), "engine_args": cfg.engine_args,
+    model_path = resolve_model(cfg.model)
+    spec = {"check_only": True, "model": model_path, "engine_args": cfg.engine_args,
             "sampling": vars(cfg.sampling),
             **({"replay": replay, "chat": cfg.chat.worker_spec()} if replay else {}),
             **({"check_images": True} if images else {})}
+    if images and cfg.chat.is_chat:  # where the chat template puts an image: the template the engine will use
+        spec["chat"] = cfg.chat.worker_spec(check_model_template(cfg.chat, model_path, cfg.path))
     _run_worker(spec, cfg, log_path, timeout_s)
     lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
     found = [ln.split(LIMITS_TAG, 1)[1] for ln in lines if LIMITS_TAG in ln]

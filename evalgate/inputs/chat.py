@@ -12,6 +12,13 @@ Reasoning: with ``think_end`` set, lm-eval's own ``postprocess_generated_text`` 
 0.4.13: the text up to and including the *last* ``think_end`` is dropped, then the task's stop strings cut the
 answer) gives the answer that is scored; :func:`split_thought` keeps the thought and says whether it was
 truncated (opened but never closed: the token budget ran out, and the answer is scored as empty).
+
+Images: in an image suite (a task sets lm-eval's ``doc_to_image``) each message goes to the template as content
+parts, as lm-eval's ``vllm-vlm`` model sends it (:func:`image_content`): the prompt's ``<image>`` placeholders become
+``{"type": "image"}`` parts between its text parts, and the model's own template writes its image token where it puts
+an image (Idefics3: ``<image>``; Qwen2-VL: ``<|vision_start|><|image_pad|><|vision_end|>``), which vLLM's processor
+then expands for the item's ``multi_modal_data``. A template that has no place for an image part
+(:func:`image_placement_problem`) is refused before any engine starts (``evaluate.modality``).
 """
 
 from __future__ import annotations
@@ -28,12 +35,15 @@ from evalgate.inputs.schema import Schema, problem, rule, validate
 from evalgate.models import embedded as models
 from evalgate.models import hybrid
 
-__all__ = ["COMPLETION", "Chat", "ChatSpec", "Thought", "check_jinja", "check_model_template", "check_protocols",
-           "check_template_inputs", "check_think_end", "describe_difference", "local_model_dir", "model_template",
-           "protocol", "resolve_chat", "split_thought", "template_variables", "think_start"]
+__all__ = ["COMPLETION", "IMAGE_PLACEHOLDER", "Chat", "ChatSpec", "Thought", "check_jinja", "check_model_template",
+           "check_protocols", "check_template_inputs", "check_think_end", "describe_difference", "image_content",
+           "image_placement_problem", "local_model_dir", "model_template", "protocol", "resolve_chat",
+           "split_thought", "template_variables", "think_start"]
 
 COMPLETION = "none"  # chat.template for raw completion prompts (the default)
 MODEL = "model"  # chat.template for the tokenizer's own template
+# Where an image goes in a task's prompt: lm-eval's ``DEFAULT_IMAGE_PLACEHOLDER`` (lm_eval/models/vllm_vlms.py).
+IMAGE_PLACEHOLDER = "<image>"
 
 
 def _mapping(value: Any) -> Any:
@@ -456,3 +466,72 @@ def check_think_end(spec: ChatSpec, model_dir: str | None, config: Path) -> None
            if special else f"the tokenizer encodes it as {ids} and decodes that as {back!r}")
     raise ConfigError(f"end-of-thinking marker {marker!r} is absent from the tokenizer of {model_dir}: {why}; the "
                       f"thought could never be found in the output", path=config, field="chat.think_end")
+
+
+# ------------------------------------------------------------------------------------ images in chat prompts
+_PROBE_IMAGE_TEXT = "What does this page say?"
+
+
+def image_content(chat_history: list[dict[str, Any]], placeholder: str = IMAGE_PLACEHOLDER) -> list[dict[str, Any]]:
+    """``chat_history`` with every message's content as content parts, the way lm-eval's ``vllm-vlm`` model builds
+    them for the chat template (lm_eval/models/vllm_vlms.py ``VLLM_VLM.apply_chat_template``, ``interleave=True``,
+    lm-eval 0.4.13): the text is split at each ``placeholder``; each non-empty piece becomes
+    ``{"type": "text", "text": piece}`` and each placeholder ``{"type": "image"}``, in order.
+
+    Args:
+        chat_history: lm-eval's messages, ``[{"role": str, "content": str}, ...]`` (not modified). A content that is
+            already a list of parts is kept as it is.
+        placeholder: the image placeholder of the task's prompt text.
+    Returns:
+        A new list of ``{"role", "content": [parts]}`` messages (other keys kept). E.g. ``[{"role": "user",
+        "content": "<image>Read it."}]`` -> ``[{"role": "user", "content": [{"type": "image"}, {"type": "text",
+        "text": "Read it."}]}]``; a message without a placeholder gets one text part (none when its text is empty).
+    """
+    out = []
+    for message in chat_history:
+        content = message.get("content")
+        if isinstance(content, str):
+            pieces = content.split(placeholder)
+            parts: list[dict[str, Any]] = []
+            for i, piece in enumerate(pieces):
+                if piece:
+                    parts.append({"type": "text", "text": piece})
+                if i < len(pieces) - 1:
+                    parts.append({"type": "image"})
+            content = parts
+        out.append({**message, "content": content})
+    return out
+
+
+def image_placement_problem(template_text: str, placeholder: str | None,
+                            template_kwargs: dict[str, Any] | None = None) -> str | None:
+    """Why a chat template cannot place an image in a prompt, or None when it can.
+
+    The probe is one user message as :func:`image_content` makes it, ``[{"type": "image"}, {"type": "text", ...}]``,
+    rendered (transformers' ``render_jinja_template``, ``add_generation_prompt=True``, ``template_kwargs``) with and
+    without its image part: the template places the image when the image part adds exactly one ``placeholder`` (the
+    model's image placeholder as vLLM names it: the model class's ``get_placeholder_str("image", 1)``, e.g.
+    ``<image>``), which vLLM's processor then expands for the image.
+
+    Args:
+        template_text: the chat template (Jinja source).
+        placeholder: the model's image placeholder; None when vLLM names none (then it cannot be told: a problem).
+        template_kwargs: the config's ``chat.template_kwargs``.
+    Returns:
+        None, or one line saying what the rendering showed (it raised, or the placeholder count it gave).
+    """
+    if not placeholder:
+        return "vLLM names no image placeholder for this model, so where the template puts an image cannot be told"
+    kwargs = dict(template_kwargs or {})
+    text = {"type": "text", "text": _PROBE_IMAGE_TEXT}
+    try:
+        with_image = _render(template_text, [{"role": "user", "content": [{"type": "image"}, text]}], kwargs)
+        without = _render(template_text, [{"role": "user", "content": [text]}], kwargs)
+    except Exception as exc:  # a template is user code: any error it raises is this input's fault
+        return (f"it fails to render a user message of content parts (an image and a text): "
+                f"{type(exc).__name__}: {_one_line(exc)}")
+    added = with_image.count(placeholder) - without.count(placeholder)
+    if added == 1:
+        return None
+    return (f"an image part ({{\"type\": \"image\"}}) in a user message adds {added} of the model's image "
+            f"placeholder {placeholder!r} to the rendered prompt (exactly one is needed, where the image goes)")

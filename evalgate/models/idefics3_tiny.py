@@ -15,12 +15,22 @@ Layout written by ``build`` (what ``transformers`` and vLLM load)::
                                 tokens (``<image>``, ``<fake_token_around_image>``, ``<global-img>``,
                                 ``<row_R_col_C>``, ``<end_of_utterance>``) appended as special tokens
     processor_config.json / preprocessor_config.json / chat_template.*
-                                Idefics3Processor with the PIL image processor (torchvision is not needed)
+                                Idefics3Processor with the PIL image processor (torchvision is not needed) and
+                                Idefics3's chat template (``CHAT_TEMPLATE``)
 
 Architecture: vision hidden 32 (2 layers, 2 heads), 64-pixel tiles of 16-pixel patches; pixel-shuffle scale 2, so
 one tile becomes 4 image tokens; images are split into at most 2x2 tiles of 64 (longest edge 128) plus a global
 tile. Text: Llama, hidden 128, 2 layers, 2 query heads / 1 KV head of 64 (vLLM-CPU's attention kernel rejects
 head_dim 16). A prompt names the image with ``<image>`` (lm-eval's placeholder, which vLLM expands).
+
+Chat template: the one HuggingFaceM4/Idefics3-8B-Llama3 ships (its ``chat_template.json``; transformers' Idefics3
+processor tests use the same text after another start token), verbatim: each turn is ``Role:`` (``Role: `` when
+the turn does not open with an image), its content parts in order -- a ``{"type": "text"}`` part as its text, a
+``{"type": "image"}`` part as ``<image>`` -- then ``<end_of_utterance>`` and a newline; the generation prompt is
+``Assistant:``. It reads only content-part lists (a plain-string content renders as an empty turn, as with the real
+model). Its leading ``<|begin_of_text|>`` is Llama 3's BOS; the fixture's tokenizer has no such token and encodes it
+as ordinary text (the random weights make nothing of it either way). Recipe 1 had a placeholder template that
+wrote each message's content as it was.
 
 Initialisation: transformers' own init under ``torch.manual_seed(seed)`` (inside a forked RNG, so the caller's
 generator state is untouched), then every weight of two or more dimensions redrawn N(0, 0.2^2) in name order: at the
@@ -37,7 +47,7 @@ from evalgate.models.hybrid import CHECKPOINT_DIR
 from evalgate.models.hybrid.qwen3_next import file_sha256  # noqa: F401 (the fixtures' one file hash)
 
 # Bump when anything that changes the built files changes: a prepared copy with another recipe is rebuilt.
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2  # 2: Idefics3's own chat template
 IMAGE_SIZE = 64  # one tile, pixels
 PATCH = 16
 SCALE = 2  # pixel-shuffle factor
@@ -46,7 +56,14 @@ WEIGHT_STD = 0.2
 IMAGE_TOKENS = ("<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>") + tuple(
     f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7))
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
-CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+# HuggingFaceM4/Idefics3-8B-Llama3's chat template, verbatim (see the module docstring).
+CHAT_TEMPLATE = (
+    "<|begin_of_text|>{% for message in messages %}{{message['role'].capitalize()}}"
+    "{% if message['content'][0]['type'] == 'image' %}{{':'}}{% else %}{{': '}}{% endif %}"
+    "{% for line in message['content'] %}{% if line['type'] == 'text' %}{{line['text']}}"
+    "{% elif line['type'] == 'image' %}{{ '<image>' }}{% endif %}{% endfor %}<end_of_utterance>\n"
+    "{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}"
+)
 
 
 def hf_config(vocab_size: int, image_token_id: int) -> dict[str, Any]:

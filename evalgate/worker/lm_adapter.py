@@ -7,7 +7,10 @@ Images: a multimodal task (lm-eval's ``doc_to_image``) adds a third request argu
 lm-eval's ``vllm-vlm`` model receives it; the adapter sends them to vLLM as ``multi_modal_data`` with the context as
 the text prompt (its ``<image>`` placeholders expanded by vLLM's processor), and each image's content hash
 (``image_hash``) is part of the request key, so two requests that differ only in an image never share a journal
-record."""
+record. Through a chat template (``chat``), an image suite's messages go to the template as content parts
+(``chat.image_content``: lm-eval's ``vllm-vlm`` way), so the rendered prompt carries the model's own image
+placeholder where its template puts it; the image still goes as ``multi_modal_data``, and the rendered prompt with the
+image hashes is the request key as for completion prompts."""
 
 from __future__ import annotations
 
@@ -99,7 +102,7 @@ def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0,
 
     from lm_eval.api.model import LM
 
-    from evalgate.inputs.chat import split_thought
+    from evalgate.inputs.chat import image_content, split_thought
 
     chat = chat or {}
     think_end = chat.get("think_end")
@@ -132,6 +135,8 @@ def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0,
             self.generated = 0
             self.engine_s = 0.0
             self.thumbnails: dict[str, str] = {}  # image hash -> the report's thumbnail (a data: URI)
+            # True while an image suite runs (``suite_eval.evaluate_suite``): chat messages go as content parts
+            self.image_prompts = False
 
         def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
             from evalgate.suites.pages import thumbnail_data_uri
@@ -150,6 +155,9 @@ def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0,
         def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
             """lm-eval's chat hook: ``chat_history`` (``[{"role", "content"}, ...]``) rendered to one prompt string
             by the engine's tokenizer with the config's template (None: the tokenizer's own) and ``template_kwargs``.
+            While an image suite runs (``image_prompts``), every message goes as content parts, its ``<image>``
+            placeholders as ``{"type": "image"}`` parts (``chat.image_content``, as lm-eval's ``vllm-vlm`` model
+            sends them), so the template writes the model's image token where it places an image.
 
             Raises:
                 ValueError: the tokenizer has no chat template and none was given. jinja2 errors pass through
@@ -158,7 +166,8 @@ def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0,
             tok = engine.tokenizer()
             if template is None and not getattr(tok, "chat_template", None):
                 raise ValueError("chat.template: model, but the engine's tokenizer has no chat template")
-            return tok.apply_chat_template(chat_history, chat_template=template, tokenize=False,
+            messages = image_content(chat_history) if self.image_prompts else chat_history
+            return tok.apply_chat_template(messages, chat_template=template, tokenize=False,
                                            add_generation_prompt=add_generation_prompt,
                                            **dict(chat.get("template_kwargs") or {}))
 

@@ -37,7 +37,8 @@ def main(spec_path: str) -> int:
     prepare_process_env({})
     sampling = Sampling(**spec["sampling"])
     t0 = time.monotonic()
-    problem, limits = validate_engine_args(spec["model"], spec["engine_args"], images=bool(spec.get("check_images")))
+    problem, limits = validate_engine_args(spec["model"], spec["engine_args"], images=bool(spec.get("check_images")),
+                                           chat=spec.get("chat"))
     if problem:
         print(f"{CONFIG_ERROR_TAG} {problem}", flush=True)
         return CONFIG_ERROR_EXIT
@@ -219,11 +220,13 @@ def _replay_counts(spec: dict[str, Any]) -> dict[str, Any]:
         return {"replay_error": str(exc)}
 
 
-def validate_engine_args(model: str, engine_args: dict[str, Any], *,
-                         images: bool = False) -> tuple[str | None, dict[str, Any]]:
+def validate_engine_args(model: str, engine_args: dict[str, Any], *, images: bool = False,
+                         chat: dict[str, Any] | None = None) -> tuple[str | None, dict[str, Any]]:
     """vLLM's own validation of the engine-arg values, without loading the model: ``(None, limits)`` if they are
     accepted (``limits``: the resolved ``max_num_seqs`` and ``max_model_len``; with ``images``, also
-    ``image_input``: :func:`image_input` of the resolved model config), else ``(reason, {})``.
+    ``image_input``: :func:`image_input` of the resolved model config, and with a chat protocol (``chat``: the
+    worker's chat spec, ``chat.ChatSpec.worker_spec``) on a model that reads images, ``chat_images``:
+    :func:`chat_image_input`), else ``(reason, {})``.
 
     ``EngineArgs(...).create_engine_config()`` builds and checks the whole engine config (types, choices,
     limits against the model's config) in about a second; a wrong value is then a config error (exit 2) with
@@ -243,7 +246,44 @@ def validate_engine_args(model: str, engine_args: dict[str, Any], *,
                               "max_model_len": int(vc.model_config.max_model_len)}
     if images:
         limits["image_input"] = image_input(vc.model_config)
+        if chat and chat.get("chat") and limits["image_input"].get("reads_images") is True:
+            limits["chat_images"] = chat_image_input(vc.model_config, model, engine_args, chat)
     return None, limits
+
+
+def chat_image_input(model_config: Any, model: str, engine_args: dict[str, Any], chat: dict[str, Any]) -> dict[str, Any]:
+    """Whether the chat template puts an image where the model reads it: the model's image placeholder as vLLM
+    names it (the model class's ``get_placeholder_str("image", 1)``, what vLLM's own chat renderer inserts, e.g.
+    ``<image>`` for Idefics3) and the probe of ``chat.image_placement_problem`` on the template the engine will use
+    (``chat["template"]``, else the model tokenizer's own, read as the engine's tokenizer reads it).
+
+    Returns:
+        ``{"places_images": True | False | None, "placeholder": str or None, "why": str}``; None when it cannot be
+        told (vLLM names no placeholder, the tokenizer does not load, it has no template), which the parent refuses
+        as it refuses False (fail closed).
+    """
+    from evalgate.inputs.chat import image_placement_problem
+
+    out: dict[str, Any] = {"places_images": None, "placeholder": None}
+    try:
+        from vllm.model_executor.model_loader import get_model_cls
+
+        placeholder = get_model_cls(model_config).get_placeholder_str("image", 1)
+        out["placeholder"] = placeholder
+        template = chat.get("template")
+        if template is None:
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(model, trust_remote_code=bool(engine_args.get("trust_remote_code")))
+            template = getattr(tok, "chat_template", None)
+            if not isinstance(template, str) or not template.strip():
+                return {**out, "why": f"the tokenizer of {model} has no chat template"}
+    except Exception as exc:  # noqa: BLE001 - an API this vLLM lacks, a tokenizer that fails: cannot tell, say why
+        return {**out, "why": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
+    problem = image_placement_problem(template, placeholder, chat.get("template_kwargs"))
+    if problem is None:
+        return {**out, "places_images": True, "why": f"the template writes {placeholder!r} for an image part"}
+    return {**out, "places_images": False if placeholder else None, "why": problem}
 
 
 def image_input(model_config: Any) -> dict[str, Any]:

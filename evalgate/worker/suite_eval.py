@@ -25,7 +25,8 @@ def evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None, sampling: 
     ``chat`` (``chat.ChatSpec.worker_spec``, None: completion prompts): with ``chat`` true, lm-eval renders every
     prompt through the adapter's ``apply_chat_template`` (``apply_chat_template``, ``system_instruction`` and
     ``fewshot_as_multiturn`` of ``simple_evaluate``); with ``think_end``, each generated item carries its thought
-    and token counts (``lm.reasoning``).
+    and token counts (``lm.reasoning``). In an image suite (``suite["modality"] == "image"``) the adapter sends chat
+    messages as content parts (``lm.image_prompts``), so the template places each item's image.
     """
     from lm_eval import simple_evaluate
 
@@ -36,6 +37,7 @@ def evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None, sampling: 
     for name, own in suite.get("entries") or [[t, None] for t in suite["tasks"]]:
         by_limit.setdefault(_min_limit(limit, own), []).append(name)
     samples: dict[str, list[dict[str, Any]]] = {}
+    lm.image_prompts = suite.get("modality") == "image"
     for lim, names in by_limit.items():  # one lm-eval evaluation per distinct item limit
         out = simple_evaluate(
             model=lm, tasks=names, task_manager=manager, limit=lim,

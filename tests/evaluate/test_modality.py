@@ -31,14 +31,17 @@ class _Reached(BaseException):
 
 @pytest.fixture
 def vllm_says(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> tuple[dict[str, dict[str, Any]], list[tuple]]:
-    """``answers``: model -> the ``image_input`` the check worker reports for it; ``calls``: (config name, log file
-    name, images) per check. Engines are tripwires; EVALGATE_HOME is empty."""
-    answers: dict[str, dict[str, Any]] = {}
+    """``answers``: model -> the ``image_input`` the check worker reports for it (and, under the key
+    ``(model, "chat")``, the ``chat_images`` it reports for a chat-protocol config); ``calls``: (config name, log
+    file name, images) per check. Engines are tripwires; EVALGATE_HOME is empty."""
+    answers: dict[Any, dict[str, Any]] = {}
     calls: list[tuple] = []
 
     def check(cfg, log_path, timeout_s, replay=None, *, images=False):
         calls.append((cfg.name, log_path.name, images))
-        return {"max_num_seqs": 256, "max_model_len": 2048, **({"image_input": answers[cfg.model]} if images else {})}
+        chat = {"chat_images": answers[(cfg.model, "chat")]} if images and (cfg.model, "chat") in answers else {}
+        return {"max_num_seqs": 256, "max_model_len": 2048, **({"image_input": answers[cfg.model]} if images else {}),
+                **chat}
 
     def trip(*a: Any, **k: Any) -> Any:
         raise _Reached("an engine started")
@@ -147,39 +150,71 @@ def test_a_vl_run_asks_both_sides_once_then_starts_its_engines(vllm_says, tmp_pa
     assert calls == [("vl/bf16", "candidate-check.log", True), ("vl/baseline", "baseline-check.log", True)]
 
 
-def _chat_vl_configs(root: Path) -> Path:
+def _chat_vl_configs(root: Path, template: str = "model") -> Path:
     """A chat-protocol pair on the VL fixture: ``base`` (chat set here, the page tier by the inherited ``suites``)
     and ``cand`` (BF16) extending it."""
     root.mkdir(parents=True)
     (root / "base.yaml").write_text(f"extends: {CONFIGS_DIR / 'vl' / 'baseline.yaml'}\nbaseline: null\n"
-                                    "chat: {template: model}\n")
+                                    f"chat: {{template: {template}}}\n")
     (root / "cand.yaml").write_text("extends: base\nexpect: lossy\nengine_args: {dtype: bfloat16}\n")
     return root
 
 
+PLACES = {"places_images": True, "placeholder": "<image>", "why": "the template writes '<image>' for an image part"}
+NO_PLACE = {"places_images": False, "placeholder": "<image>",
+            "why": "an image part ({\"type\": \"image\"}) in a user message adds 0 of the model's image placeholder "
+                   "'<image>' to the rendered prompt (exactly one is needed, where the image goes)"}
+
+
 @pytest.mark.parametrize("command", ["run", "score", "ablate"])
-def test_images_in_chat_prompts_are_refused_before_any_worker(vllm_says, tmp_path: Path, command: str,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
-    """A chat-protocol config given an image suite: exit 2, one line naming the config file, ``chat`` (and the file
-    that sets it) and the image suite; no check worker and no engine started."""
+def test_a_chat_template_with_no_place_for_an_image_is_refused_before_any_engine(
+        vllm_says, tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A chat-protocol config given an image suite whose template places no image (the check worker's probe): exit
+    2, one line naming the config file, ``chat.template`` (and the file that sets it), what the probe showed and the
+    image suite; only the first config's check worker ran, no engine."""
     answers, calls = vllm_says
     answers["embedded:idefics3-tiny"] = READS
-    d = _chat_vl_configs(tmp_path / "configs")
-    argv = [command, "--config", str(d / "cand.yaml"), "--limit", "2",
-            "--out", str(tmp_path / "out")]
+    answers[("embedded:idefics3-tiny", "chat")] = NO_PLACE
+    (tmp_path / "t.jinja").write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    d = _chat_vl_configs(tmp_path / "configs", str(tmp_path / "t.jinja"))
+    argv = [command, "--config", str(d / "cand.yaml"), "--limit", "2", "--out", str(tmp_path / "out")]
     code = cli.main(argv + (["--no-speed"] if command == "run" else []))
     line = _one_line(capsys)
-    assert code == ExitCode.USAGE == 2 and calls == [], line
-    assert line.startswith(f"evalgate: error: {d / 'cand.yaml'}: chat: the config prompts through a chat template "
-                           f"(set in {d / 'base.yaml'}), but suite docpages is an image suite"), line
-    assert "images in chat-protocol prompts are not supported" in line
+    assert code == ExitCode.USAGE == 2, line
+    assert [c[2] for c in calls] == [True], calls
+    assert line == (f"evalgate: error: {d / 'cand.yaml'}: chat.template: template {tmp_path / 't.jinja'} (set in "
+                    f"{d / 'base.yaml'}) has no place for an image ({NO_PLACE['why']}), but suite docpages is an "
+                    f"image suite (task docpages_fields: doc_to_image in {PAGES_YAML}); use a template that renders "
+                    "an image content part ({\"type\": \"image\"}) as the model's image placeholder, or leave the "
+                    "suite out of --suites and the config's suites")
 
 
-def test_a_chat_config_without_an_image_suite_is_not_refused(tmp_path: Path) -> None:
-    d = _chat_vl_configs(tmp_path / "configs")
+def test_a_chat_template_that_places_the_image_goes_on_to_the_engines(vllm_says, tmp_path: Path) -> None:
+    """The shipped chat pair (vl/chat-bf16 against vl/chat): both sides' templates place the image, so the run goes
+    on to start the baseline's engine."""
+    answers, calls = vllm_says
+    answers["embedded:idefics3-tiny"] = READS
+    answers[("embedded:idefics3-tiny", "chat")] = PLACES
+    with pytest.raises(_Reached):
+        cli.main(["run", "--config", "vl/chat-bf16", "--limit", "2", "--no-speed", "--out", str(tmp_path / "run")])
+    assert calls == [("vl/chat-bf16", "candidate-check.log", True), ("vl/chat", "baseline-check.log", True)]
+
+
+def test_chat_images_fail_closed_and_completion_or_text_runs_are_not_judged(tmp_path: Path) -> None:
     from evalgate.evaluate.modality import check_chat_images
+
+    d = _chat_vl_configs(tmp_path / "configs")
     cand = load_config(d / "cand.yaml", d, check_engine_args=False)
-    check_chat_images([cand], [load_suite("docparse", SUITES_DIR)])  # text only: nothing to refuse
-    with pytest.raises(ConfigError) as ei:
-        check_chat_images([cand], [load_suite("docparse", SUITES_DIR), load_suite("docpages", SUITES_DIR)])
-    assert (ei.value.path, ei.value.field) == (d / "cand.yaml", "chat")
+    pages, text = load_suite("docpages", SUITES_DIR), load_suite("docparse", SUITES_DIR)
+    check_chat_images(cand, {}, [text])  # text only: nothing to judge
+    check_chat_images(load_config("vl/bf16", check_engine_args=False), {}, [pages])  # completion prompts
+    check_chat_images(cand, {"chat_images": PLACES}, [text, pages])
+    cannot = {"places_images": None, "placeholder": None, "why": "the tokenizer of org/vl has no chat template"}
+    for report, says in (({}, "the check worker reported nothing about the chat template"),
+                         ({"chat_images": cannot}, cannot["why"])):
+        with pytest.raises(ConfigError) as ei:  # fail closed: never a pass
+            check_chat_images(cand, report, [text, pages])
+        assert (ei.value.path, ei.value.field, ei.value.exit_code) == (d / "cand.yaml", "chat.template", 2)
+        assert ei.value.message.startswith(f"embedded:idefics3-tiny's own chat template (set in {d / 'base.yaml'}) "
+                                           f"cannot be shown to place an image ({says}), but suite docpages is an "
+                                           "image suite")

