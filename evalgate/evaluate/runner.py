@@ -23,7 +23,7 @@ from evalgate.engine.protocol import JOURNAL_FORMAT, LIMITS_TAG, LOGPROBS_K, key
 from evalgate.engine.readback import READBACK_VERSION
 from evalgate.errors import EngineError
 from evalgate.evaluate.procs import exit_error, kill_group, spawn, tail
-from evalgate.inputs.chat import check_model_template, protocol
+from evalgate.inputs.chat import check_content, check_model_template, protocol
 from evalgate.inputs.config import EngineConfig
 from evalgate.inputs.options import LOGPROB_ITEMS
 from evalgate.models.embedded import model_fingerprint, resolve_model
@@ -151,6 +151,8 @@ def _plan(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: R
           reference: ConfigRun | None, logprob_items: int) -> _Plan:
     model_path = resolve_model(cfg.model)
     model_template = check_model_template(cfg.chat, model_path, cfg.path)
+    # a template that loses a message's text in both forms is refused before this config's engine starts
+    check_content(cfg.chat, cfg.chat.template_text if cfg.chat.template_text is not None else model_template, cfg.path)
     proto = protocol(cfg.chat, model_template)  # chat and completion prompts score differently: part of every key
     vers = key_versions()  # the keys keep their form; the manifest shows versions()
     fingerprint = model_fingerprint(model_path)
