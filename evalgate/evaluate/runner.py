@@ -174,6 +174,11 @@ def _plan(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: R
         # An image suite's pages may be drawn by PIL (suites.pages): the same files, other pixels under another
         # Pillow or FreeType. Text suites' keys keep their form.
         **({"image_library": image_library()} if s.modality == "image" else {}),
+        # Under a chat template an image suite's text tasks render as text, its image tasks with image parts (the
+        # switch is per task since results of such a mixed suite were stored with every task's messages as image
+        # parts): the mixed suite's results are keyed by which entries ran with images. Others keep their keys.
+        **({"image_entries": list(s.image_entries)}
+           if s.modality == "image" and proto["mode"] == "chat" and len(s.image_entries) < len(s.entries) else {}),
     }) for s in suites}
     cached = {name: e for name, key in keys.items() if (e := store.get(key)) is not None}
     missing = [s for s in suites if s.name not in cached]
@@ -192,7 +197,9 @@ def _plan(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: R
                         "entries": [list(e) for e in s.entries] or [[t, None] for t in s.tasks],
                         "id_fields": {t.name: t.id_field for t in s.specs if t.id_field},
                         **({"uses": list(s.uses)} if s.uses else {}),
-                        **({"modality": "image"} if s.modality == "image" else {})} for s in missing]}
+                        # which entries run with images (a text task of an image suite keeps text prompts)
+                        **({"modality": "image", "image_entries": list(s.image_entries)}
+                           if s.modality == "image" else {})} for s in missing]}
     return _Plan(cfg, suites, keys, cached, missing, spec, journal, scores, fingerprint, device, proto)
 
 
