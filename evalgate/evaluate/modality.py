@@ -28,7 +28,8 @@ from evalgate.evaluate import runner
 from evalgate.inputs.config import EngineConfig, installed_vllm_version, set_in
 from evalgate.suites.files import Suite
 
-__all__ = ["check_chat_images", "check_image_counts", "check_image_input", "image_suites"]
+__all__ = ["check_chat_images", "check_image_counts", "check_image_input", "check_mixed_groups",
+           "image_suites"]
 
 
 def image_suites(suites: list[Suite]) -> list[Suite]:
@@ -86,10 +87,12 @@ def check_chat_images(cfg: EngineConfig, checked: dict[str, Any], suites: list[S
         ConfigError (exit 2): a chat-protocol config given an image suite whose template places no image, or of
             which it cannot be told (no report: fail closed); one line naming the config file, ``chat.template``
             (and the file of its chain that sets it, when another), what the probe showed and the image suite.
+            First, a group of an image suite that mixes image and text tasks (:func:`check_mixed_groups`).
     """
     wanted = image_suites(suites)
     if not wanted or not cfg.chat.is_chat:
         return
+    check_mixed_groups(cfg, wanted)
     info = checked.get("chat_images") or {"places_images": None,
                                           "why": "the check worker reported nothing about the chat template"}
     if info.get("places_images") is True:
@@ -105,6 +108,31 @@ def check_chat_images(cfg: EngineConfig, checked: dict[str, Any], suites: list[S
                       f"{task.name}: doc_to_image in {task.source}); use a template that renders an image content "
                       "part ({\"type\": \"image\"}) as the model's image placeholder, or leave the suite out of "
                       "--suites and the config's suites", path=cfg.path, field="chat.template")
+
+
+def check_mixed_groups(cfg: EngineConfig, suites: list[Suite]) -> None:
+    """Refuse, for a chat-protocol config, a group that holds both image and text tasks.
+
+    The chat form is chosen per lm-eval evaluation: an image task's messages go as content parts with image parts,
+    a text task's in the config's text form (``inputs.chat.content_form``). lm-eval builds a group's tasks in one
+    evaluation, so their messages cannot be sent two ways; rather than send a text task's prompt with an image
+    expectation (or an image task's without one), such a group is refused.
+
+    Args:
+        cfg: the config (nothing is refused for completion prompts, which have no messages).
+        suites: the suites the command runs.
+    Raises:
+        ConfigError (exit 2): naming the group's YAML and its ``task`` list, an image task and a text task of it.
+    """
+    if not cfg.chat.is_chat:
+        return
+    for suite in suites:
+        for group, source, image, text in suite.mixed_groups:
+            raise ConfigError(f"group {group} of suite {suite.name} holds both image tasks ({image}) and text tasks "
+                              f"({text}); lm-eval builds a group's prompts in one pass, so under a chat template "
+                              f"({cfg.path}: chat.template) their messages cannot be sent as image content parts for "
+                              "the one and as text for the other; put the image tasks and the text tasks in separate "
+                              "groups or suite YAML files", path=source, field="task")
 
 
 def check_image_counts(configs: list[tuple[str, EngineConfig]], checked: dict[str, dict[str, Any]],

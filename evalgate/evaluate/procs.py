@@ -29,7 +29,10 @@ def spawn(spec: dict[str, Any], cfg: Any, log_path: Path, log: Any, **popen: Any
 def exit_error(rc: int, cfg: Any, log_path: Path, doing: str = "") -> ConfigError | EngineError:
     """The error a worker's non-zero exit code ``rc`` means (``doing``: what it was doing, for the message)."""
     if rc == CONFIG_ERROR_EXIT:  # the worker's pre-flight (EngineArgs -> engine config, no model loaded) refused
-        return ConfigError(f"vLLM rejected a value: {_config_error(log_path)}", path=cfg.path, field="engine_args")
+        reason = _config_error(log_path)
+        if reason.startswith("chat.template: "):  # the worker's check of a template the parent could not read
+            return ConfigError(reason.split(": ", 1)[1], path=cfg.path, field="chat.template")
+        return ConfigError(f"vLLM rejected a value: {reason}", path=cfg.path, field="engine_args")
     how = f"was killed by signal {-rc} ({_signal_hint(-rc)})" if rc < 0 else f"exited with code {rc}"
     return EngineError(f"engine for {cfg.name} {how}{doing}; last log lines: {tail(log_path)} (log: {log_path})")
 

@@ -23,7 +23,7 @@ from evalgate.engine.protocol import JOURNAL_FORMAT, LIMITS_TAG, LOGPROBS_K, key
 from evalgate.engine.readback import READBACK_VERSION
 from evalgate.errors import EngineError
 from evalgate.evaluate.procs import exit_error, kill_group, spawn, tail
-from evalgate.inputs.chat import check_model_template, protocol
+from evalgate.inputs.chat import check_content, check_model_template, protocol
 from evalgate.inputs.config import EngineConfig
 from evalgate.inputs.options import LOGPROB_ITEMS
 from evalgate.models.embedded import model_fingerprint, resolve_model
@@ -151,6 +151,8 @@ def _plan(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: R
           reference: ConfigRun | None, logprob_items: int) -> _Plan:
     model_path = resolve_model(cfg.model)
     model_template = check_model_template(cfg.chat, model_path, cfg.path)
+    # a template that loses a message's text in both forms is refused before this config's engine starts
+    check_content(cfg.chat, cfg.chat.template_text if cfg.chat.template_text is not None else model_template, cfg.path)
     proto = protocol(cfg.chat, model_template)  # chat and completion prompts score differently: part of every key
     vers = key_versions()  # the keys keep their form; the manifest shows versions()
     fingerprint = model_fingerprint(model_path)
@@ -172,6 +174,11 @@ def _plan(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: R
         # An image suite's pages may be drawn by PIL (suites.pages): the same files, other pixels under another
         # Pillow or FreeType. Text suites' keys keep their form.
         **({"image_library": image_library()} if s.modality == "image" else {}),
+        # Under a chat template an image suite's text tasks render as text, its image tasks with image parts (the
+        # switch is per task since results of such a mixed suite were stored with every task's messages as image
+        # parts): the mixed suite's results are keyed by which entries ran with images. Others keep their keys.
+        **({"image_entries": list(s.image_entries)}
+           if s.modality == "image" and proto["mode"] == "chat" and len(s.image_entries) < len(s.entries) else {}),
     }) for s in suites}
     cached = {name: e for name, key in keys.items() if (e := store.get(key)) is not None}
     missing = [s for s in suites if s.name not in cached]
@@ -190,7 +197,9 @@ def _plan(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: R
                         "entries": [list(e) for e in s.entries] or [[t, None] for t in s.tasks],
                         "id_fields": {t.name: t.id_field for t in s.specs if t.id_field},
                         **({"uses": list(s.uses)} if s.uses else {}),
-                        **({"modality": "image"} if s.modality == "image" else {})} for s in missing]}
+                        # which entries run with images (a text task of an image suite keeps text prompts)
+                        **({"modality": "image", "image_entries": list(s.image_entries)}
+                           if s.modality == "image" else {})} for s in missing]}
     return _Plan(cfg, suites, keys, cached, missing, spec, journal, scores, fingerprint, device, proto)
 
 

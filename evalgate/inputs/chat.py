@@ -18,7 +18,17 @@ parts, as lm-eval's ``vllm-vlm`` model sends it (:func:`image_content`): the pro
 ``{"type": "image"}`` parts between its text parts, and the model's own template writes its image token where it puts
 an image (Idefics3: ``<image>``; Qwen2-VL: ``<|vision_start|><|image_pad|><|vision_end|>``), which vLLM's processor
 then expands for the item's ``multi_modal_data``. A template that has no place for an image part
-(:func:`image_placement_problem`) is refused before any engine starts (``evaluate.modality``).
+(:func:`image_placement_problem`) is refused before any engine starts (``evaluate.modality``). The switch is per task:
+a text task of an image suite keeps the config's text form.
+
+Text messages: many VL templates (Idefics3's among them) read ``message['content']`` only as a list of parts; given a
+plain string they render an empty turn (or iterate its characters), and every item would be scored on a prompt
+without its question. So each config's template is probed once (:func:`content_form`): a message whose content is a
+probe text, rendered as a plain string and as ``[{"type": "text", "text": probe}]``. A template that keeps the string
+gets plain strings (the prompts and store keys of such configs are what they were); one that keeps only the parts
+form gets every message as content parts (:func:`text_content`; text suites too, as lm-eval's ``vllm-vlm`` always
+sends them), recorded in the protocol as ``content: parts``; one that keeps neither is exit 2 on ``chat.template``
+(:func:`check_content`).
 """
 
 from __future__ import annotations
@@ -35,15 +45,18 @@ from evalgate.inputs.schema import Schema, problem, rule, validate
 from evalgate.models import embedded as models
 from evalgate.models import hybrid
 
-__all__ = ["COMPLETION", "IMAGE_PLACEHOLDER", "Chat", "ChatSpec", "Thought", "check_jinja", "check_model_template",
-           "check_protocols", "check_template_inputs", "check_think_end", "describe_difference", "image_content",
-           "image_placement_problem", "local_model_dir", "model_template", "protocol", "resolve_chat",
-           "split_thought", "template_variables", "think_start"]
+__all__ = ["COMPLETION", "IMAGE_PLACEHOLDER", "PARTS", "STRING", "Chat", "ChatSpec", "Thought", "check_content",
+           "check_jinja", "check_model_template", "check_protocols", "check_template_inputs", "check_think_end",
+           "content_form", "describe_difference", "image_content", "image_placement_problem", "local_model_dir",
+           "model_template", "protocol", "resolve_chat", "split_thought", "template_variables", "text_content",
+           "think_start"]
 
 COMPLETION = "none"  # chat.template for raw completion prompts (the default)
 MODEL = "model"  # chat.template for the tokenizer's own template
 # Where an image goes in a task's prompt: lm-eval's ``DEFAULT_IMAGE_PLACEHOLDER`` (lm_eval/models/vllm_vlms.py).
 IMAGE_PLACEHOLDER = "<image>"
+# How a config's text messages reach its chat template (content_form): plain strings, or a list of content parts.
+STRING, PARTS = "string", "parts"
 
 
 def _mapping(value: Any) -> Any:
@@ -97,12 +110,24 @@ class ChatSpec:
         return self.chat.template != COMPLETION
 
     def worker_spec(self, model_template: str | None = None) -> dict[str, Any] | None:
-        """What the engine worker needs (JSON): None for completion without ``think_end``."""
+        """What the engine worker needs (JSON): None for completion without ``think_end``.
+
+        Args:
+            model_template: the model tokenizer's own template text when ``chat.template: model`` and it is
+                readable here (a local checkpoint), else None.
+        Returns:
+            ``{"chat", "template", "system", "template_kwargs", "fewshot_as_multiturn", "think_end", "content"}``:
+            ``content`` is :func:`content_form` of the template (``"string"`` / ``"parts"``), None when the template
+            is not known here (a hub model's own: the worker decides before its engine starts) or keeps neither
+            form (refused by :func:`check_content` before any worker starts).
+        """
         if not self.is_chat and self.chat.think_end is None:
             return None
-        return {"chat": self.is_chat, "template": self.template_text if self.template_text is not None
-                else model_template, "system": self.chat.system, "template_kwargs": self.chat.template_kwargs,
-                "fewshot_as_multiturn": self.chat.fewshot_as_multiturn, "think_end": self.chat.think_end}
+        text = self.template_text if self.template_text is not None else model_template
+        content = content_form(text, self.chat.template_kwargs) if self.is_chat and text is not None else None
+        return {"chat": self.is_chat, "template": text, "system": self.chat.system,
+                "template_kwargs": self.chat.template_kwargs, "fewshot_as_multiturn": self.chat.fewshot_as_multiturn,
+                "think_end": self.chat.think_end, "content": content}
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ChatSpec) and (self.chat, self.template_text) == (other.chat, other.template_text)
@@ -218,7 +243,11 @@ def protocol(spec: ChatSpec, model_template_text: str | None = None) -> dict[str
         ``{"mode": "completion"}`` (plus ``think_end`` when set), or ``{"mode": "chat", "template": "model" | "file",
         "template_sha256": sha256 of the template text (None for a hub model's own template, unknown here),
         "template_kwargs": {...}, "system_sha256": sha256 of the system prompt or None, "fewshot_as_multiturn":
-        bool, "think_end": str or None}``.
+        bool, "think_end": str or None}``, plus ``"content": "parts"`` when the template renders a plain-string
+        message without its text but a content-parts one with it (:func:`content_form`: every message then goes as
+        content parts, which changes every rendered prompt). A template that keeps plain strings has no ``content``
+        key (absent reads as ``"string"``), so such configs' protocols and store keys are what they were before
+        evalgate probed it.
     """
     chat = spec.chat
     if not spec.is_chat:
@@ -227,10 +256,13 @@ def protocol(spec: ChatSpec, model_template_text: str | None = None) -> dict[str
             out["think_end"] = chat.think_end
         return out
     text = spec.template_text if spec.template_text is not None else model_template_text
-    return {"mode": "chat", "template": "file" if spec.template_text is not None else MODEL,
-            "template_sha256": _sha256(text), "template_kwargs": dict(chat.template_kwargs),
-            "system_sha256": _sha256(chat.system), "fewshot_as_multiturn": chat.fewshot_as_multiturn,
-            "think_end": chat.think_end}
+    out = {"mode": "chat", "template": "file" if spec.template_text is not None else MODEL,
+           "template_sha256": _sha256(text), "template_kwargs": dict(chat.template_kwargs),
+           "system_sha256": _sha256(chat.system), "fewshot_as_multiturn": chat.fewshot_as_multiturn,
+           "think_end": chat.think_end}
+    if text is not None and content_form(text, chat.template_kwargs) == PARTS:
+        out["content"] = PARTS
+    return out
 
 
 def describe_difference(a: dict[str, Any] | None, b: dict[str, Any] | None) -> str | None:
@@ -387,8 +419,9 @@ def check_template_inputs(spec: ChatSpec, template_text: str | None, config: Pat
         ConfigError (exit 2): ``chat.template_kwargs.<name>``: a variable the template never reads (listing the
             ones it reads); ``chat.system``: rendering with the system message raises (a template that refuses a
             system role) or the system text does not appear in the rendering (a template that drops it);
-            ``chat.template``: the template does not compile or fails to render one user message.
-    Rendering is transformers' own ``render_jinja_template`` (the code ``apply_chat_template`` runs, with its
+            ``chat.template``: the template does not compile or fails to render one user message, or renders a
+            message's text neither from a plain string nor from content parts (:func:`check_content`).
+    The system message is rendered in the form the config's messages take (:func:`content_form`). Rendering is transformers' own ``render_jinja_template`` (the code ``apply_chat_template`` runs, with its
     ``raise_exception``), with ``add_generation_prompt=True`` and the kwargs, without the tokenizer's special
     tokens (an undefined ``bos_token`` renders empty).
     """
@@ -405,16 +438,20 @@ def check_template_inputs(spec: ChatSpec, template_text: str | None, config: Pat
                               path=config, field=f"chat.template_kwargs.{name}")
     kwargs = dict(spec.chat.template_kwargs)
     user = {"role": "user", "content": _PROBE_USER}
-    try:
-        _render(template_text, [user], kwargs)
-    except Exception as exc:  # a template is user code: any error it raises is this input's fault
-        raise ConfigError(f"{_where(spec)} fails to render one user message: {type(exc).__name__}: "
-                          f"{_one_line(exc)}", path=config, field="chat.template") from None
+    form = content_form(template_text, kwargs)
+    if form is None:  # say why: the template raises on a plain-string message, or loses its text either way
+        try:
+            _render(template_text, [user], kwargs)
+        except Exception as exc:  # a template is user code: any error it raises is this input's fault
+            raise ConfigError(f"{_where(spec)} fails to render one user message: {type(exc).__name__}: "
+                              f"{_one_line(exc)}", path=config, field="chat.template") from None
+        check_content(spec, template_text, config)
     system = spec.chat.system
     if system is None:
         return
+    messages = [{"role": "system", "content": system}, user]
     try:
-        rendered = _render(template_text, [{"role": "system", "content": system}, user], kwargs)
+        rendered = _render(template_text, text_content(messages) if form == PARTS else messages, kwargs)
     except Exception as exc:
         raise ConfigError(f"{_where(spec)} refuses a system message ({type(exc).__name__}: {_one_line(exc)}); "
                           f"lm-eval would silently retry without it: remove chat.system or use a template that "
@@ -423,6 +460,81 @@ def check_template_inputs(spec: ChatSpec, template_text: str | None, config: Pat
         raise ConfigError(f"{_where(spec)} drops the system message (its text does not appear in the rendered "
                           f"prompt): remove chat.system or use a template that renders it", path=config,
                           field="chat.system")
+
+
+# A distinctive text no template writes of its own: found in the rendering only when the message's text got there.
+_PROBE_CONTENT = "evalgate-probe-4c1f: what is 17 + 25?"
+
+
+def text_content(chat_history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``chat_history`` with every plain-string content as one text part, ``[{"type": "text", "text": content}]``
+    (none when the text is empty, as :func:`image_content` makes it), not split at any image placeholder: a text
+    task's ``<image>`` is text.
+
+    Args:
+        chat_history: lm-eval's messages (not modified); a content that is already a list of parts is kept.
+    Returns:
+        A new list of messages (other keys kept), e.g. ``[{"role": "user", "content": "Q?"}]`` ->
+        ``[{"role": "user", "content": [{"type": "text", "text": "Q?"}]}]``.
+    """
+    out = []
+    for message in chat_history:
+        content = message.get("content")
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}] if content else []
+        out.append({**message, "content": content})
+    return out
+
+
+def content_form(template_text: str, template_kwargs: dict[str, Any] | None = None) -> str | None:
+    """How a chat template must be given a text message for its text to reach the prompt.
+
+    One user message whose content is a distinctive probe text is rendered (transformers' ``render_jinja_template``,
+    ``add_generation_prompt=True``, the ``template_kwargs``) as a plain string, and as ``[{"type": "text", "text":
+    probe}]``; a rendering that raises counts as losing the text.
+
+    Args:
+        template_text: the chat template (Jinja source).
+        template_kwargs: the config's ``chat.template_kwargs``.
+    Returns:
+        :data:`STRING` when the plain-string form keeps the text (text messages go as they are: today's prompts),
+        :data:`PARTS` when only the content-parts form does (Idefics3's template: a string renders an empty turn),
+        None when neither does.
+    """
+    kwargs = dict(template_kwargs or {})
+    for form, content in ((STRING, _PROBE_CONTENT), (PARTS, [{"type": "text", "text": _PROBE_CONTENT}])):
+        try:
+            if _PROBE_CONTENT in _render(template_text, [{"role": "user", "content": content}], kwargs):
+                return form
+        except Exception:  # noqa: BLE001 - a template is user code: raising on this form is losing the text
+            continue
+    return None
+
+
+def check_content(spec: ChatSpec, template_text: str | None, config: Path) -> str | None:
+    """The form a config's text messages take (:func:`content_form`), refusing a template that loses them.
+
+    Args:
+        spec: the resolved chat section.
+        template_text: the template (the file's text, or the local tokenizer's own), None when not readable here.
+        config: the config file named in an error.
+    Returns:
+        ``"string"`` or ``"parts"``; None for completion prompts or a template not readable here (a hub model's
+        own: the worker decides before its engine starts).
+    Raises:
+        ConfigError (exit 2): ``chat.template``: the template renders a user message's text neither from a plain
+            string nor from a content-parts list (every prompt would lose its question).
+    """
+    if not spec.is_chat or template_text is None:
+        return None
+    form = content_form(template_text, spec.chat.template_kwargs)
+    if form is None:
+        raise ConfigError(f"{_where(spec)} loses a message's text: a user message's text is in the rendered prompt "
+                          f"neither when its content is a plain string nor when it is content parts ([{{\"type\": "
+                          f"\"text\", \"text\": ...}}]), so every item would be scored without its question; use a "
+                          f"template that writes message['content'] (the string, or its text parts)", path=config,
+                          field="chat.template")
+    return form
 
 
 def _one_line(exc: BaseException) -> str:

@@ -32,6 +32,7 @@ from evalgate.suites.files import (
     EVALGATE_KEYS,
     GROUP_FIELDS,
     LOCAL_BUILDERS,
+    MIXED,
     SUITES_DIR,
     SUITES_ENV,
     Suite,
@@ -181,14 +182,24 @@ def load_suite(name: str, suites_dir: Path | str | None = None) -> Suite:
     resolver = _Resolver(local, groups, root, name)
     specs: list[TaskSpec] = []
     entries: list[tuple[str, int | None]] = []
+    modalities: list[tuple[str, str]] = []
+    mixed: list[tuple[str, Path, str, str]] = []
     for gname, (cfg, y) in groups.items():
-        specs += resolver._group(gname, None, {}, y, "task", suite_limit(cfg, y), 0)
+        members = resolver._group(gname, None, {}, y, "task", suite_limit(cfg, y), 0)
+        specs += members
         entries.append((gname, suite_limit(cfg, y)))
+        kinds = {m.modality for m in members}
+        modalities.append((gname, kinds.pop() if len(kinds) == 1 else MIXED))
+        if modalities[-1][1] == MIXED:  # refused under a chat template (evaluate.modality.check_mixed_groups)
+            mixed.append((gname, y, next(m.name for m in members if m.modality == "image"),
+                          next(m.name for m in members if m.modality != "image")))
     in_groups = {s.name for s in specs}
     for task, (cfg, y) in local.items():
         if task not in in_groups:
-            specs.append(resolver._spec(task, cfg, y, False, suite_limit(cfg, y)))
+            spec = resolver._spec(task, cfg, y, False, suite_limit(cfg, y))
+            specs.append(spec)
             entries.append((task, suite_limit(cfg, y)))
+            modalities.append((task, spec.modality))
     seen: dict[str, Path] = {}
     for s in specs:
         if s.name in seen:
@@ -201,7 +212,8 @@ def load_suite(name: str, suites_dir: Path | str | None = None) -> Suite:
     return Suite(name=name, path=path, tasks=tuple(s.name for s in specs),
                  primary_metric={s.name: s.metric for s in specs},
                  content_hash=content_hash(path, [root / u for u in uses]),
-                 specs=tuple(specs), entries=tuple(entries), builtins=resolver.builtin_used, uses=uses)
+                 specs=tuple(specs), entries=tuple(entries), builtins=resolver.builtin_used, uses=uses,
+                 entry_modality=tuple(modalities), mixed_groups=tuple(mixed))
 
 
 def _suite_folder(name: str, root: Path) -> Path:

@@ -32,6 +32,7 @@ GROUP_FIELDS = frozenset({"group", "group_alias", "task", "aggregate_metric_list
 LOCAL_BUILDERS = frozenset({"json", "csv", "parquet", "text", "arrow", "pandas", "xml", "webdataset"})
 EVALGATE_KEYS = ("limit",)  # keys evalgate reads from a suite YAML and strips before lm-eval sees it
 MODALITIES = ("text", "image")  # what a task's items carry: text only, or images too (lm-eval's doc_to_image)
+MIXED = "mixed"  # a group entry with both image and text tasks (Suite.entry_modality)
 # Fields of a task's docs that hold the dataset's own item id, in the order they are tried (``source_id``).
 SOURCE_ID_FIELDS = ("id", "doc_id", "uid", "qid", "task_id")
 
@@ -95,6 +96,11 @@ class Suite:
         builtins: some task comes from lm-eval's built-in library (its index must be loaded).
         uses: the other suites (folder names beside this one) whose files its tasks' code reads, sorted; their files
             are part of ``content_hash``.
+        entry_modality: per entry of ``entries``, ``(name, "image" | "text" | "mixed")``: its tasks' modality
+            (``"mixed"``: a group with both image and text tasks, which lm-eval builds in one pass, so a chat
+            config cannot send its image tasks' messages one way and its text tasks' another:
+            ``evaluate.modality.check_chat_images`` refuses it).
+        mixed_groups: per such group, ``(group, its YAML, an image task of it, a text task of it)``.
     """
 
     name: str
@@ -106,6 +112,16 @@ class Suite:
     entries: tuple[tuple[str, int | None], ...] = ()
     builtins: bool = False
     uses: tuple[str, ...] = ()
+    entry_modality: tuple[tuple[str, str], ...] = ()
+    mixed_groups: tuple[tuple[str, Path, str, str], ...] = ()
+
+    @property
+    def image_entries(self) -> tuple[str, ...]:
+        """The entries (tasks or groups) lm-eval runs with images: those whose tasks carry images, a mixed group
+        included (``entry_modality``); an entry not listed there counts as image when the suite is."""
+        known = dict(self.entry_modality)
+        return tuple(e for e, _ in self.entries
+                     if known.get(e, self.modality) in ("image", MIXED))
 
     @property
     def modality(self) -> str:

