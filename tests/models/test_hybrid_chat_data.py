@@ -7,6 +7,7 @@ deterministic on CPU."""
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -133,3 +134,44 @@ def test_thinking_on_completions_fit_the_tasks_token_budgets() -> None:
     rows = [len(tok.encode(s.prompt).ids) + len(tok.encode(s.answer, add_special_tokens=False).ids) + 1
             for k in range(10) for s in D.chat_samples(k, D.ChatMix())]
     assert max(rows) <= 512
+
+
+def test_parse_chat_reads_fields_and_refuses_bad_parts_by_name() -> None:
+    pytest.importorskip("torch")
+    from tools.hybrid.train import parse_chat
+
+    assert parse_chat("docparse=16, finance=32") == D.ChatMix(16, 32)
+    assert parse_chat("finance=4") == D.ChatMix(docparse=0, finance=4)
+    for bad, says in (("docprase=1", "unknown field 'docprase'"), ("finance", "expected key=value"),
+                      ("finance=1,finance=2", "each key once"), ("finance=-1", "bad value '-1'")):
+        with pytest.raises(argparse.ArgumentTypeError, match=says):
+            parse_chat(bad)
+
+
+def test_fine_tune_from_the_checkpoint_with_chat_samples_is_deterministic_on_cpu() -> None:
+    """``--init`` + ``--chat``: two CPU runs of the first step from the shipped checkpoint with chat samples only
+    give the same loss; the chat turn's </s> carries weight; the step moves the weights."""
+    torch = pytest.importorskip("torch")
+    from tools.hybrid.modeling import load_checkpoint
+    from tools.hybrid.tokenizer import EOS, load_tokenizer
+    from tools.hybrid.train import REPRO, encode_groups, train
+
+    torch.set_num_threads(2)
+    args = replace(REPRO, steps=1, warmup=1, lr=3e-4, mix=replace(REPRO.mix, docparse=0, finance=0, finance_lookup=0,
+                                                                  code=0, coding=0, longgen=0))
+    chat = D.ChatMix(docparse=1, finance=1)
+    tok = load_tokenizer(CHECKPOINT_DIR)
+    (ids, w), = encode_groups(D.batch_samples(0, args.mix, "", chat), tok, args)
+    eos = tok.token_to_id(EOS)
+    for row, weights, s in zip(ids, w, D.chat_samples(0, chat)):
+        last = int((weights > 0).nonzero().max())
+        assert int(row[last]) == eos and int(row[last + 1]) == 0  # </s> ends the weighted answer, then padding
+        assert tok.decode(row[weights > 0].tolist()[:-1]) == s.answer
+    init = load_checkpoint(CHECKPOINT_DIR)
+    before = {k: v.clone() for k, v in init.state_dict().items()}
+    runs = [train(args, CHECKPOINT_DIR, "", "cpu", 0, log=lambda _: None, model=load_checkpoint(CHECKPOINT_DIR),
+                  chat=chat) for _ in range(2)]
+    (m1, r1), (_, r2) = runs
+    assert r1 == [dict(r, elapsed_s=x["elapsed_s"]) for r, x in zip(r2, r1)] and len(r1) == 1
+    assert 0 < r1[0]["loss"] < 10 and r1[0]["tokens"] == ids.numel()
+    assert any(not torch.equal(before[k], v) for k, v in m1.state_dict().items())
