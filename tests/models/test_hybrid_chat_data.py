@@ -175,3 +175,22 @@ def test_fine_tune_from_the_checkpoint_with_chat_samples_is_deterministic_on_cpu
     assert r1 == [dict(r, elapsed_s=x["elapsed_s"]) for r, x in zip(r2, r1)] and len(r1) == 1
     assert 0 < r1[0]["loss"] < 10 and r1[0]["tokens"] == ids.numel()
     assert any(not torch.equal(before[k], v) for k, v in m1.state_dict().items())
+
+
+def test_the_recipes_chat_answer_reads_a_generation_as_evalgate_does() -> None:
+    """``train.chat_answer`` (the held-out check of a chat fine-tune) agrees with ``split_thought`` (what the chat
+    configs score), thinking on and off, closed, truncated and never opened."""
+    pytest.importorskip("torch")
+    from evalgate.inputs.chat import split_thought
+    from tools.hybrid.train import chat_answer
+
+    stops = ["\n\n", "\nStatement:", "\nQuestion:", "\nAnswer:"]
+    it = D.finance_items(D.CHAT_BLOCK_BASE)[0]
+    outputs = (" 1,234\n\nStatement: x", "461 / 1,103 * 100 =\n</think> 41.8\n\nQuestion: </think> 7",
+               "461 / 1,103 * 100 =\n</think> 41.8\n\nQuestion: 7", "461 / 1,103 * 100 = 41.8\n\n and on",
+               "<think> a</think>  12\nAnswer: 3", "", "<think> never closed 12")
+    for thinking in (False, True):
+        prompt = D.chat_prompt(D.suite_module("finance").doc_to_text(it), thinking)
+        for out in outputs:
+            t = split_thought(prompt, out, D.THINK_END, stops)
+            assert chat_answer(prompt, out, stops) == (t.answer, t.thought is not None and not t.truncated), out

@@ -244,14 +244,22 @@ def greedy(model: NemotronHTiny, tok, prompt: str, max_new: int, stops: list[str
     return text[:cut]
 
 
-def chat_answer(output: str, stops: list[str]) -> tuple[str, bool]:
-    """(answer, closed) of a chat generation as the chat configs score it (``think_end`` set: lm-eval's
-    ``postprocess_generated_text``): the text after the last ``</think>``, left-stripped, cut at the first stop.
-    ``closed``: the output wrote ``</think>``."""
-    text = output.split(D.THINK_END)[-1].lstrip()
+def chat_answer(prompt: str, output: str, stops: list[str]) -> tuple[str, bool]:
+    """(answer, closed) of a chat generation ``output`` for ``prompt`` as the chat configs score it (``think_end``
+    set: ``evalgate.inputs.chat.split_thought``, re-implemented so a training machine needs no lm-eval): with
+    ``</think>`` in the output, the text after the last one, left-stripped, cut at the first stop; without it, an
+    opened thought (``<think>`` in the output, or ending the prompt) is truncated and the answer empty; otherwise
+    the output cut at the stops. ``closed``: the output wrote ``</think>``."""
+    closed = D.THINK_END in output
+    if closed:
+        text = output.split(D.THINK_END)[-1].lstrip()
+    elif "<think>" in output or prompt.rstrip().endswith("<think>"):
+        return "", False
+    else:
+        text = output
     for s in stops:
         text = text.split(s)[0]
-    return text, D.THINK_END in output
+    return text, closed
 
 
 def heldout_accuracy(model: NemotronHTiny, tok, device: str, n: int = 50,
@@ -272,8 +280,8 @@ def heldout_accuracy(model: NemotronHTiny, tok, device: str, n: int = 50,
             if thinking is None:
                 r = mod.process_results(it, [greedy(model, tok, mod.doc_to_text(it), max_new, stops, device)])
             else:
-                out = greedy(model, tok, D.chat_prompt(mod.doc_to_text(it), thinking), max_new, [], device)
-                answer, closed = chat_answer(out, stops)
+                prompt = D.chat_prompt(mod.doc_to_text(it), thinking)
+                answer, closed = chat_answer(prompt, greedy(model, tok, prompt, max_new, [], device), stops)
                 r = mod.process_results(it, [answer]) | {"closed": float(closed)}
             if suite == "finance":
                 r[f"num_match_{it['qtype']}"] = r["num_match"]
