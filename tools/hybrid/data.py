@@ -18,6 +18,14 @@ Five sources, mixed batch by batch:
   the same-kind solved example in the prompt), and the logs have ``Mix.longgen_rows`` rows (2-12; the task
   evaluates 12: a recipe trained on 2-8 rows wrote outputs that stop after ~8 rows). Long samples go in their own
   padded group of ``Mix.long_len`` tokens, so the short ones keep their 512-token shape.
+* **chat** (``ChatMix``, off in the shipped recipe): docparse / finance items from their own training blocks
+  (``CHAT_BLOCK_BASE + ..``), their suite prompt rendered as one user turn through ``configs/chat/hybrid-chat.jinja``
+  (``chat_prompt``: what lm-eval's chat path gives the engine for these tasks), half with thinking off (the template
+  writes an empty ``<think></think>``), half with thinking on (``<think>\n`` opened by the template; the answer
+  starts with a short reasoning segment derived from the generator's ground truth, ``thought``, closed by
+  ``</think>``). The answer after the thought is the completion answer, then ``</s>``: the chat configs set
+  ``think_end``, so no stop string reaches the engine and the model must end its turn itself. Loss on reasoning
+  and answer.
 
 Everything is a pure function of the batch index and the seeds: ``batch(k)`` is the same on every machine
 given the same code corpus (its SHA-256 is logged with the checkpoint).
@@ -47,6 +55,9 @@ LONG_SOURCES = frozenset({"longgen"})  # samples padded in the long group (train
 DOCPARSE_BLOCK = 8  # documents per generator call (kinds rotate within a call)
 FINANCE_BLOCK = 4  # statements per generator call (4 questions each)
 LOOKUP_BLOCK_BASE = 50_000_000  # finance blocks from here on feed the extra lookup items
+CHAT_BLOCK_BASE = 60_000_000  # docparse / finance blocks from here on feed the chat samples
+CHAT_TEMPLATE = Path(__file__).resolve().parents[2] / "configs" / "chat" / "hybrid-chat.jinja"
+THINK_END = "</think>"  # configs/chat/baseline.yaml's chat.think_end
 
 # Standard-library modules/packages used as code text (sorted, tests and GUI toolkits excluded).
 _CODE_SKIP_DIRS = {"test", "tests", "idlelib", "tkinter", "turtledemo", "lib2to3", "site-packages",
@@ -58,9 +69,10 @@ CODE_CORPUS_CHARS = 6_000_000
 class Sample:
     """One training sequence: ``prompt`` (no loss) then ``answer`` (loss); code has an empty prompt."""
 
-    source: str  # "docparse" | "finance" | "code" | "coding" | "longgen"
+    source: str  # "docparse" | "finance" | "code" | "coding" | "longgen" | "chat-docparse" | "chat-finance"
     prompt: str
     answer: str
+    eos: bool = False  # the answer ends with </s> (chat turns: the engine gets no stop string)
 
 
 def _yaml_kwargs(path: Path) -> dict[str, Any]:
@@ -258,12 +270,12 @@ class Mix:
         return self.docparse + self.finance + self.finance_lookup + self.code + self.coding + self.longgen
 
 
-def batch_samples(k: int, mix: Mix, corpus: str) -> list[Sample]:
-    """The samples of training batch ``k`` (a pure function of ``k``, ``mix`` and ``corpus``).
+def batch_samples(k: int, mix: Mix, corpus: str, chat: ChatMix | None = None) -> list[Sample]:
+    """The samples of training batch ``k`` (a pure function of ``k``, ``mix``, ``corpus`` and ``chat``).
 
     Batch ``k`` draws docparse blocks ``k * m ..``, finance blocks likewise (and the extra lookup items from
     blocks ``LOOKUP_BLOCK_BASE + 8 k ..``), code windows from ``random.Random(CODE_SEED_BASE + k)``, so
-    batches never share a generated document."""
+    batches never share a generated document. With ``chat``, the chat samples (``chat_samples``) come last."""
     out: list[Sample] = []
     dp_blocks = -(-mix.docparse // DOCPARSE_BLOCK)
     items = [it for j in range(dp_blocks) for it in docparse_items(k * dp_blocks + j)]
@@ -288,4 +300,68 @@ def batch_samples(k: int, mix: Mix, corpus: str) -> list[Sample]:
         item = longgen_item(k * mix.longgen + j, mix.longgen_rows)
         if item is not None:
             out.append(longgen_sample(item))
+    return out + (chat_samples(k, chat) if chat else [])
+
+
+# ---------------------------------------------------------------- chat
+@dataclass(frozen=True)
+class ChatMix:
+    """Chat samples per batch (``batch_samples``'s ``chat``), each source half thinking off, half on."""
+
+    docparse: int = 16
+    finance: int = 32
+
+
+@lru_cache(maxsize=None)
+def _chat_template(path: Path = CHAT_TEMPLATE) -> Any:
+    """The template compiled as ``transformers`` compiles a chat template (``render_jinja_template``: sandboxed,
+    ``trim_blocks``, ``lstrip_blocks``, loop controls), so a training machine needs jinja2 only."""
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    return env.from_string(path.read_text(encoding="utf-8"))
+
+
+def chat_prompt(user: str, thinking: bool, path: Path = CHAT_TEMPLATE) -> str:
+    """The chat prompt of a suite prompt ``user`` under ``configs/chat/hybrid-chat.jinja``.
+
+    docparse_fields / finance_tableqa have ``num_fewshot: 0`` (their worked examples are part of ``doc_to_text``),
+    so lm-eval's ``fewshot_context(apply_chat_template=True, fewshot_as_multiturn=True)`` builds one user message
+    (no system message: the chat configs set none, the tasks no description) and renders it with
+    ``add_generation_prompt=True`` and the config's ``template_kwargs`` (``enable_thinking``)."""
+    messages = [{"role": "user", "content": user}]
+    return _chat_template(path).render(messages=messages, add_generation_prompt=True, enable_thinking=thinking)
+
+
+def thought(suite: str, item: dict) -> str:
+    """The short reasoning segment of a thinking-on chat sample, from the generator's ground truth: docparse, the
+    document kind and the fields asked for; finance, the computation of the item's worked answer without its result
+    (``"1,204 - 1,150 ="``, for a lookup ``"Revenue 2023 ="``). One line, no blank line."""
+    if suite == "docparse":
+        return f"{item['kind']}; fields: {', '.join(item['fields'])}"
+    gold = item["target"]
+    shown = f"{int(gold):,}" if gold.lstrip("-").isdigit() else gold
+    work = item["work"]
+    assert work.endswith(" " + shown), (work, shown)
+    return work[: -len(shown) - 1]
+
+
+def chat_sample(suite: str, item: dict, thinking: bool) -> Sample:
+    """``item`` as a chat turn: the template's prompt (``chat_prompt``) then, thinking on, ``thought + "\n</think>"``,
+    then the completion answer (``docparse_sample`` / ``finance_sample``), then ``</s>``."""
+    plain = docparse_sample(item) if suite == "docparse" else finance_sample(item)
+    head = f"{thought(suite, item)}\n{THINK_END}" if thinking else ""
+    return Sample(f"chat-{suite}", chat_prompt(plain.prompt, thinking), head + plain.answer, eos=True)
+
+
+def chat_samples(k: int, chat: ChatMix) -> list[Sample]:
+    """The chat samples of batch ``k``: docparse blocks ``CHAT_BLOCK_BASE + k m ..``, finance likewise (evaluation
+    items dropped as everywhere); within each source, every second sample (odd positions) has thinking on."""
+    out: list[Sample] = []
+    for suite, n, per_block, items_of in (("docparse", chat.docparse, DOCPARSE_BLOCK, docparse_items),
+                                          ("finance", chat.finance, FINANCE_BLOCK * 4, finance_items)):
+        blocks = -(-n // per_block)
+        items = [it for j in range(blocks) for it in items_of(CHAT_BLOCK_BASE + k * blocks + j)][:n]
+        out += [chat_sample(suite, it, i % 2 == 1) for i, it in enumerate(items)]
     return out

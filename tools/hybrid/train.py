@@ -15,6 +15,11 @@ Typical use::
 
     python -m tools.hybrid.train tokenizer --out evalgate/models/hybrid/checkpoint        # once, on CPU
     python -m tools.hybrid.train train --out $OUT/ckpt --code-corpus corpus.txt    # on a GPU
+
+Fine-tuning (``--init CKPT``): the model starts from a checkpoint instead of ``--seed``'s initialisation, and
+``--chat docparse=16,finance=32`` adds ``data.ChatMix`` chat samples to every batch (the chat model
+``embedded:nemotron-h-tiny-chat``; see ``evalgate/models/hybrid/README.md``). The reproducibility prefix then
+starts from the same checkpoint, with ``REPRO_CHAT`` chat samples and the run's learning rate.
 """
 
 from __future__ import annotations
@@ -35,8 +40,8 @@ import torch
 import torch.nn.functional as F
 
 from tools.hybrid import data as D
-from tools.hybrid.modeling import HybridConfig, NemotronHTiny, save_checkpoint
-from tools.hybrid.tokenizer import load_tokenizer, save_hf_tokenizer, train_tokenizer
+from tools.hybrid.modeling import HybridConfig, NemotronHTiny, load_checkpoint, save_checkpoint
+from tools.hybrid.tokenizer import EOS, load_tokenizer, save_hf_tokenizer, train_tokenizer
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoint"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -63,6 +68,7 @@ REPRO = TrainArgs(steps=3, warmup=2, mix=D.Mix(docparse=1, finance=1, finance_lo
                                                 long_len=1408),
                   log_every=1,
                   tf32=False)
+REPRO_CHAT = D.ChatMix(docparse=2, finance=2)  # the prefix's chat samples where the run has a chat mix
 
 
 # ---------------------------------------------------------------- tokenizer
@@ -80,13 +86,15 @@ def build_tokenizer(out: Path, corpus: str, vocab_size: int = 2048, n_batches: i
 # ---------------------------------------------------------------- batches
 def encode(samples: list[D.Sample], tok, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(ids, weights), each (B, L), right-padded with 0; ``weights[b, t]`` weighs the prediction of
-    ``ids[b, t]``. Suite samples: prompt (with ``<s>``) has weight 0, the answer 1. Code: ``<s>`` + text,
-    weight 1 after ``<s>``. Sequences are cut at, and padded to, ``max_len``."""
+    ``ids[b, t]``. Suite samples: prompt (with ``<s>``) has weight 0, the answer 1 (and its ``</s>`` where
+    ``s.eos``: chat turns). Code: ``<s>`` + text, weight 1 after ``<s>``. Sequences are cut at, and padded to,
+    ``max_len``."""
     rows = []
+    eos = tok.token_to_id(EOS)
     for s in samples:
         if s.prompt:
             p = tok.encode(s.prompt).ids  # <s> added by the post-processor, as vLLM tokenizes prompts
-            a = tok.encode(s.answer, add_special_tokens=False).ids
+            a = tok.encode(s.answer, add_special_tokens=False).ids + ([eos] if s.eos else [])
             ids, w = p + a, [0.0] * len(p) + [1.0] * len(a)
         else:
             ids = tok.encode(s.answer).ids
@@ -119,19 +127,22 @@ class BatchStream(torch.utils.data.IterableDataset):
     """Batch ``k`` for ``k`` in ``range(start, stop)``; worker ``i`` of ``n`` computes ``k = i (mod n)`` and
     the DataLoader returns them in order, so the stream does not depend on the number of workers."""
 
-    def __init__(self, tok_path: Path, corpus: str, args: TrainArgs, start: int, stop: int) -> None:
+    def __init__(self, tok_path: Path, corpus: str, args: TrainArgs, start: int, stop: int,
+                 chat: D.ChatMix | None = None) -> None:
         self.tok_path, self.corpus, self.args, self.start, self.stop = tok_path, corpus, args, start, stop
+        self.chat = chat
 
     def __iter__(self):
         info = torch.utils.data.get_worker_info()
         wid, n = (info.id, info.num_workers) if info else (0, 1)
         tok = load_tokenizer(self.tok_path)
         for k in range(self.start + wid, self.stop, n):
-            yield encode_groups(D.batch_samples(k, self.args.mix, self.corpus), tok, self.args)
+            yield encode_groups(D.batch_samples(k, self.args.mix, self.corpus, self.chat), tok, self.args)
 
 
-def batches(tok_path: Path, corpus: str, args: TrainArgs, workers: int):
-    ds = BatchStream(tok_path, corpus, args, 0, args.steps)
+def batches(tok_path: Path, corpus: str, args: TrainArgs, workers: int, chat: D.ChatMix | None = None):
+    """The run's batches ``0 .. args.steps - 1`` (``BatchStream``) through a DataLoader of ``workers`` workers."""
+    ds = BatchStream(tok_path, corpus, args, 0, args.steps, chat)
     return torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers, prefetch_factor=8 if workers else None,
                                        persistent_workers=False)
 
@@ -174,9 +185,11 @@ def make_model(seed: int, cfg: HybridConfig | None = None) -> NemotronHTiny:
 
 def train(args: TrainArgs, tok_path: Path, corpus: str, device: str = "cpu", workers: int = 0,
           log=print, model: NemotronHTiny | None = None, compile: bool = False,
-          max_steps: int | None = None, deadline: float | None = None) -> tuple[NemotronHTiny, list[dict]]:
+          max_steps: int | None = None, deadline: float | None = None,
+          chat: D.ChatMix | None = None) -> tuple[NemotronHTiny, list[dict]]:
     """Run the recipe; returns the model and one log row per ``log_every`` steps (and the first 5).
-    ``max_steps`` stops early (benchmarks) without changing the schedule; so does ``deadline`` (a
+    ``model`` (e.g. a loaded checkpoint) replaces ``args.seed``'s initialisation; ``chat`` adds chat samples to every
+    batch. ``max_steps`` stops early (benchmarks) without changing the schedule; so does ``deadline`` (a
     ``time.time()`` value; a safety net that makes the run non-reproducible and is logged)."""
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
     torch.backends.cudnn.allow_tf32 = args.tf32
@@ -189,7 +202,7 @@ def train(args: TrainArgs, tok_path: Path, corpus: str, device: str = "cpu", wor
                             fused=device.startswith("cuda"))
     rows: list[dict] = []
     t0, tokens = time.time(), 0
-    for step, groups in enumerate(batches(tok_path, corpus, args, workers)):
+    for step, groups in enumerate(batches(tok_path, corpus, args, workers, chat)):
         groups = [(ids.to(device, non_blocking=True), w.to(device, non_blocking=True)) for ids, w in groups]
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args)
@@ -231,9 +244,31 @@ def greedy(model: NemotronHTiny, tok, prompt: str, max_new: int, stops: list[str
     return text[:cut]
 
 
-def heldout_accuracy(model: NemotronHTiny, tok, device: str, n: int = 50) -> dict[str, dict[str, float]]:
+def chat_answer(prompt: str, output: str, stops: list[str]) -> tuple[str, bool]:
+    """(answer, closed) of a chat generation ``output`` for ``prompt`` as the chat configs score it (``think_end``
+    set: ``evalgate.inputs.chat.split_thought``, re-implemented so a training machine needs no lm-eval): with
+    ``</think>`` in the output, the text after the last one, left-stripped, cut at the first stop; without it, an
+    opened thought (``<think>`` in the output, or ending the prompt) is truncated and the answer empty; otherwise
+    the output cut at the stops. ``closed``: the output wrote ``</think>``."""
+    closed = D.THINK_END in output
+    if closed:
+        text = output.split(D.THINK_END)[-1].lstrip()
+    elif "<think>" in output or prompt.rstrip().endswith("<think>"):
+        return "", False
+    else:
+        text = output
+    for s in stops:
+        text = text.split(s)[0]
+    return text, closed
+
+
+def heldout_accuracy(model: NemotronHTiny, tok, device: str, n: int = 50,
+                     thinking: bool | None = None) -> dict[str, dict[str, float]]:
     """Greedy accuracy of the torch model on the first ``n`` test items of docparse and finance (what
-    ``evalgate run --limit n`` scores), with the suites' own prompts and scorers."""
+    ``evalgate run --limit n`` scores), with the suites' own prompts and scorers. ``thinking`` None: completion
+    prompts; False / True: the chat prompts of ``configs/chat`` (thinking off / on; no stop string reaches the model,
+    it ends at ``</s>`` or the budget, the answer is read as ``chat_answer`` reads it; ``closed``: share of outputs
+    with ``</think>``)."""
     model.eval()
     res = {}
     for suite, stops, max_new in (("docparse", ["\n\n", "\nDocument:", "\nFields:", "\nJSON:"], 96),
@@ -242,7 +277,12 @@ def heldout_accuracy(model: NemotronHTiny, tok, device: str, n: int = 50) -> dic
         items = D.eval_items(suite)[:n]
         scores: dict[str, list[float]] = {}
         for it in items:
-            r = mod.process_results(it, [greedy(model, tok, mod.doc_to_text(it), max_new, stops, device)])
+            if thinking is None:
+                r = mod.process_results(it, [greedy(model, tok, mod.doc_to_text(it), max_new, stops, device)])
+            else:
+                prompt = D.chat_prompt(mod.doc_to_text(it), thinking)
+                answer, closed = chat_answer(prompt, greedy(model, tok, prompt, max_new, [], device), stops)
+                r = mod.process_results(it, [answer]) | {"closed": float(closed)}
             if suite == "finance":
                 r[f"num_match_{it['qtype']}"] = r["num_match"]
             for k, v in r.items():
@@ -253,9 +293,9 @@ def heldout_accuracy(model: NemotronHTiny, tok, device: str, n: int = 50) -> dic
 
 
 # ---------------------------------------------------------------- CLI
-def _sha_batches(tok_path: Path, corpus: str, args: TrainArgs, n: int = 2) -> str:
+def _sha_batches(tok_path: Path, corpus: str, args: TrainArgs, n: int = 2, chat: D.ChatMix | None = None) -> str:
     h = hashlib.sha256()
-    for groups in BatchStream(tok_path, corpus, args, 0, n):
+    for groups in BatchStream(tok_path, corpus, args, 0, n, chat):
         for ids, w in groups:
             h.update(ids.numpy().tobytes())
             h.update(w.numpy().tobytes())
@@ -272,11 +312,16 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--out", type=Path, required=True)
     r = sub.add_parser("train", help="train and write a checkpoint to --out")
     r.add_argument("--out", type=Path, required=True)
-    r.add_argument("--tokenizer", type=Path, default=CHECKPOINT_DIR)
+    r.add_argument("--tokenizer", type=Path, default=None, help="default: --init's folder, else " + str(CHECKPOINT_DIR))
     r.add_argument("--code-corpus", type=Path, help="default: built from this interpreter's stdlib")
     r.add_argument("--steps", type=int, default=TrainArgs.steps)
     r.add_argument("--seed", type=int, default=TrainArgs.seed)
     r.add_argument("--lr", type=float, default=TrainArgs.lr)
+    r.add_argument("--warmup", type=int, default=TrainArgs.warmup)
+    r.add_argument("--init", type=Path, default=None,
+                   help="start from this checkpoint (e.g. evalgate/models/hybrid/checkpoint) instead of --seed's init")
+    r.add_argument("--chat", default=None, type=parse_chat,
+                   help="add chat samples to every batch: ChatMix fields as key=value (e.g. docparse=16,finance=32)")
     r.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1))
     r.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     r.add_argument("--eval-n", type=int, default=50)
@@ -305,20 +350,25 @@ def main(argv: list[str] | None = None) -> int:
 def _train_command(a: argparse.Namespace, corpus: str) -> None:
     """``train``: the reproducibility prefix, the optional step-time benchmark, the run, the checkpoint and its
     ``train_log.json`` (written before and again after the held-out evaluation)."""
+    a.tokenizer = a.tokenizer or a.init or CHECKPOINT_DIR
     mix = a.mix or D.Mix()
-    args = replace(TrainArgs(), steps=a.steps, seed=a.seed, lr=a.lr, mix=mix)
+    args = replace(TrainArgs(), steps=a.steps, seed=a.seed, lr=a.lr, warmup=a.warmup, mix=mix)
     log = lambda s: print(s, flush=True)  # noqa: E731
     log(f"corpus sha256 {D.corpus_sha(corpus)}; device {a.device}; torch {torch.__version__}")
     D.eval_keys()  # computed once, inherited by the data workers
+    init = (lambda: load_checkpoint(a.init)) if a.init else (lambda: None)
     # 1. the reproducibility prefix: first steps of the recipe with a tiny batch, float32, no TF32
-    _, repro_rows = train(replace(REPRO, seed=a.seed), a.tokenizer, corpus, a.device, 0, log)
+    repro = repro_args(a.seed, a.lr if a.init else None)
+    repro_chat = REPRO_CHAT if a.chat else None
+    _, repro_rows = train(repro, a.tokenizer, corpus, a.device, 0, log, model=init(), chat=repro_chat)
     bench = {}
     if a.time_budget:
         args, bench = _fit_steps(a, args, corpus, log)
     # 2. the run
     t0 = time.time()
     deadline = t0 + a.time_budget + 90 if a.time_budget else None
-    model, rows = train(args, a.tokenizer, corpus, a.device, a.workers, log, compile=a.compile, deadline=deadline)
+    model, rows = train(args, a.tokenizer, corpus, a.device, a.workers, log, model=init(), compile=a.compile,
+                        deadline=deadline, chat=a.chat)
     train_s = time.time() - t0
     save_checkpoint(model, a.out)
     for f in TOKENIZER_FILES:
@@ -327,10 +377,38 @@ def _train_command(a: argparse.Namespace, corpus: str) -> None:
     train_log = _train_log(a, args, model, corpus, repro_rows, rows, train_s, bench)
     (a.out / "train_log.json").write_text(json.dumps(train_log, indent=1) + "\n")
     t1 = time.time()
-    acc = heldout_accuracy(model, load_tokenizer(a.tokenizer), a.device, a.eval_n) if a.eval_n else {}
+    tok = load_tokenizer(a.tokenizer)
+    acc = heldout_accuracy(model, tok, a.device, a.eval_n) if a.eval_n else {}
     log(json.dumps({"heldout_torch_greedy": acc, "eval_s": round(time.time() - t1, 1)}))
     train_log["heldout_torch_greedy"] = acc
+    if a.chat and a.eval_n:
+        for key, thinking in (("heldout_torch_greedy_chat", False), ("heldout_torch_greedy_chat_thinking", True)):
+            train_log[key] = heldout_accuracy(model, tok, a.device, a.eval_n, thinking)
+            log(json.dumps({key: train_log[key]}))
     (a.out / "train_log.json").write_text(json.dumps(train_log, indent=1) + "\n")
+
+
+def repro_args(seed: int, lr: float | None = None) -> TrainArgs:
+    """The reproducibility prefix's arguments: ``REPRO`` with the run's seed, and with a fine-tune's (``--init``)
+    learning rate ``lr`` (None: the recipe's default, as the shipped checkpoint logged it)."""
+    return replace(REPRO, seed=seed) if lr is None else replace(REPRO, seed=seed, lr=lr)
+
+
+def parse_chat(text: str) -> D.ChatMix:
+    """``--chat``: ``key=value`` pairs of ``data.ChatMix`` fields (integers >= 0, each key once; fields not given
+    are 0). Raises ``argparse.ArgumentTypeError`` naming the part that is wrong."""
+    names = [f.name for f in dataclass_fields(D.ChatMix)]
+    values: dict[str, int] = {}
+    for part in (p.strip() for p in text.split(",")):
+        key, eq, val = (x.strip() for x in part.partition("="))
+        if key not in names:
+            raise argparse.ArgumentTypeError(f"unknown field {key!r} (fields: {', '.join(names)})")
+        if not eq or key in values:
+            raise argparse.ArgumentTypeError(f"{part!r}: expected key=value, each key once")
+        if not val.isdigit():
+            raise argparse.ArgumentTypeError(f"bad value {val!r} for {key}")
+        values[key] = int(val)
+    return D.ChatMix(**{n: values.get(n, 0) for n in names})
 
 
 def parse_mix(text: str) -> D.Mix:
@@ -371,7 +449,7 @@ def _fit_steps(a: argparse.Namespace, args: TrainArgs, corpus: str, log) -> tupl
     n = 40
     t0 = time.time()
     _, brow = train(replace(args, log_every=10, steps=max(args.steps, n)), a.tokenizer, corpus, a.device, a.workers, log,
-                    compile=a.compile, max_steps=n)
+                    model=load_checkpoint(a.init) if a.init else None, compile=a.compile, max_steps=n, chat=a.chat)
     # step time from the last 30 steps (after warm-up / compilation)
     step_s = (brow[-1]["elapsed_s"] - brow[-4]["elapsed_s"]) / 30
     steps = max(100, int(a.time_budget / step_s) // 100 * 100)
@@ -386,12 +464,21 @@ def _train_log(a: argparse.Namespace, args: TrainArgs, model, corpus: str, repro
     """The recipe, its inputs' hashes and the training log, as ``train_log.json`` records them."""
     from evalgate.suites.discovery import SUITES_DIR, content_hash
 
+    repro = repro_args(a.seed, a.lr if a.init else None)
+    repro_chat = REPRO_CHAT if a.chat else None
+    fine_tune = {}
+    if a.init or a.chat:  # (keys absent from the shipped, from-scratch recipe's log)
+        init_sha = hashlib.sha256((a.init / "model.safetensors").read_bytes()).hexdigest() if a.init else None
+        fine_tune = {"init": str(a.init) if a.init else None, "init_model_sha256": init_sha,
+                     "chat": asdict(a.chat) if a.chat else None,
+                     "repro_chat": asdict(repro_chat) if repro_chat else None,
+                     "chat_template_sha256": hashlib.sha256(D.CHAT_TEMPLATE.read_bytes()).hexdigest()}
     return {
         "recipe": "tools.hybrid.train", "seed": a.seed, "args": _jsonable(asdict(args)),
-        "repro_args": _jsonable(asdict(replace(REPRO, seed=a.seed))), "repro": repro_rows,
+        "repro_args": _jsonable(asdict(repro)), "repro": repro_rows, **fine_tune,
         "model": model.cfg.to_json(), "parameters": model.num_parameters(),
         "code_corpus_sha256": D.corpus_sha(corpus), "code_corpus_chars": len(corpus),
-        "repro_data_sha256": _sha_batches(a.tokenizer, corpus, replace(REPRO, seed=a.seed)),
+        "repro_data_sha256": _sha_batches(a.tokenizer, corpus, repro, chat=repro_chat),
         "device": torch.cuda.get_device_name() if a.device.startswith("cuda") else a.device,
         "torch": torch.__version__, "python": sys.version.split()[0],
         "suites_content_hash": {s: content_hash(SUITES_DIR / s) for s in ("docparse", "finance", "coding", "longgen")},
