@@ -275,6 +275,7 @@ def check_item_images(task: Any, spec: Any, limit: int | None) -> dict[str, Any]
     from PIL import Image
 
     most, where = 0, ""
+    png_modes: dict[str, bool] = {}
     docs = task.eval_docs
     count = len(docs) if limit is None else min(limit, len(docs))
     for i in range(count):
@@ -293,15 +294,47 @@ def check_item_images(task: Any, spec: Any, limit: int | None) -> dict[str, Any]
                            f"{got}): every item of an image task needs one (its prompt is about its image); fill "
                            "in the item's image, or leave such items out of the task's data")
         for j, im in enumerate(images):
+            which = f"image {j} of {len(images)}" if len(images) > 1 else "its image"
             if not isinstance(im, Image.Image):
-                which = f"image {j} of {len(images)}" if len(images) > 1 else "its image"
                 raise _Finding(spec.source, "doc_to_image", f"task {spec.name}: {item}: {which} is "
                                f"{_kind_of(im)}, not a PIL image (evalgate sends PIL.Image.Image objects to vLLM; "
                                "load a path, URL or bytes into one in the task's code, or read the column as a "
                                "datasets Image feature)")
+            unusable = _unhashable_image(im, png_modes)
+            if unusable:
+                raise _Finding(spec.source, "doc_to_image", f"task {spec.name}: {item}: {which} {unusable}")
         if len(images) > most:
             most, where = len(images), item
     return {"most": most, "item": where, "source": str(spec.source)}
+
+
+def _unhashable_image(image: Any, png_modes: dict[str, bool]) -> str | None:
+    """Why the engine worker could not take PIL image ``image``, or None. The worker keys every image by its
+    content hash, lm-eval's ``convert_pil_to_hash`` (``worker.lm_adapter.image_hash``: the image saved as PNG), so an
+    image with no pixels (a side of 0) or in a mode PNG cannot hold (``F``, ``CMYK``, ``I;16B``, ...) would fail there,
+    on the first such request, after the engine had started (exit 3). Whether a mode can be saved is tried once per
+    mode on a 1x1 image (``png_modes`` caches it), not on every page.
+    """
+    import io
+
+    from PIL import Image
+
+    width, height = image.size
+    if width <= 0 or height <= 0:
+        return (f"is empty ({width}x{height} pixels, mode {image.mode}): an image needs at least one pixel (vLLM "
+                "and the image's content hash both fail on it)")
+    mode = image.mode
+    if mode not in png_modes:
+        try:
+            Image.new(mode, (1, 1)).save(io.BytesIO(), format="PNG")
+            png_modes[mode] = True
+        except Exception:  # noqa: BLE001 - PIL raises OSError, KeyError or ValueError for a mode PNG cannot hold
+            png_modes[mode] = False
+    if not png_modes[mode]:
+        return (f"is a PIL image in mode {mode!r}, which cannot be saved as PNG: evalgate keys each image by "
+                "lm-eval's content hash of its PNG bytes, so the engine would fail on it; convert it in the task's "
+                "code, e.g. image.convert('RGB')")
+    return None
 
 
 def _kind_of(value: Any) -> str:

@@ -23,12 +23,28 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import ConfigDict, Field, ValidationError
+from typing_extensions import TypedDict
 
 from evalgate.errors import StoreError
 from evalgate.results.document import Number, Recorded, validation_problem
 from evalgate.results.store import read_json
 
-__all__ = ["Manifest", "Side", "SuiteEntry"]
+__all__ = ["DeviceIdentity", "Manifest", "Side", "SuiteEntry"]
+
+
+class DeviceIdentity(TypedDict, total=False):
+    """A side's hardware (``engine.device.device_identity``), as the store keys and ``evalgate compare`` read it:
+    ``{"platform": "cuda", "gpus": [...]}`` or ``{"platform": "cpu", "cpu": "<model>", "isa": [...]}``. Still a plain
+    dict where it is read; typed so that a stored manifest whose device field has the wrong type (``isa: null``,
+    ``isa: [5]``) is one line naming the field (exit 3), never an internal error in ``device.describe``. Keys it
+    does not name are kept."""
+
+    __pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[misc]
+
+    platform: str
+    cpu: str
+    isa: list[str]
+    gpus: list[str]
 
 
 class SuiteEntry(Recorded):
@@ -57,7 +73,7 @@ class Side(Recorded):
     evidence_sources: dict[str, str] = Field(default_factory=dict, description="where evidence came from")
     cached_suites: list[str] = Field(default_factory=list, description="suites served from the store")
     generations: dict[str, int] = Field(default_factory=dict, description="requests reused / generated")
-    device: dict[str, Any] | None = Field(None, description="the hardware the side ran on "
+    device: DeviceIdentity | None = Field(None, description="the hardware the side ran on "
                                           "(engine.device.device_identity); None in runs made before it was recorded")
     protocol: dict[str, Any] | None = Field(None, description="how prompts were sent (chat.protocol: completion or "
                                             "chat, template sha256, kwargs, system prompt hash); None in runs made "

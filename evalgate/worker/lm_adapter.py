@@ -33,6 +33,20 @@ def request_key(prompt: str, stop: list[str], max_tokens: int, images: tuple[str
     return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()
 
 
+class ChatTemplateFailure(Exception):
+    """The config's chat template raised while rendering one item's messages (lm-eval builds every prompt of a task
+    before generating any). The pre-engine probes render one short user message only, so a template that raises on a
+    real item's messages (a length check, a role it refuses in a few-shot turn, a ``raise_exception`` on some text) is
+    found here; the worker reports it as a config error on ``chat.template`` (exit 2), not an engine crash."""
+
+    def __init__(self, exc: BaseException, chat_history: list[dict[str, Any]]) -> None:
+        text = " ".join(str(exc).split())[:200]
+        last = chat_history[-1].get("content") if chat_history else None
+        begins = " ".join(last.split())[:60] if isinstance(last, str) else None
+        where = f" (its last message begins {begins!r})" if begins else ""
+        super().__init__(f"{type(exc).__name__}: {text}{where}")
+
+
 def image_hash(image: Any) -> str:
     """An image's content hash: lm-eval's own (``lm_eval.utils.convert_pil_to_hash``, sha256 of the PNG bytes, which
     are lossless: equal for equal mode, size and pixels). lm-eval puts the same hash in place of every image of a
@@ -190,9 +204,12 @@ def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0,
                 messages = text_content(chat_history)
             else:
                 messages = chat_history
-            return tok.apply_chat_template(messages, chat_template=template, tokenize=False,
-                                           add_generation_prompt=add_generation_prompt,
-                                           **dict(chat.get("template_kwargs") or {}))
+            try:
+                return tok.apply_chat_template(messages, chat_template=template, tokenize=False,
+                                               add_generation_prompt=add_generation_prompt,
+                                               **dict(chat.get("template_kwargs") or {}))
+            except Exception as exc:  # noqa: BLE001 - a template is user code: its error on an item is the input's
+                raise ChatTemplateFailure(exc, chat_history) from exc
 
         @property
         def tokenizer_name(self) -> str:

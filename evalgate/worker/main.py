@@ -18,6 +18,7 @@ from evalgate.errors import StoreError
 from evalgate.results.store import GenerationJournal, ResultStore, tasks_to_json
 from evalgate.suites import scoring
 from evalgate.worker.item_evidence import decode_evidence, logit_evidence, suite_spec_decode
+from evalgate.worker.lm_adapter import ChatTemplateFailure
 from evalgate.worker.suite_eval import evaluate_suite
 
 
@@ -69,7 +70,15 @@ def main(spec_path: str) -> int:
             uses = [Path(suite["dir"]) / u for u in suite.get("uses", [])]  # suites whose files its code reads
             if content_hash(Path(suite["dir"]) / suite["name"], uses) != suite["hash"]:
                 raise StoreError(f"suite {suite['name']} changed on disk while evalgate was running; run again")
-            _run_suite(engine, lm, suite, spec, sampling, store, effective, start_s, reference)
+            try:
+                _run_suite(engine, lm, suite, spec, sampling, store, effective, start_s, reference)
+            except ChatTemplateFailure as exc:  # the template raised on an item's messages: the config's fault
+                which = "the template" if (spec.get("chat") or {}).get("template") is not None else \
+                    "the model's chat template"
+                print(f"{CONFIG_ERROR_TAG} chat.template: {which} fails to render an item's messages of suite "
+                      f"{suite['name']}: {exc}; fix the template or leave the suite out (generations already "
+                      f"made stay journaled)", flush=True)
+                return CONFIG_ERROR_EXIT
     finally:
         scoring.shutdown()
     if spec.get("serve_commands"):

@@ -134,3 +134,25 @@ def test_an_item_with_more_images_than_the_config_allows_is_refused_naming_both_
                     f"{cfg}: engine_args.limit_mm_per_prompt: limit_mm_per_prompt allows 2 per prompt "
                     f"(embedded:idefics3-tiny, {installed_vllm_version()}); set engine_args.limit_mm_per_prompt to "
                     "{image: 3} or more, or give each item fewer images")
+
+
+@pytest.mark.parametrize(("expr", "what"), [
+    ("Image.new('RGB', (0, 0)) if doc['n'] == 1 else doc['image']",
+     "item 1 (id a1): its image is empty (0x0 pixels, mode RGB): an image needs at least one pixel"),
+    ("doc['image'].convert('F') if doc['n'] == 2 else doc['image']",
+     "item 2 (id a2): its image is a PIL image in mode 'F', which cannot be saved as PNG"),
+    ("[doc['image'], doc['image'].convert('CMYK')]",
+     "item 0 (id a0): image 1 of 2 is a PIL image in mode 'CMYK', which cannot be saved as PNG"),
+], ids=["empty", "float-mode", "cmyk-in-a-list"])
+def test_a_pil_image_the_worker_cannot_hash_is_refused_before_any_engine(score, expr: str, what: str) -> None:
+    """Break test: the worker keys each image by lm-eval's PNG content hash (``lm_adapter.image_hash``); a 0x0 page or
+    a mode PNG cannot hold (F, CMYK) passed the PIL type check and crashed the engine worker on its first request
+    ("cannot write mode F as PNG", exit 3 after the engine had started). Modes PNG holds (L, P, 1, I;16) still run."""
+    code, line, yaml, _ = score(expr)
+    assert code == ExitCode.USAGE == 2, line
+    assert line.startswith(f"evalgate: error: {yaml}: doc_to_image: task pages_task: {what}"), line
+
+
+def test_pil_modes_png_holds_reach_the_engine(score) -> None:
+    code, line, _, _ = score("doc['image'].convert(['L', 'P', 'I;16'][doc['n']])")
+    assert (code, line) == ("engine", "")

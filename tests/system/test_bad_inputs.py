@@ -557,6 +557,9 @@ STORED_CASES: list[Case] = [
     _stored("compare", "manifest-suite-not-listed", "manifest.json",
             "suites: no entry for task 's1_task' of suite 's1', so its suite content cannot be checked"),
     _stored("compare", "manifest-no-created", "manifest.json", "malformed run manifest: created: missing (a required field)"),
+    # break test: a hand-edited device identity was an internal error in device.describe (TypeError), not the field
+    _stored("compare", "manifest-device-isa-null", "manifest.json",
+            "malformed run manifest: candidate.device.isa: expected a list, got null"),
     # issue 23: a verdict.json that contradicts itself is refused, never re-rendered (least of all as PASS)
     _stored("report", "verdict-pass-over-block", "verdict.json",
             "not a consistent evalgate verdict: verdict: PASS, but tasks.0 (s/t) is BLOCK"),

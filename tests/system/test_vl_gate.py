@@ -262,3 +262,53 @@ def test_a_text_suite_under_the_vl_chat_template_keeps_its_question(
             question = questions[name][item["item_id"]]
             assert question.strip() and item.get("images") is None
             assert item["prompt"] == f"<|begin_of_text|>User: {question}<end_of_utterance>\nAssistant:"
+
+
+PICKY_TASK = """task: pages_task
+dataset_path: ""
+custom_dataset: !function utils.load_data
+output_type: generate_until
+test_split: test
+doc_to_text: "<image>{{q}}"
+doc_to_target: "{{a}}"
+doc_to_image: [image]
+generation_kwargs: {until: ["\\n"], max_gen_toks: 4}
+metric_list:
+  - metric: exact_match
+"""
+PICKY_UTILS = """import datasets
+from PIL import Image
+
+
+def load_data(**_):
+    rows = [{"q": f"Q{n}", "a": str(n), "image": Image.new("RGB", (8, 8), (40 * n, 0, 0))} for n in range(3)]
+    return {"test": datasets.Dataset.from_list(rows)}
+"""
+
+
+def test_a_chat_template_that_raises_on_one_items_messages_is_a_config_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Break test: Idefics3's template plus a ``raise_exception`` on item 2's text passes every pre-engine probe
+    (they render one short message); lm-eval then builds that item's prompt in the worker and the template raises.
+    It was exit 3, "engine exited with code 1" and a flattened traceback; now exit 2, one line naming the config file,
+    chat.template, the suite, the template's own message and where the item's message begins."""
+    from evalgate.models.idefics3_tiny import CHAT_TEMPLATE
+
+    monkeypatch.setenv("EVALGATE_HOME", str(tmp_path / "home"))
+    guard = "{% if line['text'] == 'Q2' %}{{ raise_exception('I refuse this one') }}{% endif %}"
+    template = CHAT_TEMPLATE.replace("{% if line['type'] == 'text' %}", "{% if line['type'] == 'text' %}" + guard, 1)
+    assert template != CHAT_TEMPLATE
+    (tmp_path / "picky.jinja").write_text(template)
+    (tmp_path / "suites" / "pages").mkdir(parents=True)
+    (tmp_path / "suites" / "pages" / "t.yaml").write_text(PICKY_TASK)
+    (tmp_path / "suites" / "pages" / "utils.py").write_text(PICKY_UTILS)
+    cfg = tmp_path / "picky.yaml"
+    cfg.write_text(f"extends: {CONFIGS_DIR / 'vl' / 'chat.yaml'}\nsuites: [pages]\nchat: {{template: picky.jinja}}\n")
+    out = tmp_path / "score"
+    code = main(["score", "--config", str(cfg), "--suites-dir", str(tmp_path / "suites"), "--out", str(out)])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("evalgate: error")]
+    assert code == 2, err
+    assert len(err) == 1 and err[0] == (
+        f"evalgate: error: {cfg}: chat.template: the template fails to render an item's messages of suite pages: "
+        "TemplateError: I refuse this one (its last message begins '<image>Q2'); fix the template or leave the suite "
+        "out (generations already made stay journaled)"), err
