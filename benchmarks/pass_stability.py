@@ -9,7 +9,7 @@ of the machine reaches both shapes alike:
 - ``wave``: ``--wave-prompts`` requests (default = the concurrency) of exactly ``--input-len`` / ``--output-len``
   tokens: one wave that fills, decodes in lock-step and drains; timed whole (vLLM's own offline path, as evalgate's
   default profile).
-- ``refill``: ``--refill-prompts`` requests (default 2.5 x the concurrency) with lengths drawn by vLLM's
+- ``refill``: ``--refill-prompts`` requests (default and least 3 x the concurrency) with lengths drawn by vLLM's
   ``RandomDataset`` over ``[len (1 - r), len (1 + r)]`` (``--range-ratio``, default 0.5), at most the concurrency in
   flight, a finished request's slot refilled at once; timed over its steady window (first finish to last admission,
   ``worker.throughput.steady_window``), as vLLM's benchmarks and MLPerf exclude warm-up and drain.
@@ -59,15 +59,41 @@ def _workers(config: str, util: float | None, placement: str, tmp: Path, timeout
     if util is not None:
         args["gpu_memory_utilization"] = util
     alternation = Alternation(placement)
-    for role, seed in (("baseline", args.get("seed", 0) or 0), ("candidate", (args.get("seed", 0) or 0) + 1)):
-        cfg = dataclasses.replace(base, engine_args={**args, "seed": seed}, placement=placement)
-        t0 = time.monotonic()
-        alternation.before_start(role)
-        worker, _ = start_config(cfg, [], limit=None, store=store, log_path=tmp / f"{role}.log", timeout_s=timeout,
-                                 logprob_items=0, sleep_mode=placement == "alternate")
-        alternation.started(role, worker)
-        print(f"{role} engine ready in {time.monotonic() - t0:.1f} s", flush=True)
+    try:
+        for role, seed in (("baseline", args.get("seed", 0) or 0), ("candidate", (args.get("seed", 0) or 0) + 1)):
+            cfg = dataclasses.replace(base, engine_args={**args, "seed": seed}, placement=placement)
+            t0 = time.monotonic()
+            alternation.before_start(role)
+            worker, _ = start_config(cfg, [], limit=None, store=store, log_path=tmp / f"{role}.log",
+                                     timeout_s=timeout, logprob_items=0, sleep_mode=placement == "alternate")
+            alternation.started(role, worker)
+            print(f"{role} engine ready in {time.monotonic() - t0:.1f} s", flush=True)
+    except BaseException:
+        _close(alternation)
+        raise
     return {role: alternation.proxy(role) for role in ("baseline", "candidate")}, alternation
+
+
+def _close(alternation: Any) -> None:
+    """Close every started worker, each even when closing another failed."""
+    for w in list(alternation.workers.values()):
+        try:
+            w.close()
+        except Exception as exc:  # noqa: BLE001 - the next worker must still be closed
+            print(f"closing a worker failed: {exc!r}", flush=True)
+
+
+def _check_limits(config: str, c: int, longest: int) -> None:
+    """Refuse, before any engine starts, a concurrency above the config's ``max_num_seqs`` or a longest request
+    (prompt + output tokens) above its ``max_model_len``: vLLM would queue or refuse them mid-run."""
+    from evalgate.inputs.config import load_config
+
+    args = load_config(config).engine_args
+    if args.get("max_num_seqs") is not None and c > int(args["max_num_seqs"]):
+        raise SystemExit(f"{config}: engine_args.max_num_seqs {args['max_num_seqs']} < --concurrency {c}")
+    if args.get("max_model_len") is not None and longest > int(args["max_model_len"]):
+        raise SystemExit(f"{config}: engine_args.max_model_len {args['max_model_len']} < the longest request "
+                         f"({longest} tokens)")
 
 
 def summarize(passes: list[dict[str, Any]], target: float) -> dict[str, Any]:
@@ -127,23 +153,23 @@ def main(argv: list[str] | None = None) -> int:
     base_cmd = {"input_len": args.input_len, "output_len": args.output_len, "prompts": "random", "concurrency": c}
     shapes = {
         "wave": {**base_cmd, "num_prompts": args.wave_prompts or c},
-        "refill": {**base_cmd, "num_prompts": args.refill_prompts or int(2.5 * c), "range_ratio": args.range_ratio},
+        "refill": {**base_cmd, "num_prompts": args.refill_prompts or 3 * c, "range_ratio": args.range_ratio},
     }
+    if shapes["refill"]["num_prompts"] < 3 * c:  # fewer leave too few finishes between fill and drain for a window
+        raise SystemExit(f"--refill-prompts {shapes['refill']['num_prompts']} < 3 x --concurrency {c}: a refilled "
+                         "pass needs that many for a steady window (worker.throughput.steady_window)")
+    r = args.range_ratio
+    _check_limits(args.config, c, int(args.input_len * (1 + r)) + int(args.output_len * (1 + r)) + 2)
+    # No torch/CUDA in this process: a CUDA context here would take GPU memory from the engines (0.8 each).
     result: dict[str, Any] = {"machine": cpu_info(), "args": vars(args), "shapes": shapes}
-    try:
-        import torch
-        import vllm
-
-        result["device"] = {"vllm": vllm.__version__, "torch": torch.__version__,
-                            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
-    except Exception as exc:  # recorded, not fatal: the figures still stand with the machine's CPU line
-        result["device"] = {"error": repr(exc)}
     pairs: dict[str, list[dict[str, Any]]] = {name: [] for name in shapes}
     raw: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="evalgate-stability-") as d:
         t0 = time.monotonic()
         workers, alternation = _workers(args.config, args.util, args.placement, Path(d), args.timeout)
         result["start_s"] = time.monotonic() - t0
+        result["workers"] = {role: {k: v for k, v in (w.info or {}).items() if k != "event"}
+                             for role, w in alternation.workers.items()}  # device, versions, effective config
         try:
             for name, cmd in shapes.items():  # warm-up: each shape once per side, short outputs, excluded
                 for role in ("baseline", "candidate"):
@@ -163,23 +189,29 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 i = len(pairs[name])
                 roles = ("baseline", "candidate") if i % 2 == 0 else ("candidate", "baseline")
+                # The pair's first side is woken untimed, so every timed pair of either shape holds exactly one
+                # switch (sleep + wake) between its two passes, as measure_speed's ABBA pairs do.
+                alternation.use(roles[0])
                 ps = time.monotonic()
                 got = {}
                 for role in roles:
-                    r = workers[role].measure({**shapes[name], "label": f"{name} {i + 1}"})
-                    r.pop("requests_summary", None)
-                    got[role] = r
-                    raw.append({"shape": name, "pair": i, "role": role, **r})
+                    wakes = alternation.record().get(role, {}).get("wakes", 0)
+                    res = workers[role].measure({**shapes[name], "label": f"{name} {i + 1}"})
+                    res.pop("requests_summary", None)
+                    got[role] = res
+                    woken = alternation.record().get(role, {}).get("wakes", 0) > wakes
+                    raw.append({"shape": name, "pair": i, "role": role, "woken_before": woken, **res})
+                if name == "refill" and not all("window" in got[role] for role in roles):
+                    raise SystemExit(f"refill pair {i + 1}: a pass had no steady window "
+                                     f"({ {role: 'window' in got[role] for role in roles} }); raise --refill-prompts")
                 row = {"pair": i, "seconds": time.monotonic() - ps,
                        **{role: float(got[role]["output_tok_s"]) for role in roles}}
                 pairs[name].append(row)
-                win = {role: "window" in got[role] for role in roles}
                 print(f"{name} pair {i + 1}: baseline {row['baseline']:,.0f} candidate {row['candidate']:,.0f} "
-                      f"output tok/s, {row['seconds']:.1f} s (steady window: {win})", flush=True)
+                      f"output tok/s, {row['seconds']:.1f} s", flush=True)
         finally:
             result["placement"] = alternation.record()
-            for role, w in alternation.workers.items():
-                w.close()
+            _close(alternation)
     result["passes"] = raw
     result["summary"] = {name: summarize(v, args.target) for name, v in pairs.items() if v}
     for name, s in result["summary"].items():
