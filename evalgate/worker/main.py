@@ -113,6 +113,7 @@ def _run_suite(engine: Any, lm: Any, suite: dict[str, Any], spec: dict[str, Any]
                     f"generate:{suite['name']}": gen_s, f"sandbox_wait:{suite['name']}": sandbox_s,
                     f"logprobs:{suite['name']}": score_s},
         "generations": {"reused": lm.reused - reused, "generated": lm.generated - generated},
+        **resolved_content(spec.get("chat"), lm),
     })
     items = sum(len(t.items) for t in tasks.values())
     print(f"evalgate: suite {suite['name']} done in {suite_s:.1f} s, {items} items "
@@ -139,7 +140,7 @@ def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, An
 
     reply({"event": "ready", **throughput.device_info(), "versions": versions(), "effective": effective,
            "max_num_seqs": int(vc.scheduler_config.max_num_seqs), "max_model_len": int(vc.model_config.max_model_len),
-           "sleep_mode": engine.sleep_mode()})
+           "sleep_mode": engine.sleep_mode(), **resolved_content(chat, lm)})
     cache: dict[tuple[Any, ...], list[Any]] = {}
     for line in sys.stdin:
         if not line.strip():
@@ -191,6 +192,17 @@ def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, An
 
             traceback.print_exc()
             reply({"event": "error", "message": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"})
+
+
+def resolved_content(chat: dict[str, Any] | None, lm: Any) -> dict[str, Any]:
+    """``{"content": "string" | "parts" | None}`` for a hub model's own template (``chat["template"]`` None: the
+    parent could not read it, so the form is decided here, :func:`resolve_content`, else by the adapter on first use),
+    reported in the ready reply and filed with each suite's store entry: the parent keys nothing on it before the
+    run, so it records it in the manifest's protocol and misses a stored entry without it or with another form
+    (``evaluate.runner``). ``{}`` for any other config (a file or local template: decided by the parent, in the key)."""
+    if not chat or not chat.get("chat") or chat.get("template") is not None:
+        return {}
+    return {"content": getattr(lm, "content", None) or chat.get("content")}
 
 
 def _rate_words(result: dict[str, Any]) -> str:

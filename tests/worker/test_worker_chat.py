@@ -242,3 +242,16 @@ def test_exit_error_reads_a_chat_template_refusal_as_a_config_error_on_chat_temp
         f"{cfg.path}: engine_args: vLLM rejected a value: ValueError: dtype 'fp7' is not supported")
     other = exit_error(1, cfg, log)
     assert isinstance(other, EngineError) and other.exit_code == 3
+
+
+# ------------------------------------------------------------------------------------------------ reported form
+
+def test_the_worker_reports_the_form_it_resolved_for_a_hub_template_only() -> None:
+    lm = types.SimpleNamespace(content="parts")
+    assert worker.resolved_content(_chat(content="parts"), types.SimpleNamespace(content=None)) == {"content": "parts"}
+    assert worker.resolved_content(_chat(), lm) == {"content": "parts"}  # decided by the adapter on first use
+    assert worker.resolved_content(_chat(), types.SimpleNamespace(content=None)) == {"content": None}
+    # a file or local template (decided by the parent, in the key) and completion prompts: nothing added
+    assert worker.resolved_content(_chat(template=STRINGS, content="string"), lm) == {}
+    assert worker.resolved_content({"chat": False, "template": None, "think_end": "</think>"}, lm) == {}
+    assert worker.resolved_content(None, lm) == {}
