@@ -59,6 +59,8 @@ def check_image_input(configs: list[tuple[str, EngineConfig]], suites: list[Suit
     wanted = image_suites(suites)
     if not wanted:
         return {}
+    for _, cfg in configs:  # depends on the suites only: refused before any check worker starts
+        check_mixed_groups(cfg, wanted)
     out: dict[str, dict[str, Any]] = {}
     for role, cfg in configs:
         got = runner.check_engine_values(cfg, log_dir / f"{role}-check.log", timeout_s, images=True)

@@ -23,7 +23,7 @@ from evalgate.engine.protocol import JOURNAL_FORMAT, LIMITS_TAG, LOGPROBS_K, key
 from evalgate.engine.readback import READBACK_VERSION
 from evalgate.errors import EngineError
 from evalgate.evaluate.procs import exit_error, kill_group, spawn, tail
-from evalgate.inputs.chat import check_content, check_model_template, protocol
+from evalgate.inputs.chat import PARTS, STRING, check_content, check_model_template, protocol
 from evalgate.inputs.config import EngineConfig
 from evalgate.inputs.options import LOGPROB_ITEMS
 from evalgate.models.embedded import model_fingerprint, resolve_model
@@ -92,6 +92,37 @@ class _Plan:
     fingerprint: str = ""  # model_fingerprint of the checkpoint the engine loads
     device: dict[str, Any] = field(default_factory=dict)  # the hardware it runs on (device.device_identity)
     protocol: dict[str, Any] = field(default_factory=dict)  # how prompts are sent (chat.protocol)
+    suite_specs: dict[str, dict[str, Any]] = field(default_factory=dict)  # each suite's worker spec, by name
+
+
+def _hub_template(proto: dict[str, Any]) -> bool:
+    """A chat protocol whose template the parent could not read (a hub model's own: ``template_sha256`` None): the
+    worker decides how its text messages go (``worker.main.resolve_content``), after the keys are made."""
+    return proto.get("mode") == "chat" and proto.get("template_sha256") is None
+
+
+def _stale(plan: _Plan, form: str | None) -> list[Suite]:
+    """The stored suites of a hub-template config filed under another text form than ``form``, the one the worker
+    resolved now (the hub template changed): they are computed again. None (not decided): nothing is stale."""
+    if not _hub_template(plan.protocol) or form is None:
+        return []
+    return [s for s in plan.suites if s.name in plan.cached and plan.cached[s.name].get("content") != form]
+
+
+def _recompute(plan: _Plan, stale: list[Suite]) -> None:
+    """Move ``stale`` suites from the plan's stored ones to those its worker computes."""
+    log.warning("%s: the model's chat template now takes its messages another way than when %s were stored; "
+                "computing them again", plan.cfg.name, ", ".join(s.name for s in stale))
+    for s in stale:
+        plan.cached.pop(s.name, None)
+    plan.missing = [s for s in plan.suites if s.name not in plan.cached]
+    plan.spec["suites"] = [plan.suite_specs[s.name] for s in plan.missing]
+
+
+def _worker_form(plan: _Plan, store: ResultStore) -> str | None:
+    """The text form the worker filed with the suites it computed (hub-template configs), None when it filed none."""
+    forms = {(store.get(plan.keys[s.name]) or {}).get("content") for s in plan.missing}
+    return next(iter(forms)) if len(forms) == 1 else None
 
 
 def evaluate_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: ResultStore,
@@ -117,6 +148,10 @@ def evaluate_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None
     plan = _plan(cfg, suites, limit=limit, store=store, reference=reference, logprob_items=logprob_items)
     if plan.missing:
         _run_worker(plan.spec, cfg, log_path, timeout_s)
+        stale = _stale(plan, _worker_form(plan, store))
+        if stale:
+            _recompute(plan, stale)
+            _run_worker({**plan.spec, "suites": [plan.suite_specs[s.name] for s in stale]}, cfg, log_path, timeout_s)
     return _collect(plan, store, log_path)
 
 
@@ -140,8 +175,15 @@ def start_config(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, s
     worker = Worker(plan.spec, cfg, log_path, timeout_s)
     try:
         worker.wait_ready()
+        stale = _stale(plan, worker.info.get("content"))
+        if stale:  # a hub template taken another way than when these were stored: a worker that computes them
+            worker.close()
+            _recompute(plan, stale)
+            worker = Worker(plan.spec, cfg, log_path, timeout_s)
+            worker.wait_ready()
         # No suite ran (--speed-only): the effective config is the one the worker read back when it started.
-        return worker, _collect(plan, store, log_path, live_effective=(worker.info or {}).get("effective"))
+        return worker, _collect(plan, store, log_path, live_effective=(worker.info or {}).get("effective"),
+                               live_content=(worker.info or {}).get("content"))
     except BaseException:
         worker.kill()
         raise
@@ -181,10 +223,17 @@ def _plan(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: R
            if s.modality == "image" and proto["mode"] == "chat" and len(s.image_entries) < len(s.entries) else {}),
     }) for s in suites}
     cached = {name: e for name, key in keys.items() if (e := store.get(key)) is not None}
+    if _hub_template(proto):
+        # a hub model's own template: its text form is the worker's decision, not in the key. An entry that does
+        # not record it (stored before evalgate did), or entries that disagree, are computed again.
+        cached = {name: e for name, e in cached.items() if e.get("content") in (STRING, PARTS)}
+        if len({e["content"] for e in cached.values()}) > 1:
+            cached = {}
     missing = [s for s in suites if s.name not in cached]
     if cached:  # say so: a rerun that reuses results should not look like one that recomputed them
         log.info("%s: %s from the store (%d of %d suites)", cfg.name, ", ".join(sorted(cached)), len(cached),
                  len(suites))
+    suite_specs = _suite_specs(suites, keys)
     journal = str(store.root / "journal" / f"{journal_key}.jsonl")
     scores = str(store.root / "scores" / f"{journal_key}.jsonl")
     spec = {"model": model_path, "engine_args": cfg.engine_args, "env": cfg.env,
@@ -192,15 +241,20 @@ def _plan(cfg: EngineConfig, suites: list[Suite], *, limit: int | None, store: R
             "journal": journal, "scores": scores, "logprobs_k": LOGPROBS_K if logprob_items > 0 else 0,
             "logprob_items": logprob_items, "chat": cfg.chat.worker_spec(model_template),
             "reference": None if reference is None else {"journal": reference.journal, "scores": reference.scores},
-            "suites": [{"name": s.name, "dir": str(s.path.parent), "hash": s.content_hash, "tasks": list(s.tasks),
+            "suites": [suite_specs[s.name] for s in missing]}
+    return _Plan(cfg, suites, keys, cached, missing, spec, journal, scores, fingerprint, device, proto, suite_specs)
+
+
+def _suite_specs(suites: list[Suite], keys: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Each suite's part of the worker spec, by name."""
+    return {s.name: {"name": s.name, "dir": str(s.path.parent), "hash": s.content_hash, "tasks": list(s.tasks),
                         "metrics": s.primary_metric, "key": keys[s.name], "builtins": s.builtins,
                         "entries": [list(e) for e in s.entries] or [[t, None] for t in s.tasks],
                         "id_fields": {t.name: t.id_field for t in s.specs if t.id_field},
                         **({"uses": list(s.uses)} if s.uses else {}),
                         # which entries run with images (a text task of an image suite keeps text prompts)
                         **({"modality": "image", "image_entries": list(s.image_entries)}
-                           if s.modality == "image" else {})} for s in missing]}
-    return _Plan(cfg, suites, keys, cached, missing, spec, journal, scores, fingerprint, device, proto)
+                           if s.modality == "image" else {})} for s in suites}
 
 
 def image_library() -> dict[str, str]:
@@ -214,7 +268,7 @@ def image_library() -> dict[str, str]:
 
 
 def _collect(plan: _Plan, store: ResultStore, log_path: Path,
-             live_effective: dict[str, Any] | None = None) -> ConfigRun:
+             live_effective: dict[str, Any] | None = None, live_content: str | None = None) -> ConfigRun:
     """The config's ``ConfigRun`` from the store, once its worker has filed every missing suite; its effective config
     is the stored suites' read-back, or, when no suite was asked for (``--speed-only``), ``live_effective`` (the
     read-back a live worker sent when it started)."""
@@ -242,6 +296,10 @@ def _collect(plan: _Plan, store: ResultStore, log_path: Path,
                 run.generations[k] = run.generations.get(k, 0) + v
         for k, v in entry.get("timings", {}).items():
             run.timings[k] = v if s in missing else 0.0
+    if _hub_template(plan.protocol):  # the form the worker resolved (suites agree: _plan, _stale), else the live one
+        forms = {cached[s.name].get("content") for s in suites} or {live_content}
+        if len(forms) == 1 and (form := next(iter(forms))) in (STRING, PARTS):
+            run.protocol = {**plan.protocol, "content": form}
     if not suites and live_effective:
         run.effective = dict(live_effective)
     run.effective = with_requested_runtime(run.effective, cfg, plan.fingerprint)

@@ -48,8 +48,8 @@ from evalgate.models import hybrid
 __all__ = ["COMPLETION", "IMAGE_PLACEHOLDER", "PARTS", "STRING", "Chat", "ChatSpec", "Thought", "check_content",
            "check_jinja", "check_model_template", "check_protocols", "check_template_inputs", "check_think_end",
            "content_form", "describe_difference", "image_content", "image_placement_problem", "local_model_dir",
-           "model_template", "protocol", "resolve_chat", "split_thought", "template_variables", "text_content",
-           "think_start"]
+           "message_form", "model_template", "protocol", "resolve_chat", "split_thought", "template_messages",
+           "template_variables", "text_content", "think_start"]
 
 COMPLETION = "none"  # chat.template for raw completion prompts (the default)
 MODEL = "model"  # chat.template for the tokenizer's own template
@@ -509,6 +509,45 @@ def content_form(template_text: str, template_kwargs: dict[str, Any] | None = No
         except Exception:  # noqa: BLE001 - a template is user code: raising on this form is losing the text
             continue
     return None
+
+
+def message_form(chat: dict[str, Any] | None, template_text: str) -> str:
+    """How text messages go to ``template_text``, the template that will render them: the worker spec's resolved
+    ``chat["content"]`` when set (the parent's decision, or the worker's for a hub model's own template), else
+    :func:`content_form` of the template with ``chat["template_kwargs"]`` (a template given no ``chat`` section: the
+    tokenizer's own, e.g. a recorded request under a completion config).
+
+    Raises:
+        ValueError: the template renders a message's text neither from a plain string nor from content parts.
+    """
+    form = (chat or {}).get("content")
+    if form is None:
+        form = content_form(template_text, (chat or {}).get("template_kwargs"))
+    if form is None:
+        raise ValueError("the chat template renders a message's text neither from a plain string nor from content "
+                         "parts")
+    return str(form)
+
+
+def template_messages(chat_history: list[dict[str, Any]], form: str, *, images: bool = False,
+                      placeholder: str = IMAGE_PLACEHOLDER) -> list[dict[str, Any]]:
+    """What a chat template receives for ``chat_history``: the one step every renderer of messages takes (lm-eval's
+    chat path, ``worker.lm_adapter``; a recorded request, ``worker.replay.render``).
+
+    Args:
+        chat_history: the messages (not modified).
+        form: :func:`message_form` of the template (``"string"`` / ``"parts"``).
+        images: an image task's messages: content parts with each ``placeholder`` an image part
+            (:func:`image_content`), whatever ``form`` is.
+    Returns:
+        :func:`image_content` with ``images``; else :func:`text_content` for :data:`PARTS`; else the messages as
+        they are (plain strings; a content already a list of parts is kept either way).
+    """
+    if images:
+        return image_content(chat_history, placeholder)
+    if form == PARTS:
+        return text_content(chat_history)
+    return [dict(m) for m in chat_history]
 
 
 def check_content(spec: ChatSpec, template_text: str | None, config: Path) -> str | None:

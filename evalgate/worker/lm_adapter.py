@@ -117,7 +117,7 @@ def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0,
 
     from lm_eval.api.model import LM
 
-    from evalgate.inputs.chat import PARTS, content_form, image_content, split_thought, text_content
+    from evalgate.inputs.chat import PARTS, message_form, split_thought, template_messages
 
     chat = chat or {}
     think_end = chat.get("think_end")
@@ -185,26 +185,21 @@ def make_lm(engine: VllmEngine, journal: Any = None, logprobs: int = 0,
             Returns:
                 The rendered prompt.
             Raises:
-                ValueError: the tokenizer has no chat template and none was given, or the template renders a
-                message's text neither from a plain string nor from content parts. jinja2 errors pass through
-                (lm-eval retries without a system prompt on a template that refuses one; the worker logs it).
+                ChatTemplateFailure: the template cannot render these messages: the tokenizer has no chat template
+                    and none was given, the template renders a message's text neither from a plain string nor
+                    from content parts (``chat.message_form``), or it raised on them (any error: a template is user
+                    code). The worker reports it as exit 2 on ``chat.template``. lm-eval (0.4.13) has no retry for
+                    a custom ``LM``'s ``apply_chat_template``: a template that refuses a system message is refused
+                    before any engine starts (``chat.check_template_inputs``).
             """
             tok = engine.tokenizer()
-            if template is None and not getattr(tok, "chat_template", None):
-                raise ValueError("chat.template: model, but the engine's tokenizer has no chat template")
-            if self.content is None:
-                text = template if template is not None else str(tok.chat_template)
-                self.content = content_form(text, chat.get("template_kwargs"))
-                if self.content is None:
-                    raise ValueError("chat.template: the template renders a message's text neither from a plain "
-                                     "string nor from content parts")
-            if self.image_prompts:
-                messages = image_content(chat_history)
-            elif self.content == PARTS:
-                messages = text_content(chat_history)
-            else:
-                messages = chat_history
             try:
+                if template is None and not getattr(tok, "chat_template", None):
+                    raise ValueError("chat.template: model, but the engine's tokenizer has no chat template")
+                if self.content is None:
+                    text = template if template is not None else str(tok.chat_template)
+                    self.content = message_form(chat, text)
+                messages = template_messages(chat_history, self.content, images=self.image_prompts)
                 return tok.apply_chat_template(messages, chat_template=template, tokenize=False,
                                                add_generation_prompt=add_generation_prompt,
                                                **dict(chat.get("template_kwargs") or {}))

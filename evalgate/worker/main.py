@@ -113,6 +113,7 @@ def _run_suite(engine: Any, lm: Any, suite: dict[str, Any], spec: dict[str, Any]
                     f"generate:{suite['name']}": gen_s, f"sandbox_wait:{suite['name']}": sandbox_s,
                     f"logprobs:{suite['name']}": score_s},
         "generations": {"reused": lm.reused - reused, "generated": lm.generated - generated},
+        **resolved_content(spec.get("chat"), lm),
     })
     items = sum(len(t.items) for t in tasks.values())
     print(f"evalgate: suite {suite['name']} done in {suite_s:.1f} s, {items} items "
@@ -139,7 +140,7 @@ def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, An
 
     reply({"event": "ready", **throughput.device_info(), "versions": versions(), "effective": effective,
            "max_num_seqs": int(vc.scheduler_config.max_num_seqs), "max_model_len": int(vc.model_config.max_model_len),
-           "sleep_mode": engine.sleep_mode()})
+           "sleep_mode": engine.sleep_mode(), **resolved_content(chat, lm)})
     cache: dict[tuple[Any, ...], list[Any]] = {}
     for line in sys.stdin:
         if not line.strip():
@@ -193,6 +194,17 @@ def _serve_commands(engine: Any, lm: Any, reply_fd: int, effective: dict[str, An
             reply({"event": "error", "message": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"})
 
 
+def resolved_content(chat: dict[str, Any] | None, lm: Any) -> dict[str, Any]:
+    """``{"content": "string" | "parts" | None}`` for a hub model's own template (``chat["template"]`` None: the
+    parent could not read it, so the form is decided here, :func:`resolve_content`, else by the adapter on first use),
+    reported in the ready reply and filed with each suite's store entry: the parent keys nothing on it before the
+    run, so it records it in the manifest's protocol and misses a stored entry without it or with another form
+    (``evaluate.runner``). ``{}`` for any other config (a file or local template: decided by the parent, in the key)."""
+    if not chat or not chat.get("chat") or chat.get("template") is not None:
+        return {}
+    return {"content": getattr(lm, "content", None) or chat.get("content")}
+
+
 def _rate_words(result: dict[str, Any]) -> str:
     """A pass's rate for the engine log: "812.4 output tok/s", and with a steady-state window (``throughput.
     steady_window``) "... (steady window 3.1-9.8 s; whole pass 640.2)"."""
@@ -218,15 +230,11 @@ def _replay_counts(spec: dict[str, Any]) -> dict[str, Any]:
     """``{"replay_prompt_tokens": [...]}`` of the replay's requests under the model's tokenizer (transformers'
     ``AutoTokenizer``, the ``tokenizer`` engine arg when set), or ``{"replay_error": reason}`` when they cannot be
     rendered; the parent judges them (``inputs.replay.check_lengths``)."""
-    from transformers import AutoTokenizer
-
     from evalgate.worker import replay_gate
     from evalgate.worker.replay import LogMismatch
 
-    args = spec["engine_args"]
-    name = args.get("tokenizer") or spec["model"]
     try:
-        tok = AutoTokenizer.from_pretrained(name, trust_remote_code=bool(args.get("trust_remote_code")))
+        tok = _load_tokenizer(spec["model"], spec["engine_args"])
         ids = replay_gate.prompt_ids(tok, spec["replay"], spec.get("chat"))
         return {"replay_prompt_tokens": [len(x) for x in ids]}
     except LogMismatch as exc:
@@ -264,6 +272,22 @@ def validate_engine_args(model: str, engine_args: dict[str, Any], *, images: boo
     return None, limits
 
 
+def _load_tokenizer(model: str, engine_args: dict[str, Any]) -> Any:
+    """The tokenizer the engine will load, as vLLM picks it: the ``tokenizer`` engine arg when set, else the model's
+    (transformers' ``AutoTokenizer``, with the engine args' ``trust_remote_code``). Raises whatever loading raises."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(engine_args.get("tokenizer") or model,
+                                         trust_remote_code=bool(engine_args.get("trust_remote_code")))
+
+
+def _model_template(model: str, engine_args: dict[str, Any]) -> str | None:
+    """The chat template of the tokenizer the engine will load (:func:`_load_tokenizer`), None when it has none.
+    Raises whatever loading the tokenizer raises."""
+    text = getattr(_load_tokenizer(model, engine_args), "chat_template", None)
+    return text if isinstance(text, str) and text.strip() else None
+
+
 def resolve_content(model: str, engine_args: dict[str, Any], chat: dict[str, Any] | None) -> str | None:
     """Decide, before the engine starts, how a chat config's text messages go to a template the parent could not
     read (``chat["content"]`` None: a hub model's own template): :func:`evalgate.inputs.chat.content_form` of the
@@ -284,14 +308,10 @@ def resolve_content(model: str, engine_args: dict[str, Any], chat: dict[str, Any
     text = chat.get("template")
     if text is None:
         try:
-            from transformers import AutoTokenizer
-
-            tok = AutoTokenizer.from_pretrained(engine_args.get("tokenizer") or model,
-                                                trust_remote_code=bool(engine_args.get("trust_remote_code")))
+            text = _model_template(model, engine_args)
         except Exception:  # noqa: BLE001 - not this check's to report: the engine's tokenizer load says it
             return None
-        text = getattr(tok, "chat_template", None)
-        if not isinstance(text, str) or not text.strip():
+        if text is None:
             return None  # the adapter refuses a tokenizer without a template
     chat["content"] = content_form(text, chat.get("template_kwargs"))
     if chat["content"] is None:
@@ -322,12 +342,10 @@ def chat_image_input(model_config: Any, model: str, engine_args: dict[str, Any],
         out["placeholder"] = placeholder
         template = chat.get("template")
         if template is None:
-            from transformers import AutoTokenizer
-
-            tok = AutoTokenizer.from_pretrained(model, trust_remote_code=bool(engine_args.get("trust_remote_code")))
-            template = getattr(tok, "chat_template", None)
-            if not isinstance(template, str) or not template.strip():
-                return {**out, "why": f"the tokenizer of {model} has no chat template"}
+            template = _model_template(model, engine_args)
+            if template is None:
+                return {**out, "why": f"the tokenizer of {engine_args.get('tokenizer') or model} has no chat "
+                                      "template"}
     except Exception as exc:  # noqa: BLE001 - an API this vLLM lacks, a tokenizer that fails: cannot tell, say why
         return {**out, "why": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
     problem = image_placement_problem(template, placeholder, chat.get("template_kwargs"))

@@ -39,29 +39,42 @@ FIELD = {"chat": "messages", "prompt": "prompt", "sharegpt": "conversations"}  #
 
 def render(tokenizer: Any, request: LoggedRequest, where: str = "", chat: dict[str, Any] | None = None) -> str:
     """The prompt text of ``request``: a ``prompt`` as is, chat messages through a chat template: the config's
-    (``chat`` = its ``chat:`` section as the worker gets it, ``{"template", "template_kwargs", ...}``) when it has
-    one, else ``tokenizer``'s own; the request's ``tools`` are passed to the template (templates that take them
-    render them; others ignore them).
+    (``chat`` = its ``chat:`` section as the worker gets it, ``{"template", "template_kwargs", "content", ...}``) when
+    it has one, else ``tokenizer``'s own; the request's ``tools`` are passed to the template (templates that take them
+    render them; others ignore them). The messages reach the template as lm-eval's do through the adapter
+    (``chat.template_messages`` in the form ``chat.message_form`` resolves: the spec's ``content``, else the
+    template's probe), so a template that reads only content parts (Idefics3's) gets each message's text as a text
+    part, not an empty turn.
 
     Raises:
         LogMismatch: chat messages, and no template at all (``where``: ``file: line N``, named), or the template
-            refused the messages.
+            loses a message's text in both forms, or refused the messages.
     """
+    from evalgate.inputs.chat import message_form, template_messages
+
     if request.kind == "prompt":
         return request.prompt or ""
-    template = (chat or {}).get("template") if (chat or {}).get("chat") else None
+    on = bool((chat or {}).get("chat"))
+    template = (chat or {}).get("template") if on else None
     if template is None and hasattr(tokenizer, "chat_template") and not tokenizer.chat_template:
         raise LogMismatch(f"{where}: {FIELD[request.kind]}: the engine's tokenizer has no chat template, so chat "
                           f"requests cannot be rendered (vLLM's /v1/chat/completions refuses them too); log "
                           f"/v1/completions prompts for this model, or give the config a chat: template")
     try:
-        extra = dict((chat or {}).get("template_kwargs") or {}) if template is not None else {}
+        extra = dict((chat or {}).get("template_kwargs") or {}) if on else {}
         if template is not None:
             extra["chat_template"] = template
+        text = template if template is not None else str(getattr(tokenizer, "chat_template", "") or "")
+        # the config's resolved form applies to the template the config renders with (its own or the model's)
+        form = message_form(chat if on else None, text)
+    except ValueError as exc:
+        raise LogMismatch(f"{where}: {FIELD[request.kind]}: {exc}, so every recorded request would be sent "
+                          f"without its text") from None
+    try:
         if request.tools:  # templates that take tools render them
             extra["tools"] = [dict(t) for t in request.tools]
-        return tokenizer.apply_chat_template([dict(m) for m in request.messages or ()], add_generation_prompt=True,
-                                             tokenize=False, **extra)
+        messages = template_messages([dict(m) for m in request.messages or ()], form)
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **extra)
     except Exception as exc:  # noqa: BLE001 - a template that refuses these messages (e.g. roles out of order)
         reason = " ".join(str(exc).split())[:200]
         raise LogMismatch(f"{where}: {FIELD[request.kind]}: the engine's chat template refused these messages: "

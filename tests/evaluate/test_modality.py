@@ -218,3 +218,20 @@ def test_chat_images_fail_closed_and_completion_or_text_runs_are_not_judged(tmp_
         assert ei.value.message.startswith(f"embedded:idefics3-tiny's own chat template (set in {d / 'base.yaml'}) "
                                            f"cannot be shown to place an image ({says}), but suite docpages is an "
                                            "image suite")
+
+
+def test_a_mixed_group_is_refused_before_any_check_worker_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """check_mixed_groups depends on the suites only: a chat config's mixed group is refused without a check worker."""
+    from dataclasses import replace
+
+    from evalgate.evaluate import runner
+    from evalgate.inputs.config import load_config
+
+    started: list[str] = []
+    monkeypatch.setattr(runner, "check_engine_values", lambda *a, **k: started.append("check") or {})
+    suite = load_suite("docpages", SUITES_DIR)
+    mixed = replace(suite, mixed_groups=(("g", suite.path / "g.yaml", "docpages_fields", "text_t"),))
+    cfg = load_config("vl/chat", check_engine_args=False)
+    with pytest.raises(ConfigError, match="group g of suite docpages holds both image tasks"):
+        check_image_input([("candidate", cfg)], [mixed], tmp_path / "logs", 60)
+    assert started == []

@@ -141,3 +141,67 @@ def test_check_engine_values_reads_the_limits_line(tmp_path: Path, monkeypatch: 
     monkeypatch.setattr(runner, "_run_worker", fake_run_worker)
     assert runner.check_engine_values(_cfg(tmp_path), tmp_path / "check.log", 5) == {"max_num_seqs": 7,
                                                                                     "max_model_len": 99}
+
+
+# ------------------------------------------------------------------------------------------------ hub templates
+
+def _hub_cfg(tmp_path: Path) -> EngineConfig:
+    """``chat.template: model`` on a hub model: the parent cannot read the template (template_sha256 None)."""
+    from evalgate.inputs.chat import Chat, ChatSpec
+
+    return EngineConfig(name="hub", path=tmp_path / "hub.yaml", model="org/hub-vl", engine_args={}, env={},
+                        sampling=Sampling(), chat=ChatSpec(Chat(template="model")))
+
+
+def _hub_plan(tmp_path: Path, store: ResultStore) -> runner._Plan:
+    return runner._plan(_hub_cfg(tmp_path), [_suite(tmp_path, "a"), _suite(tmp_path, "b")], limit=5, store=store,
+                        reference=None, logprob_items=8)
+
+
+def test_a_hub_templates_stored_suites_are_served_only_under_the_form_the_worker_resolved(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The text form of a hub model's own template (string or content parts) is decided in the worker, after the
+    keys are made: each stored entry records it, one that does not (stored before) or one of another form is
+    computed again, and the manifest's protocol records the form the run used."""
+    store = ResultStore(tmp_path / "store")
+    plan = _hub_plan(tmp_path, store)
+    assert plan.protocol["template_sha256"] is None and "content" not in plan.protocol
+    # stored before the worker reported its form: no record, so a miss
+    store.put(plan.keys["a"], _entry("a", 1, {}, "per_request", {}))
+    store.put(plan.keys["b"], _entry("b", 1, {}, "per_request", {}))
+    assert [s.name for s in _hub_plan(tmp_path, store).missing] == ["a", "b"]
+    # both recorded, one form: served
+    store.put(plan.keys["a"], {**_entry("a", 1, {}, "per_request", {}), "content": "parts"})
+    store.put(plan.keys["b"], {**_entry("b", 1, {}, "per_request", {}), "content": "parts"})
+    both = _hub_plan(tmp_path, store)
+    assert both.missing == []
+    assert runner._collect(both, store, tmp_path / "log").protocol == {**plan.protocol, "content": "parts"}
+    # two forms among them: which is current cannot be told here, so neither is served
+    store.put(plan.keys["b"], {**_entry("b", 1, {}, "per_request", {}), "content": "string"})
+    assert [s.name for s in _hub_plan(tmp_path, store).missing] == ["a", "b"]
+    # a stored suite of another form than the worker resolves now: computed again by a second worker pass
+    store.put(plan.keys["b"], _entry("b", 1, {}, "per_request", {}))  # b unrecorded: missing; a: parts, stored
+    runs: list[list[str]] = []
+
+    def fake_worker(spec: dict, cfg: EngineConfig, log_path: Path, timeout_s: float) -> None:
+        runs.append([s["name"] for s in spec["suites"]])
+        for s in spec["suites"]:  # the worker files each suite with the form it resolved
+            store.put(s["key"], {**_entry(s["name"], 2, {}, "per_request", {"generated": 2}), "content": "string"})
+
+    monkeypatch.setattr(runner, "_run_worker", fake_worker)
+    run = runner.evaluate_config(_hub_cfg(tmp_path), [_suite(tmp_path, "a"), _suite(tmp_path, "b")], limit=5,
+                                 store=store, log_path=tmp_path / "log", timeout_s=60)
+    assert runs == [["b"], ["a"]] and run.cached == []
+    assert run.protocol == {**plan.protocol, "content": "string"}
+    assert len(run.tasks["a_t"].items) == 2  # a's entry is the one computed now
+
+
+def test_a_file_or_local_templates_keys_and_stored_entries_are_what_they_were(tmp_path: Path) -> None:
+    """Only a hub model's own template records the form in entries: a local config's entry without it is served."""
+    store = ResultStore(tmp_path / "store")
+    plan = _plan(tmp_path, store=store)
+    store.put(plan.keys["a"], _entry("a", 1, {}, "per_request", {}))
+    again = _plan(tmp_path, store=store)
+    assert again.keys == plan.keys and [s.name for s in again.missing] == ["b"]
+    store.put(plan.keys["b"], _entry("b", 1, {}, "per_request", {}))
+    assert runner._collect(_plan(tmp_path, store=store), store, tmp_path / "log").protocol == plan.protocol

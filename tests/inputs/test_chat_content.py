@@ -11,6 +11,7 @@ run through lm-eval's chat path with a stand-in engine (no vLLM)."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -213,7 +214,18 @@ def test_in_an_image_suite_only_the_image_task_gets_image_parts(tmp_path: Path) 
     assert all(i.images is None for i in tasks["mix_text"].items)
     # the image task: content parts, its placeholder an image part
     assert [i.prompt for i in tasks["mix_pages"].items] == [f"user:<image>[p]P{n}|assistant:" for n in range(2)]
-    assert all(len(i.images) == 1 for i in tasks["mix_pages"].items)
+    # each item carries its own page (utils.load_data: item n is an 8x8 page of red 60 * n), not another's
+    from PIL import Image
+
+    def png_sha(n: int) -> str:
+        buf = io.BytesIO()
+        Image.new("RGB", (8, 8), (60 * n, 0, 0)).save(buf, format="PNG")
+        return hashlib.sha256(buf.getvalue()).hexdigest()
+
+    pages = tasks["mix_pages"].items
+    assert [i.item_id for i in pages] == [0, 1] and png_sha(0) != png_sha(1)
+    assert [[im["sha256"] for im in i.images] for i in pages] == [[png_sha(i.item_id)] for i in pages]
+    assert [i.prompt for i in pages] == [f"user:<image>[p]P{i.item_id}|assistant:" for i in pages]
     assert sum(isinstance(p, dict) for p in engine.prompts) == 2 and lm.image_prompts is False
 
 

@@ -234,7 +234,7 @@ class _Ids:
 class _Tokenizer:
     """A tokenizer stand-in: one token per whitespace-separated word; a chat template that tags each turn."""
 
-    chat_template = "tagged"
+    chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"  # keeps a plain string's text
 
     def __call__(self, text: str) -> _Ids:
         return _Ids(list(range(len(text.split()))))

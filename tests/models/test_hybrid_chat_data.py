@@ -194,3 +194,12 @@ def test_the_recipes_chat_answer_reads_a_generation_as_evalgate_does() -> None:
         for out in outputs:
             t = split_thought(prompt, out, D.THINK_END, stops)
             assert chat_answer(prompt, out, stops) == (t.answer, t.thought is not None and not t.truncated), out
+
+
+def test_thought_refuses_a_worked_answer_that_does_not_end_with_its_target() -> None:
+    """Data validation is a ValueError (an assert vanishes under python -O)."""
+    from tools.hybrid.data import thought
+
+    assert thought("finance", {"target": "54", "work": "1,204 - 1,150 = 54"}) == "1,204 - 1,150 ="
+    with pytest.raises(ValueError, match=r"worked answer '1,204 - 1,150 = 55' does not end with its target '54'"):
+        thought("finance", {"target": "54", "work": "1,204 - 1,150 = 55"})

@@ -24,7 +24,7 @@ class _Tokenizer:
     """One token per whitespace-separated word, ``<s>`` prepended with special tokens; the calls are recorded."""
 
     bos_token = "<s>"
-    chat_template = "own"
+    chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}A:"  # keeps a plain string's text
 
     def __init__(self) -> None:
         self.calls: list[dict] = []
@@ -55,7 +55,7 @@ def test_prompt_ids_render_count_and_one_bos(tmp_path: Path) -> None:
     assert [c.get("tools") for c in tok.calls] == [None, TOOLS]  # the tool request's tools reach the template
     # the config's template (chat spec) wins over the tokenizer's; one that writes BOS gets no second one
     tok = _Tokenizer()
-    chat = {"chat": True, "template": "writes-bos", "template_kwargs": {"enable_thinking": False}}
+    chat = {"chat": True, "template": "writes-bos", "template_kwargs": {"enable_thinking": False}, "content": "string"}
     assert [len(ids) for ids in prompt_ids(tok, spec, chat)] == [3, 4, 4]
     assert tok.calls[0] == {"chat_template": "writes-bos", "enable_thinking": False}
 
@@ -66,7 +66,64 @@ def test_no_template_and_a_changed_log_are_refused(tmp_path: Path) -> None:
     tok.chat_template = None
     with pytest.raises(LogMismatch, match="line 1: messages: the engine's tokenizer has no chat template"):
         prompt_ids(tok, spec)
-    assert len(prompt_ids(tok, spec, {"chat": True, "template": "t"})[0]) == 3  # a config template suffices
+    assert len(prompt_ids(tok, spec, {"chat": True, "template": "t", "content": "string"})[0]) == 3  # a config template suffices
     Path(spec["path"]).write_text(json.dumps({"prompt": "other"}) + "\n", encoding="utf-8")
     with pytest.raises(LogMismatch, match="changed on disk"):
         chosen(spec)
+
+
+# ------------------------------------------------------------------------------------ a parts-only template
+
+QUESTION = "What is 2 + 3?"
+# Idefics3's template (evalgate.models.idefics3_tiny.CHAT_TEMPLATE) on one user turn holding the question as a text
+# part, spelled out by hand: "User" + ": " (the turn does not open with an image) + the text + its end marker.
+EXPECTED = f"<|begin_of_text|>User: {QUESTION}<end_of_utterance>\nAssistant:"
+EMPTY_TURN = "<|begin_of_text|>User: <end_of_utterance>\nAssistant:"  # what a plain string renders
+
+
+def _idefics3_tokenizer():
+    """A real transformers tokenizer (the embedded hybrid's) carrying Idefics3's chat template as its own, as the
+    Idefics3 fixture of configs/vl/chat does."""
+    from transformers import PreTrainedTokenizerFast
+
+    from evalgate.models.idefics3_tiny import CHAT_TEMPLATE
+
+    root = Path(__file__).resolve().parents[2]
+    tok = PreTrainedTokenizerFast.from_pretrained(str(root / "evalgate" / "models" / "hybrid" / "checkpoint"))
+    tok.chat_template = CHAT_TEMPLATE
+    return tok, CHAT_TEMPLATE
+
+
+def test_a_recorded_request_under_a_parts_only_template_keeps_its_question(tmp_path: Path) -> None:
+    """configs/vl/chat (chat.template: model on the Idefics3 fixture): the replay gate and traffic.from must send
+    the recorded question, not an empty "User: <end_of_utterance>" turn on both sides."""
+    from evalgate.worker.replay import render
+
+    tok, template = _idefics3_tokenizer()
+    log = read_request_log(_spec(tmp_path, {"messages": [{"role": "user", "content": QUESTION}]}, lines=[1])["path"])
+    request = log.requests[0]
+    # the worker spec of configs/vl/chat: the local checkpoint's template, its form resolved by the parent
+    vl_chat = {"chat": True, "template": template, "system": None, "template_kwargs": {}, "fewshot_as_multiturn": False,
+               "think_end": None, "content": "parts"}
+    assert render(tok, request, "r.jsonl: line 1", vl_chat) == EXPECTED
+    # a hub model's own template (no template text in the spec, form not yet decided): probed here, same prompt
+    assert render(tok, request, "r.jsonl: line 1", {**vl_chat, "template": None, "content": None}) == EXPECTED
+    # traffic.from renders with the engine tokenizer's own template, no chat spec: the same prompt
+    assert render(tok, request, "r.jsonl: line 1") == EXPECTED
+    assert EXPECTED != EMPTY_TURN
+    # the replay gate's token ids are those of the question's prompt (one BOS added by the tokenizer)
+    spec = _spec(tmp_path, {"messages": [{"role": "user", "content": QUESTION}]}, lines=[1])
+    assert prompt_ids(tok, spec, vl_chat) == [list(tok(EXPECTED).input_ids)]
+
+
+def test_a_template_that_loses_the_text_either_way_is_refused_naming_the_line(tmp_path: Path) -> None:
+    from evalgate.worker.replay import render
+
+    tok, _ = _idefics3_tokenizer()
+    tok.chat_template = "{% for m in messages %}[{{ m['role'] }}]{% endfor %}"  # writes no content at all
+    log = read_request_log(_spec(tmp_path, {"messages": [{"role": "user", "content": QUESTION}]}, lines=[1])["path"])
+    with pytest.raises(LogMismatch) as e:
+        render(tok, log.requests[0], "r.jsonl: line 1")
+    assert str(e.value) == ("r.jsonl: line 1: messages: the chat template renders a message's text neither from a "
+                            "plain string nor from content parts, so every recorded request would be sent without "
+                            "its text")

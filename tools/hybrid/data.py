@@ -343,7 +343,8 @@ def thought(suite: str, item: dict) -> str:
     gold = item["target"]
     shown = f"{int(gold):,}" if gold.lstrip("-").isdigit() else gold
     work = item["work"]
-    assert work.endswith(" " + shown), (work, shown)
+    if not work.endswith(" " + shown):
+        raise ValueError(f"finance item's worked answer {work!r} does not end with its target {shown!r}")
     return work[: -len(shown) - 1]
 
 
