@@ -324,6 +324,8 @@ def local_model_dir(model: str) -> str | None:
     (the worker then checks the tokenizer)."""
     if model == models.HYBRID_MODEL:
         return str(hybrid.CHECKPOINT_DIR)
+    if model == models.HYBRID_CHAT_MODEL:
+        return str(hybrid.CHAT_CHECKPOINT_DIR)
     try:  # a broken home or path is not this check's to report (check_home and the model check say it)
         if model == models.EMBEDDED_MODEL:
             d = models.embedded_model_dir()

@@ -34,6 +34,8 @@ from evalgate.errors import ConfigError, ModelError
 EMBEDDED_MODEL = "embedded:gemma-3-270m"
 # evalgate's own trained Nemotron-H hybrid with an MTP layer, shipped in the package (evalgate/models/hybrid/).
 HYBRID_MODEL = "embedded:nemotron-h-tiny"
+# The same hybrid fine-tuned on chat prompts (hybrid-chat.jinja, thinking on/off), shipped beside it.
+HYBRID_CHAT_MODEL = "embedded:nemotron-h-tiny-chat"
 # A random-weight Qwen3-Next (Gated DeltaNet + attention, MTP head) built on first use (evalgate/models/hybrid/qwen3_next.py).
 QWEN3_NEXT_MODEL = "embedded:qwen3-next-tiny"
 QWEN3_NEXT_SEED = 0
@@ -44,7 +46,7 @@ IDEFICS3_SEED = 0
 SHAPE_ALIASES = ("embedded:nemotron-h-8b-shape", "embedded:nemotron-3-nano-30b-a3b-shape",
                  "embedded:nemotron-h-cpu-shape")
 # Every ``embedded:`` alias a config may name (``resolve_model``); any other ``embedded:`` name is refused at load.
-EMBEDDED_ALIASES = (HYBRID_MODEL, EMBEDDED_MODEL, QWEN3_NEXT_MODEL, IDEFICS3_MODEL, *SHAPE_ALIASES)
+EMBEDDED_ALIASES = (HYBRID_MODEL, HYBRID_CHAT_MODEL, EMBEDDED_MODEL, QWEN3_NEXT_MODEL, IDEFICS3_MODEL, *SHAPE_ALIASES)
 _DIRNAME = "gemma-3-270m"
 _QWEN3_NEXT_DIRNAME = "qwen3-next-tiny"
 _IDEFICS3_DIRNAME = "idefics3-tiny"
@@ -106,6 +108,7 @@ def resolve_model(model: str, home: Path | None = None) -> str:
 
     Args:
         model: ``"embedded:gemma-3-270m"``, ``"embedded:nemotron-h-tiny"`` (the packaged checkpoint),
+            ``"embedded:nemotron-h-tiny-chat"`` (its packaged chat fine-tune),
             ``"embedded:qwen3-next-tiny"`` (built on first use), a shape of ``SHAPE_ALIASES`` (config only, written on
             first use), a local path, or a hub name (passed through).
     Returns:
@@ -123,12 +126,13 @@ def resolve_model(model: str, home: Path | None = None) -> str:
         from evalgate.models.shapes import prepare_shape
 
         return str(prepare_shape(model, home or evalgate_home()))
-    if model == HYBRID_MODEL:
-        from evalgate.models.hybrid import CHECKPOINT_DIR
+    if model in (HYBRID_MODEL, HYBRID_CHAT_MODEL):
+        from evalgate.models.hybrid import CHAT_CHECKPOINT_DIR, CHECKPOINT_DIR
 
-        if not (CHECKPOINT_DIR / "model.safetensors").is_file():
-            raise ModelError(f"{CHECKPOINT_DIR}: the packaged hybrid checkpoint is missing (broken install?)")
-        return str(CHECKPOINT_DIR)
+        ckpt = CHECKPOINT_DIR if model == HYBRID_MODEL else CHAT_CHECKPOINT_DIR
+        if not (ckpt / "model.safetensors").is_file():
+            raise ModelError(f"{ckpt}: the packaged hybrid checkpoint is missing (broken install?)")
+        return str(ckpt)
     return model
 
 

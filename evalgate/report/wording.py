@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from evalgate.fmt import rule_text
-from evalgate.models.embedded import HYBRID_MODEL
+from evalgate.models.embedded import HYBRID_CHAT_MODEL, HYBRID_MODEL
 from evalgate.report.verdict import SpeedBlock, SpeedGoodput, TaskVerdict, Verdict, as_task, as_verdict
 
 Doc = Verdict | Mapping[str, Any]
@@ -24,9 +24,12 @@ FLOOR_NOTE = ("\u2265N (floor): no item changed in this run, so there is no disc
               "below 100/N), enough only if (almost) no item changes")
 
 
-DEMO_MODEL_NOTE = (f"{HYBRID_MODEL} is evalgate's embedded 5 M-parameter demo model: a PASS on it shows that the "
-                   "pipeline works, not that a model you serve keeps its quality; gate your own model with a config "
-                   "of your own (docs/guides/bring-your-own-data.md)")
+_DEMO_NOTE = ("{model} is evalgate's embedded 5 M-parameter demo model: a PASS on it shows that the "
+              "pipeline works, not that a model you serve keeps its quality; gate your own model with a config "
+              "of your own (docs/guides/bring-your-own-data.md)")
+DEMO_MODEL_NOTE = _DEMO_NOTE.format(model=HYBRID_MODEL)
+# The demo hybrid's aliases: the completion-trained checkpoint and its chat fine-tune.
+_DEMO_MODELS = (HYBRID_MODEL, HYBRID_CHAT_MODEL)
 
 
 def side_models(doc: Doc) -> tuple[str | None, str | None]:
@@ -52,8 +55,11 @@ def model_words(doc: Doc) -> str:
 
 
 def demo_model_note(doc: Doc) -> str | None:
-    """:data:`DEMO_MODEL_NOTE` when either side ran the embedded demo hybrid, else None."""
-    return DEMO_MODEL_NOTE if HYBRID_MODEL in side_models(doc) else None
+    """:data:`DEMO_MODEL_NOTE` (naming the alias that ran: ``embedded:nemotron-h-tiny`` or its chat fine-tune
+    ``embedded:nemotron-h-tiny-chat``) when either side ran the embedded demo hybrid, else None."""
+    ran = side_models(doc)
+    model = next((m for m in _DEMO_MODELS if m in ran), None)
+    return None if model is None else _DEMO_NOTE.format(model=model)
 
 
 def speed_mde_note(speed: SpeedBlock) -> str:

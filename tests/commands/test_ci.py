@@ -15,7 +15,7 @@ import pytest
 from evalgate.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-GATEABLE = ["aa", "async-sched", "chat/fp16-state", "cline-recipe", "dense/bf16", "dense/fp16-state", "dense/ngram", "flashinfer-mamba",
+GATEABLE = ["aa", "async-sched", "chat/fp16-state", "chat/thinking-fp16-state", "cline-recipe", "dense/bf16", "dense/fp16-state", "dense/ngram", "flashinfer-mamba",
             "fp16-state", "fp16-state-flashinfer", "fp16-state-sr", "gdn/fp16-state", "gdn/mtp1", "mtp1", "mtp3",
             "omp1", "sr-only", "vl/bf16", "vl/chat-bf16"]
 

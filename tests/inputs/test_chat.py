@@ -182,8 +182,12 @@ def test_the_adapter_strips_the_thought_counts_tokens_and_flags_a_truncated_one(
 
 
 def test_the_model_template_is_refused_on_a_tokenizer_without_one() -> None:
+    from evalgate.worker.lm_adapter import ChatTemplateFailure
+
     lm = make_lm(_Engine({}), chat=_chat_spec(template=None))
-    with pytest.raises(ValueError, match="no chat template"):
+    # a config error on chat.template (exit 2 from the worker), naming the item's message, not an engine crash
+    with pytest.raises(ChatTemplateFailure, match=r"chat.template: model, but the engine's tokenizer has no chat "
+                                                  r"template \(its last message begins 'Q'\)"):
         lm.apply_chat_template([{"role": "user", "content": "Q"}])
 
 

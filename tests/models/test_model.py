@@ -63,7 +63,7 @@ def test_check_home_refuses_a_store_that_is_a_file(monkeypatch: pytest.MonkeyPat
 def test_embedded_aliases_are_the_ones_resolve_model_knows(monkeypatch: pytest.MonkeyPatch) -> None:
     """The aliases config.py accepts are exactly those resolve_model maps to a local model (an unknown one would be
     passed through to vLLM as a hub name, which is why it is refused at load)."""
-    assert set(model.EMBEDDED_ALIASES) == {"embedded:nemotron-h-tiny", "embedded:gemma-3-270m",
+    assert set(model.EMBEDDED_ALIASES) == {"embedded:nemotron-h-tiny", "embedded:nemotron-h-tiny-chat", "embedded:gemma-3-270m",
                                            "embedded:qwen3-next-tiny", "embedded:idefics3-tiny",
                                            "embedded:nemotron-h-8b-shape",
                                            "embedded:nemotron-3-nano-30b-a3b-shape", "embedded:nemotron-h-cpu-shape"}
@@ -97,6 +97,27 @@ def test_resolve_model_hybrid_is_the_packaged_checkpoint(monkeypatch: pytest.Mon
     monkeypatch.setattr("evalgate.models.hybrid.CHECKPOINT_DIR", tmp_path)  # no model.safetensors there
     with pytest.raises(ModelError, match="packaged hybrid checkpoint is missing"):
         model.resolve_model(model.HYBRID_MODEL)
+
+
+def test_the_chat_fine_tune_is_a_packaged_checkpoint_of_the_same_model(monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path: Path) -> None:
+    """``embedded:nemotron-h-tiny-chat``: shipped beside the completion checkpoint, the same architecture and
+    tokenizer (file for file), its weights fine-tuned from exactly the shipped checkpoint (the recorded ``init``
+    sha256 is the shipped weights' own) under the shipped chat template."""
+    from evalgate.models.hybrid import CHAT_CHECKPOINT_DIR
+
+    assert model.HYBRID_CHAT_MODEL in model.EMBEDDED_ALIASES
+    assert model.resolve_model(model.HYBRID_CHAT_MODEL) == str(CHAT_CHECKPOINT_DIR)
+    for name in ("config.json", "evalgate_hybrid.json", "tokenizer.json", "tokenizer_config.json"):
+        assert (CHAT_CHECKPOINT_DIR / name).read_bytes() == (CHECKPOINT_DIR / name).read_bytes(), name
+    assert (CHAT_CHECKPOINT_DIR / "model.safetensors").read_bytes() != (CHECKPOINT_DIR / "model.safetensors").read_bytes()
+    log = json.loads((CHAT_CHECKPOINT_DIR / "train_log.json").read_text())
+    assert log["init_model_sha256"] == hashlib.sha256((CHECKPOINT_DIR / "model.safetensors").read_bytes()).hexdigest()
+    template = Path(__file__).resolve().parents[2] / "configs" / "chat" / "hybrid-chat.jinja"
+    assert log["chat_template_sha256"] == hashlib.sha256(template.read_bytes()).hexdigest()
+    monkeypatch.setattr("evalgate.models.hybrid.CHAT_CHECKPOINT_DIR", tmp_path)  # no model.safetensors there
+    with pytest.raises(ModelError, match="packaged hybrid checkpoint is missing"):
+        model.resolve_model(model.HYBRID_CHAT_MODEL)
 
 
 def test_resolve_model_prepares_the_embedded_aliases(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

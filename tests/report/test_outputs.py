@@ -62,6 +62,9 @@ def test_terminal_and_summary_name_the_model_and_the_demo_note() -> None:
     assert terminal.splitlines()[0] == "cand vs baseline, baseline model /models/base, candidate model /models/noisy"
     assert "Baseline model /models/base, candidate model /models/noisy, all items per task." in md
     assert "demo model" not in terminal + md
+    chat = _with_models(blocking_document(), "embedded:nemotron-h-tiny-chat", "embedded:nemotron-h-tiny-chat")
+    for text in (render_terminal(chat), render_markdown(chat)):  # the chat fine-tune is the same demo model
+        assert "embedded:nemotron-h-tiny-chat is evalgate's embedded 5 M-parameter demo model" in text
 
 
 def test_junit_marks_every_task_skipped_under_no_op() -> None:

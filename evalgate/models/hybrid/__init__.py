@@ -2,7 +2,8 @@
 
 It exists so that the seed's switches that act only on hybrid models with an MTP head (FP16 Mamba SSM state,
 MTP speculative decoding, the Mamba decode kernel) are gated on real accuracy, on CPU. The trained weights
-and tokenizer ship in ``checkpoint/`` (``embedded:nemotron-h-tiny``); nobody needs to train.
+and tokenizer ship in ``checkpoint/`` (``embedded:nemotron-h-tiny``), its chat fine-tune in ``checkpoint-chat/``
+(``embedded:nemotron-h-tiny-chat``); nobody needs to train.
 
 * ``modeling``  - the model in plain PyTorch, in vLLM's ``NemotronHForCausalLM`` + ``NemotronHMTP`` layout
 * ``tokenizer`` - the byte-level BPE (``tokenizers``), saved as a HF fast tokenizer that prepends ``<s>``
@@ -16,3 +17,6 @@ and tokenizer ship in ``checkpoint/`` (``embedded:nemotron-h-tiny``); nobody nee
 from pathlib import Path
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoint"
+# The same model fine-tuned on chat-formatted prompts (configs/chat/hybrid-chat.jinja, thinking on and off):
+# ``embedded:nemotron-h-tiny-chat`` (README.md, "Chat fine-tune").
+CHAT_CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoint-chat"
