@@ -17,6 +17,7 @@ from evalgate.inputs.chat import check_protocols, describe_difference, protocol,
 from evalgate.inputs.config import Sampling, load_baseline, load_config
 from evalgate.worker.lm_adapter import make_lm, request_key
 from evalgate.worker.vllm_engine import Generation
+from tests.taskfixtures import HybridTokenizer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "configs" / "chat" / "hybrid-chat.jinja"
@@ -116,17 +117,7 @@ def test_compare_refuses_two_runs_whose_candidates_protocols_differ() -> None:
 
 # ------------------------------------------------------------------------------------------------ the adapter
 
-class _Tok:
-    """The embedded hybrid's tokenizer (transformers), as the engine hands it out."""
-
-    def __init__(self) -> None:
-        from transformers import PreTrainedTokenizerFast
-
-        self.hf = PreTrainedTokenizerFast.from_pretrained(str(ROOT / "evalgate" / "models" / "hybrid" / "checkpoint"))
-        self.chat_template = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.hf, name)
+_Tok = HybridTokenizer  # the embedded hybrid's tokenizer, no template of its own
 
 
 class _Engine:

@@ -39,7 +39,7 @@ from evalgate.suites.discovery import load_suite  # noqa: E402
 from evalgate.worker.lm_adapter import make_lm, request_key  # noqa: E402
 from evalgate.worker.suite_eval import evaluate_suite  # noqa: E402
 from evalgate.worker.vllm_engine import Generation  # noqa: E402
-from tests.taskfixtures import json_task  # noqa: E402
+from tests.taskfixtures import HybridTokenizer, json_task  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 HYBRID_CHAT = ROOT / "configs" / "chat" / "hybrid-chat.jinja"
@@ -94,17 +94,7 @@ def _suite(root: Path, *, image_task: bool = False, group: bool = False) -> Path
     return root
 
 
-class _Tok:
-    """The embedded hybrid's tokenizer, with no template of its own (the config's is given)."""
-
-    def __init__(self) -> None:
-        from transformers import PreTrainedTokenizerFast
-
-        self.hf = PreTrainedTokenizerFast.from_pretrained(str(ROOT / "evalgate" / "models" / "hybrid" / "checkpoint"))
-        self.chat_template = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.hf, name)
+_Tok = HybridTokenizer  # the embedded hybrid's tokenizer, no template of its own
 
 
 class _Engine:

@@ -26,6 +26,7 @@ from evalgate.suites.taskcode import load_module  # noqa: E402
 from evalgate.worker.lm_adapter import make_lm, request_key  # noqa: E402
 from evalgate.worker.suite_eval import evaluate_suite  # noqa: E402
 from evalgate.worker.vllm_engine import Generation  # noqa: E402
+from tests.taskfixtures import HybridTokenizer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 HYBRID_CHAT = (ROOT / "configs" / "chat" / "hybrid-chat.jinja").read_text()
@@ -117,17 +118,7 @@ def _png_sha(im: Image.Image) -> str:
     return hashlib.sha256(buf.getvalue()).hexdigest()
 
 
-class _Tok:
-    """The embedded hybrid's tokenizer (transformers) with no template of its own: the config's is given."""
-
-    def __init__(self) -> None:
-        from transformers import PreTrainedTokenizerFast
-
-        self.hf = PreTrainedTokenizerFast.from_pretrained(str(ROOT / "evalgate" / "models" / "hybrid" / "checkpoint"))
-        self.chat_template = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.hf, name)
+_Tok = HybridTokenizer  # the embedded hybrid's tokenizer, no template of its own
 
 
 class ImageEngine:
