@@ -145,7 +145,7 @@ CASES: list[Case] = [
     _cfg("model-list", "model", "required", uses=PARENT),
     _cfg("model-path-missing", "model", "path does not exist: /nonexistent/evalgate-model", uses=PARENT),
     _cfg("model-embedded-unknown", "model", "unknown embedded model 'embedded:gemma-9000'; the embedded models are "
-         "embedded:nemotron-h-tiny, embedded:gemma-3-270m, embedded:qwen3-next-tiny", uses=PARENT),
+         "embedded:nemotron-h-tiny, embedded:nemotron-h-tiny-chat, embedded:gemma-3-270m, embedded:qwen3-next-tiny", uses=PARENT),
     _cfg("nested-deep", "description[0]", "values nested too deeply (more than 64 levels)", uses=PARENT),
     _cfg("nested-bomb", None, "values nested too deeply (more than 64 levels)"),
     _cfg("expect-invalid", "expect", "lossless", uses=PARENT),
