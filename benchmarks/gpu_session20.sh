@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 20 on the lent H200 (after the kit's INSTALL.sh): one wave vs a refilled, steady-window pass on the
+# Session 20-21 on the lent GPU (after the kit's INSTALL.sh): one wave vs a refilled, steady-window pass on the
 # 8B-shaped A/A (benchmarks/pass_stability.py: both engines at gpu_memory_utilization 0.8 in placement: alternate, as evalgate runs the scale configs, c=256,
 # 512/512, the two pass shapes interleaved pair by pair), then the CUDA test of the alternate placement on the
 # current tree (nothing after 172c6b2 had run on CUDA).
