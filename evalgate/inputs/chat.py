@@ -46,10 +46,10 @@ from evalgate.models import embedded as models
 from evalgate.models import hybrid
 
 __all__ = ["COMPLETION", "IMAGE_PLACEHOLDER", "PARTS", "STRING", "Chat", "ChatSpec", "Thought", "check_content",
-           "check_jinja", "check_model_template", "check_protocols", "check_template_inputs", "check_think_end",
-           "content_form", "describe_difference", "image_content", "image_placement_problem", "local_model_dir",
-           "message_form", "model_template", "protocol", "resolve_chat", "split_thought", "template_messages",
-           "template_variables", "text_content", "think_start"]
+           "check_jinja", "check_model_template", "check_protocol", "check_protocols", "check_template_inputs",
+           "check_think_end", "content_form", "describe_difference", "image_content", "image_placement_problem",
+           "local_model_dir", "message_form", "model_template", "protocol", "resolve_chat", "split_thought",
+           "template_messages", "template_variables", "text_content", "think_start"]
 
 COMPLETION = "none"  # chat.template for raw completion prompts (the default)
 MODEL = "model"  # chat.template for the tokenizer's own template
@@ -349,21 +349,34 @@ def check_protocols(base: Any, cand: Any) -> dict[str, dict[str, Any]]:
             the template or tokenizer cannot honour (:func:`check_template_inputs`, :func:`check_think_end`); the
             two sides use different protocols (naming each differing key), which evalgate never gates against each other.
     """
-    out = {}
-    for role, cfg in (("baseline", base), ("candidate", cand)):
-        spec = cfg.chat
-        # the model's tokenizer is read only for its own template or for think_end
-        model_dir = local_model_dir(cfg.model) if spec.chat.template == MODEL or spec.chat.think_end else None
-        own = check_model_template(spec, model_dir, cfg.path)
-        check_template_inputs(spec, spec.template_text if spec.template_text is not None else own, cfg.path)
-        check_think_end(spec, model_dir, cfg.path)
-        out[role] = protocol(spec, own)
+    out = {"baseline": check_protocol(base), "candidate": check_protocol(cand)}
     diff = describe_difference(out["baseline"], out["candidate"])
     if diff:
         raise ConfigError(f"the baseline ({base.name}) and the candidate send prompts differently ({diff}): chat "
                           f"and completion prompts of one task score differently, so they are never gated against "
                           f"each other; give both the same chat section", path=cand.path, field="chat")
     return out
+
+
+def check_protocol(cfg: Any) -> dict[str, Any]:
+    """One config's protocol, its chat section checked against what it will meet before any engine starts: the
+    side-by-side part of :func:`check_protocols` (``evalgate plan`` runs it on a config without a baseline).
+
+    Args:
+        cfg: a ``config.EngineConfig``.
+    Returns:
+        :func:`protocol` of its chat section (with the local tokenizer's own template when ``chat.template: model``).
+    Raises:
+        ConfigError (exit 2): ``chat.template: model`` on a local tokenizer without a chat template; a chat section
+            the template or tokenizer cannot honour (:func:`check_template_inputs`, :func:`check_think_end`).
+    """
+    spec = cfg.chat
+    # the model's tokenizer is read only for its own template or for think_end
+    model_dir = local_model_dir(cfg.model) if spec.chat.template == MODEL or spec.chat.think_end else None
+    own = check_model_template(spec, model_dir, cfg.path)
+    check_template_inputs(spec, spec.template_text if spec.template_text is not None else own, cfg.path)
+    check_think_end(spec, model_dir, cfg.path)
+    return protocol(spec, own)
 
 
 # ------------------------------------------------------------------------------------------------ item 6: bad input
