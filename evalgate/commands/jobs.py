@@ -39,7 +39,7 @@ from evalgate.evaluate.preflight import check_suites
 from evalgate.evaluate.progress import engine_progress
 from evalgate.evaluate.runner import SpeedError
 from evalgate.inputs import config as config_mod
-from evalgate.inputs.chat import check_protocols
+from evalgate.inputs.chat import check_protocols, check_same_protocol
 from evalgate.inputs.config import EngineConfig
 from evalgate.inputs.options import RunOptions
 from evalgate.inputs.replay import check_lengths, load_replay
@@ -182,7 +182,9 @@ class EngineJob:
         then the speed phase on both warm workers. With ``placement: alternate`` both start in sleep mode, the
         baseline sleeps before the candidate's worker starts and the speed phase wakes one side at a time
         (``placement.Alternation``: the one place that keeps the rule, and restarts a side whose sleep, wake or pass
-        failed). The workers are killed on any error or interrupt."""
+        failed). The workers are killed on any error or interrupt. Two sides whose workers resolved a hub model's own
+        chat template to different message forms are refused once both ran (ConfigError, exit 2, ``chat.template``;
+        ``chat.check_same_protocol``), as ``compare`` refuses them."""
         runs: dict[str, Any] = {}
         workers: dict[str, Any] = {}
         speed = replay = None
@@ -196,6 +198,10 @@ class EngineJob:
                 runs[role] = self._evaluate_side(role, cfg, runs.get("baseline"), workers)
                 if role in workers:
                     alt.started(role, workers[role])
+            # a hub model's own template: each worker resolved how it takes a message's text (content); sides that
+            # differ are refused as compare refuses them, before the replay and speed phases (results are stored)
+            check_same_protocol(self.base.name, runs["baseline"].protocol, runs["candidate"].protocol, self.cand.path,
+                                resolved=True)
             if self.replay is not None:
                 t0 = time.monotonic()
                 replay = self._replay({role: alt.proxy(role) for role in workers})
@@ -320,7 +326,8 @@ class VariantJob:
         """The variant's suites (the baseline's run as reference), then its speed against the baseline's worker;
         the variant's worker is stopped either way. With ``alternation`` in ``alternate`` mode the baseline sleeps
         before the variant's worker starts and stays asleep between variants; each speed pass wakes its side only
-        (``placement.Alternation``). Raises ConfigError (vLLM refused a value), EngineError."""
+        (``placement.Alternation``). Raises ConfigError (vLLM refused a value; the variant's worker resolved a hub
+        chat template to another message form than the baseline's), EngineError."""
         base_worker, base_run = self.baseline
         alt = self.alternation
         if alt is None:  # a caller without an alternation: both resident, as before placement existed
@@ -351,6 +358,9 @@ class VariantJob:
             alt.restart = restart
         timings: dict[str, float] = {}
         try:
+            # as run: sides whose workers resolved a hub template's message form differently are never gated
+            check_same_protocol(base_run.config.name, base_run.protocol, run.protocol, self.variant.path,
+                                resolved=True)
             speed = None
             if self.profile is not None:
                 t0 = time.monotonic()

@@ -46,10 +46,10 @@ from evalgate.models import embedded as models
 from evalgate.models import hybrid
 
 __all__ = ["COMPLETION", "IMAGE_PLACEHOLDER", "PARTS", "STRING", "Chat", "ChatSpec", "Thought", "check_content",
-           "check_jinja", "check_model_template", "check_protocol", "check_protocols", "check_template_inputs",
-           "check_think_end", "content_form", "describe_difference", "image_content", "image_placement_problem",
-           "local_model_dir", "message_form", "model_template", "protocol", "resolve_chat", "split_thought",
-           "template_messages", "template_variables", "text_content", "think_start"]
+           "check_jinja", "check_model_template", "check_protocol", "check_protocols", "check_same_protocol",
+           "check_template_inputs", "check_think_end", "content_form", "describe_difference", "image_content",
+           "image_placement_problem", "local_model_dir", "message_form", "model_template", "protocol",
+           "resolve_chat", "split_thought", "template_messages", "template_variables", "text_content", "think_start"]
 
 COMPLETION = "none"  # chat.template for raw completion prompts (the default)
 MODEL = "model"  # chat.template for the tokenizer's own template
@@ -350,11 +350,7 @@ def check_protocols(base: Any, cand: Any) -> dict[str, dict[str, Any]]:
             two sides use different protocols (naming each differing key), which evalgate never gates against each other.
     """
     out = {"baseline": check_protocol(base), "candidate": check_protocol(cand)}
-    diff = describe_difference(out["baseline"], out["candidate"])
-    if diff:
-        raise ConfigError(f"the baseline ({base.name}) and the candidate send prompts differently ({diff}): chat "
-                          f"and completion prompts of one task score differently, so they are never gated against "
-                          f"each other; give both the same chat section", path=cand.path, field="chat")
+    check_same_protocol(base.name, out["baseline"], out["candidate"], cand.path)
     return out
 
 
@@ -377,6 +373,35 @@ def check_protocol(cfg: Any) -> dict[str, Any]:
     check_template_inputs(spec, spec.template_text if spec.template_text is not None else own, cfg.path)
     check_think_end(spec, model_dir, cfg.path)
     return protocol(spec, own)
+
+
+def check_same_protocol(baseline: str, base: dict[str, Any] | None, cand: dict[str, Any] | None, config: Path,
+                        *, resolved: bool = False) -> None:
+    """Refuse to gate two sides whose prompts are sent differently.
+
+    Args:
+        baseline: the baseline config's name. base, cand: the two sides' protocols (:func:`protocol`).
+        config: the candidate's config file, named in the error.
+        resolved: the protocols are the ones the engine workers recorded (``runner.ConfigRun.protocol``), after each
+            resolved how a hub model's own template takes its messages (``content``): a difference is only known
+            once both sides ran (their results stay in the store; a fixed rerun takes them from there).
+    Raises:
+        ConfigError (exit 2): naming each differing key (:func:`describe_difference`), on field ``chat`` (before any
+            engine: the chat sections differ), or ``chat.template`` with ``resolved`` (the models' own templates).
+    """
+    diff = describe_difference(base, cand)
+    if not diff:
+        return
+    if resolved:
+        raise ConfigError(f"the baseline ({baseline}) and the candidate send prompts differently ({diff}): their "
+                          f"models' own chat templates take a message's text in different forms (chat.template: "
+                          f"model, read by each engine worker), so their prompts differ and are never gated against "
+                          f"each other (evalgate compare refuses the same pair); give both the same template file "
+                          f"(chat.template: path/to/template.jinja). Both sides' results are stored",
+                          path=config, field="chat.template")
+    raise ConfigError(f"the baseline ({baseline}) and the candidate send prompts differently ({diff}): chat "
+                      f"and completion prompts of one task score differently, so they are never gated against "
+                      f"each other; give both the same chat section", path=config, field="chat")
 
 
 # ------------------------------------------------------------------------------------------------ item 6: bad input
