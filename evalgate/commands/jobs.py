@@ -47,7 +47,6 @@ from evalgate.inputs.speed_only import check_speed_only
 from evalgate.inputs.thresholds import Thresholds, load_thresholds
 from evalgate.models.embedded import check_home, evalgate_home
 from evalgate.paths import check_writable_dir
-from evalgate.results.document import validation_problem
 from evalgate.results.manifest import Manifest
 from evalgate.results.store import ResultStore, tasks_to_json, write_json_atomic
 from evalgate.speed.block import SpeedBlock
@@ -427,7 +426,7 @@ class StoredJob:
         eff = {"baseline": self.res_a.get("effective", {}), "candidate": self.res_b.get("effective", {})}
         cand_a, cand_b = self.man_a.get("candidate", {}), self.man_b.get("candidate", {})
         vers_a, vers_b = self.man_a.get("versions", {}), self.man_b.get("versions", {})
-        manifest = _manifest_of({
+        manifest = Manifest.checked({
             "created": stamp_now(), "model": merged(self.man_a.get("model"), self.man_b.get("model")),
             "limit": merged(self.man_a.get("limit"), self.man_b.get("limit")),
             "versions": {k: merged(vers_a.get(k, "absent"), vers_b.get(k, "absent")) for k in sorted(vers_a | vers_b)},
@@ -438,19 +437,9 @@ class StoredJob:
             "baseline": {"name": self.res_a.get("config", "A"), "requested": {}, **cand_a, "effective": eff["baseline"],
                          "run_dir": str(self.run_a)},
             "candidate": {"name": self.res_b.get("config", "B"), "requested": {}, **cand_b,
-                          "effective": eff["candidate"], "run_dir": str(self.run_b)}}, self.run_b)
+                          "effective": eff["candidate"], "run_dir": str(self.run_b)}}, self.run_b / "manifest.json")
         # Run B's candidate is gated: its config name picks per-config margins, its expectation the lossless check.
         return Evaluated(tasks=self.tasks, effective=eff, gate_name=self.res_b.get("config"),
                          expect=cand_b.get("expect", "lossy"), manifest=manifest, pair=f"{self.run_a} vs {self.run_b}",
                          files={"baseline.json": self.res_a, "candidate.json": self.res_b})
 
-
-def _manifest_of(data: dict[str, Any], source: Path) -> Manifest:
-    """``Manifest`` of ``data`` built from the manifests under ``source``; StoreError (exit 3) when they are
-    malformed (naming the first bad field)."""
-    from pydantic import ValidationError
-
-    try:
-        return Manifest.model_validate(data)
-    except ValidationError as exc:
-        raise StoreError(f"{source / 'manifest.json'}: malformed manifest: {validation_problem(exc)}") from None
