@@ -33,6 +33,7 @@ sends them), recorded in the protocol as ``content: parts``; one that keeps neit
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -531,7 +532,9 @@ def content_form(template_text: str, template_kwargs: dict[str, Any] | None = No
 
     One user message whose content is a distinctive probe text is rendered (transformers' ``render_jinja_template``,
     ``add_generation_prompt=True``, the ``template_kwargs``) as a plain string, and as ``[{"type": "text", "text":
-    probe}]``; a rendering that raises counts as losing the text.
+    probe}]``; a rendering that raises counts as losing the text. The answer is memoized per template text and
+    kwargs (the parent asks it for each side's protocol, store keys and worker spec; the worker again): each
+    template is rendered once per process.
 
     Args:
         template_text: the chat template (Jinja source).
@@ -542,6 +545,22 @@ def content_form(template_text: str, template_kwargs: dict[str, Any] | None = No
         None when neither does.
     """
     kwargs = dict(template_kwargs or {})
+    try:  # the probe is a pure function of the template and its kwargs: rendered once per process
+        key = json.dumps(kwargs, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError):  # a value JSON cannot spell exactly (a YAML date, a NaN): probed every time
+        return _probe_form(template_text, kwargs)
+    return _cached_form(template_text, key)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_form(template_text: str, kwargs_json: str) -> str | None:
+    """:func:`_probe_form` memoized on the template and its kwargs as JSON (which gives back equal values: only
+    JSON's own types get here)."""
+    return _probe_form(template_text, json.loads(kwargs_json))
+
+
+def _probe_form(template_text: str, kwargs: dict[str, Any]) -> str | None:
+    """:func:`content_form`'s probe: the first form whose rendering keeps the probe text, None when neither does."""
     for form, content in ((STRING, _PROBE_CONTENT), (PARTS, [{"type": "text", "text": _PROBE_CONTENT}])):
         try:
             if _PROBE_CONTENT in _render(template_text, [{"role": "user", "content": content}], kwargs):
