@@ -8,7 +8,10 @@ Device, last call (carry .whl-gpu/INSTALL.sh, tput.py, join.sh): bash .whl-gpu/j
 Every file becomes <group>__<name>[.chunkNNN]; join.sh concatenates the chunks back into .whl-gpu/<group>/<name>
 and checks each file's sha256 against MANIFEST-recut.txt.
 """
-import argparse, hashlib, os, shutil
+import argparse
+import hashlib
+import os
+import shutil
 
 ap = argparse.ArgumentParser()
 ap.add_argument('--cap', type=float, default=34.0, help='MiB per carry folder')
@@ -29,11 +32,13 @@ for g in sorted(d for d in os.listdir(W) if d.startswith('g') and d[1:].isdigit(
             cur.append(('%s__%s.chunk%03d' % (g, f, k), data[off:off + take]))
             off, k, room = off + take, k + 1, room - take
             if room == 0:
-                folders.append(cur); cur, room = [], cap
+                folders.append(cur)
+                cur, room = [], cap
 if cur:
     folders.append(cur)
 for i, fl in enumerate(folders, 1):
-    d = os.path.join(W, 'c%02d' % i); os.makedirs(d)
+    d = os.path.join(W, 'c%02d' % i)
+    os.makedirs(d)
     for name, blob in fl:
         open(os.path.join(d, name), 'wb').write(blob)
     print('c%02d %5.1f MiB %3d pieces' % (i, sum(len(b) for _, b in fl) / 2**20, len(fl)))

@@ -39,7 +39,7 @@ from evalgate.evaluate.preflight import check_suites
 from evalgate.evaluate.progress import engine_progress
 from evalgate.evaluate.runner import SpeedError
 from evalgate.inputs import config as config_mod
-from evalgate.inputs.chat import check_protocols
+from evalgate.inputs.chat import check_protocols, check_same_protocol
 from evalgate.inputs.config import EngineConfig
 from evalgate.inputs.options import RunOptions
 from evalgate.inputs.replay import check_lengths, load_replay
@@ -47,7 +47,6 @@ from evalgate.inputs.speed_only import check_speed_only
 from evalgate.inputs.thresholds import Thresholds, load_thresholds
 from evalgate.models.embedded import check_home, evalgate_home
 from evalgate.paths import check_writable_dir
-from evalgate.results.document import validation_problem
 from evalgate.results.manifest import Manifest
 from evalgate.results.store import ResultStore, tasks_to_json, write_json_atomic
 from evalgate.speed.block import SpeedBlock
@@ -182,7 +181,9 @@ class EngineJob:
         then the speed phase on both warm workers. With ``placement: alternate`` both start in sleep mode, the
         baseline sleeps before the candidate's worker starts and the speed phase wakes one side at a time
         (``placement.Alternation``: the one place that keeps the rule, and restarts a side whose sleep, wake or pass
-        failed). The workers are killed on any error or interrupt."""
+        failed). The workers are killed on any error or interrupt. Two sides whose workers resolved a hub model's own
+        chat template to different message forms are refused once both ran (ConfigError, exit 2, ``chat.template``;
+        ``chat.check_same_protocol``), as ``compare`` refuses them."""
         runs: dict[str, Any] = {}
         workers: dict[str, Any] = {}
         speed = replay = None
@@ -196,6 +197,10 @@ class EngineJob:
                 runs[role] = self._evaluate_side(role, cfg, runs.get("baseline"), workers)
                 if role in workers:
                     alt.started(role, workers[role])
+            # a hub model's own template: each worker resolved how it takes a message's text (content); sides that
+            # differ are refused as compare refuses them, before the replay and speed phases (results are stored)
+            check_same_protocol(self.base.name, runs["baseline"].protocol, runs["candidate"].protocol, self.cand.path,
+                                resolved=True)
             if self.replay is not None:
                 t0 = time.monotonic()
                 replay = self._replay({role: alt.proxy(role) for role in workers})
@@ -320,7 +325,8 @@ class VariantJob:
         """The variant's suites (the baseline's run as reference), then its speed against the baseline's worker;
         the variant's worker is stopped either way. With ``alternation`` in ``alternate`` mode the baseline sleeps
         before the variant's worker starts and stays asleep between variants; each speed pass wakes its side only
-        (``placement.Alternation``). Raises ConfigError (vLLM refused a value), EngineError."""
+        (``placement.Alternation``). Raises ConfigError (vLLM refused a value; the variant's worker resolved a hub
+        chat template to another message form than the baseline's), EngineError."""
         base_worker, base_run = self.baseline
         alt = self.alternation
         if alt is None:  # a caller without an alternation: both resident, as before placement existed
@@ -351,6 +357,9 @@ class VariantJob:
             alt.restart = restart
         timings: dict[str, float] = {}
         try:
+            # as run: sides whose workers resolved a hub template's message form differently are never gated
+            check_same_protocol(base_run.config.name, base_run.protocol, run.protocol, self.variant.path,
+                                resolved=True)
             speed = None
             if self.profile is not None:
                 t0 = time.monotonic()
@@ -417,7 +426,7 @@ class StoredJob:
         eff = {"baseline": self.res_a.get("effective", {}), "candidate": self.res_b.get("effective", {})}
         cand_a, cand_b = self.man_a.get("candidate", {}), self.man_b.get("candidate", {})
         vers_a, vers_b = self.man_a.get("versions", {}), self.man_b.get("versions", {})
-        manifest = _manifest_of({
+        manifest = Manifest.checked({
             "created": stamp_now(), "model": merged(self.man_a.get("model"), self.man_b.get("model")),
             "limit": merged(self.man_a.get("limit"), self.man_b.get("limit")),
             "versions": {k: merged(vers_a.get(k, "absent"), vers_b.get(k, "absent")) for k in sorted(vers_a | vers_b)},
@@ -428,19 +437,9 @@ class StoredJob:
             "baseline": {"name": self.res_a.get("config", "A"), "requested": {}, **cand_a, "effective": eff["baseline"],
                          "run_dir": str(self.run_a)},
             "candidate": {"name": self.res_b.get("config", "B"), "requested": {}, **cand_b,
-                          "effective": eff["candidate"], "run_dir": str(self.run_b)}}, self.run_b)
+                          "effective": eff["candidate"], "run_dir": str(self.run_b)}}, self.run_b / "manifest.json")
         # Run B's candidate is gated: its config name picks per-config margins, its expectation the lossless check.
         return Evaluated(tasks=self.tasks, effective=eff, gate_name=self.res_b.get("config"),
                          expect=cand_b.get("expect", "lossy"), manifest=manifest, pair=f"{self.run_a} vs {self.run_b}",
                          files={"baseline.json": self.res_a, "candidate.json": self.res_b})
 
-
-def _manifest_of(data: dict[str, Any], source: Path) -> Manifest:
-    """``Manifest`` of ``data`` built from the manifests under ``source``; StoreError (exit 3) when they are
-    malformed (naming the first bad field)."""
-    from pydantic import ValidationError
-
-    try:
-        return Manifest.model_validate(data)
-    except ValidationError as exc:
-        raise StoreError(f"{source / 'manifest.json'}: malformed manifest: {validation_problem(exc)}") from None

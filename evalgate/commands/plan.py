@@ -15,7 +15,9 @@ from evalgate.compare.pairing import TaskPlan, plan_tasks
 from evalgate.compare.power import items_floor, items_needed_at_discordance, mde_at_discordance, z_sum
 from evalgate.engine.device import describe
 from evalgate.errors import ConfigError, EvalgateError
-from evalgate.inputs.config import _find, load_config
+from evalgate.evaluate.modality import check_mixed_groups, image_suites
+from evalgate.inputs.chat import check_protocol, check_protocols
+from evalgate.inputs.config import EngineConfig, _find, load_baseline, load_config
 from evalgate.inputs.thresholds import ConfigPolicy, load_thresholds
 from evalgate.results.store import read_json, tasks_from_json
 from evalgate.suites.discovery import count_items, default_suites_dir, load_suite, task_notes
@@ -35,8 +37,10 @@ def plan(config: str, margin: float | None, thresholds_path: Path, configs_dir: 
 
     Raises:
         ConfigError: margin not in (0, 100], unknown config, a pilot of another config, a share outside [0, 1];
-            with ``assume_discordance``, a config that does not load (its file and field named) or whose ``suites``
-            names an unknown suite.
+            with ``assume_discordance``, a config that does not load (its file and field named), whose ``suites``
+            names an unknown suite, or whose chat section ``run`` refuses before any engine starts
+            (:func:`check_chat_sections`, ``modality.check_mixed_groups``: the same message). A pilot's config is not
+            loaded (its results were made; ``run`` checks the config again).
         StoreError: the pilot run is missing or malformed.
     """
     if margin is not None and (not margin > 0 or margin > 100):
@@ -49,8 +53,36 @@ def plan(config: str, margin: float | None, thresholds_path: Path, configs_dir: 
         # no pilot: the config decides the suites and names the model, so a config that does not load is exit 2
         # (as for run/score/ablate), never planned around
         cfg = load_config(config, configs_dir, check_engine_args=False)
-        return _plan_assumed(assume_discordance, margin, policy, cfg.model, load_suites(default_suites_dir(), None, cfg))
+        sides = check_chat_sections(cfg, configs_dir)  # as run refuses them before any engine: exit 2, same line
+        suites = load_suites(default_suites_dir(), None, cfg)
+        for side in sides:
+            check_mixed_groups(side, image_suites(suites))
+        return _plan_assumed(assume_discordance, margin, policy, cfg.model, suites)
     _plan_from_pilot(config, name, margin, policy, configs_dir, from_dir or _latest_run(name))
+
+
+def check_chat_sections(cfg: EngineConfig, configs_dir: Path) -> list[EngineConfig]:
+    """Check how ``cfg`` and its baseline send their prompts, as ``evalgate run`` does before any engine starts and
+    by the function it calls (``jobs.EngineJob.load``: ``chat.check_protocols``): each side's chat section against
+    its template and tokenizer (a template that loses a message's text, raises, or ignores a kwarg; a dropped system
+    prompt; an end-of-thinking marker the tokenizer cannot spell), then the two sides' protocols against each other.
+    A config without a baseline (which ``run`` refuses for that) has its own side checked (``chat.check_protocol``).
+
+    ``plan`` then runs ``modality.check_mixed_groups`` on each returned config, as ``run`` does; the checks ``run``
+    asks of vLLM in its short check worker (whether a model reads images, whether its chat template has a place for
+    one: ``modality.check_image_input``) and the suite pre-flight are not made here.
+
+    Returns:
+        The configs checked, the candidate first (run's order): ``[cfg, baseline]``, or ``[cfg]``.
+    Raises:
+        ConfigError (exit 2): as ``run`` raises it, the same message naming the same file and field.
+    """
+    if not cfg.baseline:
+        check_protocol(cfg)
+        return [cfg]
+    base = load_baseline(cfg, configs_dir, check_engine_args=False)
+    check_protocols(base, cfg)
+    return [cfg, base]
 
 
 def margin_line(margin: float | None, policy: ConfigPolicy, tasks: list[tuple[str, str]]) -> str:

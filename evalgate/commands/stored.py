@@ -109,7 +109,8 @@ def check_verdict_document(verdict: Verdict, path: Path) -> None:
       margin, mde)``.
 
     Raises:
-        StoreError (exit 3): ``"<path>: not a consistent evalgate verdict: <field>: <why>"``, one line.
+        StoreError (exit 3): ``"<path>: not a consistent evalgate verdict: <field>: <why>"``, one line; the field
+            path written as ``document.validation_problem`` writes it, list positions in brackets (``tasks[0].n``).
     """
     def refuse(field: str, why: str) -> None:
         raise StoreError(f"{path}: not a consistent evalgate verdict: {field}: {why}")
@@ -121,7 +122,7 @@ def check_verdict_document(verdict: Verdict, path: Path) -> None:
     if not verdict.tasks and overall != "NO-OP" and not (speed_only and overall in ("INCONCLUSIVE", "BLOCK")):
         refuse("tasks", f"none, under an overall {overall}: the gate never decides without evidence")
     for i, t in enumerate(verdict.tasks):
-        where = f"tasks.{i}"
+        where = f"tasks[{i}]"
         if t.verdict == "NO-OP":  # overall_of would read it as no objection: a PASS over it would stand
             refuse(f"{where}.verdict", "NO-OP is a run's verdict, never a task's (PASS, BLOCK or INCONCLUSIVE)")
         for name in _TASK_COUNTS:
@@ -132,7 +133,7 @@ def check_verdict_document(verdict: Verdict, path: Path) -> None:
             refuse(f"{where}.n", "0 paired items: the gate never decides a task without evidence")
         numbers = [(name, getattr(t, name)) for name in _TASK_NUMBERS]
         if t.cross_check is not None:
-            numbers += [(f"cross_check.{k}.{j}", v) for k in ("bootstrap", "t", "newcombe")
+            numbers += [(f"cross_check.{k}[{j}]", v) for k in ("bootstrap", "t", "newcombe")
                         for j, v in enumerate(getattr(t.cross_check, k))]
         if t.lossless is not None:
             numbers += [(f"lossless.{k}", getattr(t.lossless, k)) for k in ("share", "required_share", "kl_mean")]
@@ -156,17 +157,17 @@ def check_verdict_document(verdict: Verdict, path: Path) -> None:
     expected = gate.overall_of(verdicts).value
     if overall != "BLOCK" and overall != expected:
         worst = next((i for i, t in enumerate(verdict.tasks) if t.verdict == expected), None)
-        what = "replay" if worst is None else f"tasks.{worst} ({verdict.tasks[worst].suite}/{verdict.tasks[worst].task})"
+        what = "replay" if worst is None else f"tasks[{worst}] ({verdict.tasks[worst].suite}/{verdict.tasks[worst].task})"
         refuse("verdict", f"{overall}, but {what} is {expected}, so the gate's verdict is at least {expected}")
     if overall == "BLOCK":
         return
     for i, t in enumerate(verdict.tasks):
         if t.evidence is not None and t.evidence.failures:
-            refuse(f"tasks.{i}.evidence.failures", f"{t.evidence.failures[0]!r} under an overall {overall} "
+            refuse(f"tasks[{i}].evidence.failures", f"{t.evidence.failures[0]!r} under an overall {overall} "
                                                    f"(an evidence failure always BLOCKs)")
         if t.verdict == "PASS" and not (t.margin is not None and t.lower_bound is not None and t.mde is not None
                                         and gate.shows_non_inferiority(t.lower_bound, t.margin, t.mde)):
-            refuse(f"tasks.{i}", f"PASS, but its own numbers do not show non-inferiority (lower bound "
+            refuse(f"tasks[{i}]", f"PASS, but its own numbers do not show non-inferiority (lower bound "
                                  f"{t.lower_bound}, margin {t.margin}, MDE {t.mde}: PASS needs lower bound >= "
                                  f"-margin and MDE <= margin)")
 

@@ -24,8 +24,10 @@ keeps its own cache of the data it read (the same one the worker reads). Cost: a
 (~2 s) and building the tasks (their data generated or read): every shipped suite took 3.2-3.7 CPU-seconds here
 (README, "Failure handling").
 
-A finding is a ``ConfigError`` (exit 2), one line naming the suite YAML, the field and the task; a pre-flight that
-could not finish (it crashed or timed out) is a ``PreflightError`` (exit 3). Either way no engine has started.
+A finding is a ``ConfigError`` (exit 2), one line naming the suite YAML, the field and the task; so is a task's code
+that calls ``sys.exit()`` (:data:`TASK_CODE_ERRORS`). A pre-flight that could not finish (it crashed, was killed or
+timed out) is a ``PreflightError`` (exit 3); a Ctrl-C while it runs stops it and stays an interrupt (exit 130).
+Either way no engine has started.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from evalgate.evaluate.procs import _die_with_parent, kill_group
 from evalgate.suites.discovery import load_suite, task_manager
 from evalgate.suites.files import source_id
 
-__all__ = ["PreflightError", "check_item_images", "check_suites", "run_checks"]
+__all__ = ["TASK_CODE_ERRORS", "PreflightError", "check_item_images", "check_suites", "run_checks"]
 
 log = logging.getLogger("evalgate")
 # lm-eval's Task methods (lm_eval/api/task.py) -> the task config field whose value they apply.
@@ -63,6 +65,12 @@ _SPLIT_FIELDS = ("test_split", "validation_split", "training_split")
 # Items whose requests are built. lm-eval compiles a Jinja template on every render (1-3 ms each here), so building
 # every item's requests of the shipped suites took 10-30 s on this 2-core machine; the worker builds them anyway.
 ITEMS = 1
+# What the suites' own code (loaders, templates, scorers, filters), run by lm-eval on real items, may raise and be
+# blamed for (exit 2, naming the suite YAML, the field and the task): any exception, and ``SystemExit`` (its
+# ``sys.exit()`` is bad input of that suite, not a crash of the pre-flight). ``KeyboardInterrupt`` is not among them:
+# an interrupt stays an interrupt (the pre-flight runs in a session of its own, so a Ctrl-C at the terminal reaches
+# the command, which kills it and exits 130; one raised in the pre-flight ends it, exit 3).
+TASK_CODE_ERRORS = (Exception, SystemExit)
 
 
 class PreflightError(EvalgateError):
@@ -162,7 +170,7 @@ def run_checks(suites_dir: Path | str, names: list[str], limit: int | None) -> d
                 n = own if limit is None else limit if own is None else min(limit, own)
                 try:
                     tasks = manager.load([entry])["tasks"]
-                except Exception as exc:  # noqa: BLE001 - any failure of lm-eval building the task is the suite's
+                except TASK_CODE_ERRORS as exc:  # any failure of lm-eval building the task is the suite's
                     raise _blame(exc, specs, default=_spec_of(entry, suite), stage="building the task") from None
                 for name, task in sorted(tasks.items()):
                     spec = specs.get(name) or _spec_of(entry, suite)
@@ -240,7 +248,7 @@ def _check_task(task: Any, spec: Any, limit: int | None) -> int:
         _check_bare_words(task, spec, docs[0])
     try:
         task.build_all_requests(limit=n)
-    except Exception as exc:  # noqa: BLE001 - a template, few-shot context or request that fails on a real item
+    except TASK_CODE_ERRORS as exc:  # a template, few-shot context or request that fails on a real item
         raise _blame(exc, {spec.name: spec}, default=spec, stage="building its requests") from None
     first = sorted((i for i in task.instances if i.doc_id == 0), key=lambda i: i.idx)
     if not first:
@@ -284,7 +292,7 @@ def check_item_images(task: Any, spec: Any, limit: int | None) -> dict[str, Any]
         item = f"item {i}" + (f" (id {_one_line(sid, 80)})" if sid is not None else "")
         try:
             value = task.doc_to_image(doc)
-        except Exception as exc:  # noqa: BLE001 - the task's own code on a real item: blame it
+        except TASK_CODE_ERRORS as exc:  # the task's own code on a real item: blame it
             raise _blame(exc, {spec.name: spec}, default=spec, stage=f"reading the images of {item}",
                          field="doc_to_image") from None
         images = list(value) if isinstance(value, (list, tuple)) else [] if value is None else [value]
@@ -397,13 +405,13 @@ def _score_dummies(task: Any, spec: Any, first: list[Any]) -> None:
         task._instances = first
         try:
             task.apply_filters()
-        except Exception as exc:  # noqa: BLE001
+        except TASK_CODE_ERRORS as exc:
             raise _blame(exc, {spec.name: spec}, default=spec, stage=f"filtering {label} for item 0",
                          field="filter_list") from None
         for n, key in enumerate(first[0].filtered_resps):
             try:
                 metrics = task.process_results(doc, [inst.filtered_resps[key] for inst in first])
-            except Exception as exc:  # noqa: BLE001
+            except TASK_CODE_ERRORS as exc:
                 raise _blame(exc, {spec.name: spec}, default=spec, stage=f"scoring {label} for item 0",
                              field=scorer if scorer == "process_results" else "metric_list") from None
             if n == 0:
@@ -486,8 +494,11 @@ def _blame(exc: BaseException, specs: dict[str, Any], *, default: Any, stage: st
         except (OSError, ValueError):
             continue
     cfg = spec.config
-    cause = _root_cause(exc)
+    cause = exc if isinstance(exc, SystemExit) else _root_cause(exc)  # not the error it was handling
     text = _one_line(f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__)
+    if isinstance(cause, SystemExit):
+        text = (f"SystemExit: sys.exit({_one_line(repr(cause.code), 80)}) was called; a task's code must raise an "
+                "exception, never end the process")
     if field is None:
         field = _field_of(method, cause, cfg, user)
     where = f" ({user[0]} line {user[1]})" if user else ""

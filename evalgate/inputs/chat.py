@@ -33,6 +33,7 @@ sends them), recorded in the protocol as ``content: parts``; one that keeps neit
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -46,10 +47,10 @@ from evalgate.models import embedded as models
 from evalgate.models import hybrid
 
 __all__ = ["COMPLETION", "IMAGE_PLACEHOLDER", "PARTS", "STRING", "Chat", "ChatSpec", "Thought", "check_content",
-           "check_jinja", "check_model_template", "check_protocols", "check_template_inputs", "check_think_end",
-           "content_form", "describe_difference", "image_content", "image_placement_problem", "local_model_dir",
-           "message_form", "model_template", "protocol", "resolve_chat", "split_thought", "template_messages",
-           "template_variables", "text_content", "think_start"]
+           "check_jinja", "check_model_template", "check_protocol", "check_protocols", "check_same_protocol",
+           "check_template_inputs", "check_think_end", "content_form", "describe_difference", "image_content",
+           "image_placement_problem", "local_model_dir", "message_form", "model_template", "protocol",
+           "resolve_chat", "split_thought", "template_messages", "template_variables", "text_content", "think_start"]
 
 COMPLETION = "none"  # chat.template for raw completion prompts (the default)
 MODEL = "model"  # chat.template for the tokenizer's own template
@@ -349,21 +350,59 @@ def check_protocols(base: Any, cand: Any) -> dict[str, dict[str, Any]]:
             the template or tokenizer cannot honour (:func:`check_template_inputs`, :func:`check_think_end`); the
             two sides use different protocols (naming each differing key), which evalgate never gates against each other.
     """
-    out = {}
-    for role, cfg in (("baseline", base), ("candidate", cand)):
-        spec = cfg.chat
-        # the model's tokenizer is read only for its own template or for think_end
-        model_dir = local_model_dir(cfg.model) if spec.chat.template == MODEL or spec.chat.think_end else None
-        own = check_model_template(spec, model_dir, cfg.path)
-        check_template_inputs(spec, spec.template_text if spec.template_text is not None else own, cfg.path)
-        check_think_end(spec, model_dir, cfg.path)
-        out[role] = protocol(spec, own)
-    diff = describe_difference(out["baseline"], out["candidate"])
-    if diff:
-        raise ConfigError(f"the baseline ({base.name}) and the candidate send prompts differently ({diff}): chat "
-                          f"and completion prompts of one task score differently, so they are never gated against "
-                          f"each other; give both the same chat section", path=cand.path, field="chat")
+    out = {"baseline": check_protocol(base), "candidate": check_protocol(cand)}
+    check_same_protocol(base.name, out["baseline"], out["candidate"], cand.path)
     return out
+
+
+def check_protocol(cfg: Any) -> dict[str, Any]:
+    """One config's protocol, its chat section checked against what it will meet before any engine starts: the
+    side-by-side part of :func:`check_protocols` (``evalgate plan`` runs it on a config without a baseline).
+
+    Args:
+        cfg: a ``config.EngineConfig``.
+    Returns:
+        :func:`protocol` of its chat section (with the local tokenizer's own template when ``chat.template: model``).
+    Raises:
+        ConfigError (exit 2): ``chat.template: model`` on a local tokenizer without a chat template; a chat section
+            the template or tokenizer cannot honour (:func:`check_template_inputs`, :func:`check_think_end`).
+    """
+    spec = cfg.chat
+    # the model's tokenizer is read only for its own template or for think_end
+    model_dir = local_model_dir(cfg.model) if spec.chat.template == MODEL or spec.chat.think_end else None
+    own = check_model_template(spec, model_dir, cfg.path)
+    check_template_inputs(spec, spec.template_text if spec.template_text is not None else own, cfg.path)
+    check_think_end(spec, model_dir, cfg.path)
+    return protocol(spec, own)
+
+
+def check_same_protocol(baseline: str, base: dict[str, Any] | None, cand: dict[str, Any] | None, config: Path,
+                        *, resolved: bool = False) -> None:
+    """Refuse to gate two sides whose prompts are sent differently.
+
+    Args:
+        baseline: the baseline config's name. base, cand: the two sides' protocols (:func:`protocol`).
+        config: the candidate's config file, named in the error.
+        resolved: the protocols are the ones the engine workers recorded (``runner.ConfigRun.protocol``), after each
+            resolved how a hub model's own template takes its messages (``content``): a difference is only known
+            once both sides ran (their results stay in the store; a fixed rerun takes them from there).
+    Raises:
+        ConfigError (exit 2): naming each differing key (:func:`describe_difference`), on field ``chat`` (before any
+            engine: the chat sections differ), or ``chat.template`` with ``resolved`` (the models' own templates).
+    """
+    diff = describe_difference(base, cand)
+    if not diff:
+        return
+    if resolved:
+        raise ConfigError(f"the baseline ({baseline}) and the candidate send prompts differently ({diff}): their "
+                          f"models' own chat templates take a message's text in different forms (chat.template: "
+                          f"model, read by each engine worker), so their prompts differ and are never gated against "
+                          f"each other (evalgate compare refuses the same pair); give both the same template file "
+                          f"(chat.template: path/to/template.jinja). Both sides' results are stored",
+                          path=config, field="chat.template")
+    raise ConfigError(f"the baseline ({baseline}) and the candidate send prompts differently ({diff}): chat "
+                      f"and completion prompts of one task score differently, so they are never gated against "
+                      f"each other; give both the same chat section", path=config, field="chat")
 
 
 # ------------------------------------------------------------------------------------------------ item 6: bad input
@@ -493,7 +532,9 @@ def content_form(template_text: str, template_kwargs: dict[str, Any] | None = No
 
     One user message whose content is a distinctive probe text is rendered (transformers' ``render_jinja_template``,
     ``add_generation_prompt=True``, the ``template_kwargs``) as a plain string, and as ``[{"type": "text", "text":
-    probe}]``; a rendering that raises counts as losing the text.
+    probe}]``; a rendering that raises counts as losing the text. The answer is memoized per template text and
+    kwargs (the parent asks it for each side's protocol, store keys and worker spec; the worker again): each
+    template is rendered once per process.
 
     Args:
         template_text: the chat template (Jinja source).
@@ -504,6 +545,22 @@ def content_form(template_text: str, template_kwargs: dict[str, Any] | None = No
         None when neither does.
     """
     kwargs = dict(template_kwargs or {})
+    try:  # the probe is a pure function of the template and its kwargs: rendered once per process
+        key = json.dumps(kwargs, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError):  # a value JSON cannot spell exactly (a YAML date, a NaN): probed every time
+        return _probe_form(template_text, kwargs)
+    return _cached_form(template_text, key)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_form(template_text: str, kwargs_json: str) -> str | None:
+    """:func:`_probe_form` memoized on the template and its kwargs as JSON (which gives back equal values: only
+    JSON's own types get here)."""
+    return _probe_form(template_text, json.loads(kwargs_json))
+
+
+def _probe_form(template_text: str, kwargs: dict[str, Any]) -> str | None:
+    """:func:`content_form`'s probe: the first form whose rendering keeps the probe text, None when neither does."""
     for form, content in ((STRING, _PROBE_CONTENT), (PARTS, [{"type": "text", "text": _PROBE_CONTENT}])):
         try:
             if _PROBE_CONTENT in _render(template_text, [{"role": "user", "content": content}], kwargs):

@@ -181,7 +181,7 @@ def test_report_refuses_a_task_verdict_of_no_op(overall: str, tmp_path: Path,
     (run / "verdict.json").write_text(json.dumps(doc, allow_nan=True))
     assert main(["report", str(run), "--out", str(tmp_path / "out")]) == 3
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"evalgate: error: {run / 'verdict.json'}: not a consistent evalgate verdict: tasks.{worst}.verdict: "
+    assert err == [f"evalgate: error: {run / 'verdict.json'}: not a consistent evalgate verdict: tasks[{worst}].verdict: "
                    "NO-OP is a run's verdict, never a task's (PASS, BLOCK or INCONCLUSIVE)"]
     assert not (tmp_path / "out").exists()
 
@@ -198,7 +198,7 @@ def test_report_refuses_a_task_decided_on_no_items(tmp_path: Path, capsys: pytes
     (run / "verdict.json").write_text(json.dumps(doc, allow_nan=True))
     assert main(["report", str(run), "--out", str(tmp_path / "out")]) == 3
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"evalgate: error: {run / 'verdict.json'}: not a consistent evalgate verdict: tasks.0.n: "
+    assert err == [f"evalgate: error: {run / 'verdict.json'}: not a consistent evalgate verdict: tasks[0].n: "
                    "0 paired items: the gate never decides a task without evidence"]
 
 

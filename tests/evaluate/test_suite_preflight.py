@@ -4,12 +4,14 @@ The corpus cases (``tests/bad_inputs/suites/preflight-*``, run by ``test_bad_inp
 with engine start-up replaced by tripwires) cover one suite error per class. Here: every shipped suite passes; the
 ``ablate`` path refuses before its baseline engine; a member of a group is named by its own YAML; a scorer that fails
 only on the target is caught; the good corpus suites (one ``generate_until``, one ``multiple_choice`` task) pass; a
-pre-flight that crashes or hangs is exit 3, never a pass.
+pre-flight that crashes or hangs is exit 3, never a pass; a task's ``sys.exit()`` is exit 2 on its YAML, while a
+KeyboardInterrupt stays an interrupt.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -175,3 +177,75 @@ def test_a_groups_inline_task_reads_its_data_beside_the_yaml(tmp_path: Path, mon
     monkeypatch.chdir(elsewhere)  # no data.jsonl here
     assert load_suite("s1", root).specs[0].data_files == (str(root / "s1" / "data.jsonl"),)
     assert run_checks(root, ["s1"], limit=None) == {"tasks": {"g::inline": 1}}
+
+
+# A task whose prompt comes from the suite's own Python (utils.text), which the tests below make end the process.
+FUNCTION_TASK = _task("t1").replace("doc_to_text: 'Q: {{q}}'", "doc_to_text: !function utils.text")
+
+
+def test_a_task_calling_sys_exit_is_bad_input_of_its_suite(tmp_path: Path) -> None:
+    """``sys.exit()`` in a task's code is that suite's fault: exit 2 naming the YAML, the field and the task, in
+    process and as ``evalgate run`` meets it (the pre-flight subprocess), never a crashed pre-flight (exit 3)."""
+    root = _suite(tmp_path, {
+        "t.yaml": FUNCTION_TASK,
+        "utils.py": "import sys\n\ndef text(doc):\n    sys.exit(3)\n"})
+    with pytest.raises(ConfigError) as ei:
+        run_checks(root, ["s1"], limit=None)
+    assert (Path(ei.value.path), ei.value.field, ei.value.exit_code) == (root / "s1" / "t.yaml", "doc_to_text", 2)
+    assert ei.value.message.startswith("task t1: ")
+    assert ("SystemExit: sys.exit(3) was called; a task's code must raise an exception, never end the process "
+            "(utils.py line 4)") in ei.value.message
+    with pytest.raises(ConfigError) as sub:
+        check_suites([load_suite("s1", root)], limit=None, timeout=300)
+    assert (sub.value.path, sub.value.field, sub.value.message) == (ei.value.path, ei.value.field, ei.value.message)
+
+
+def test_a_data_loader_calling_sys_exit_while_handling_an_error_is_blamed_for_the_exit(tmp_path: Path) -> None:
+    """``except ...: sys.exit(0)`` in the loader: the SystemExit is named (not the error it was handling), on the
+    field that names the loader; exit code 0 is no pass."""
+    root = _suite(tmp_path, {
+        "t.yaml": LOADER_TASK,
+        "utils.py": "import sys\n\ndef load_data(**kwargs):\n    try:\n        {}['x']\n    except KeyError:\n"
+                    "        sys.exit(0)\n"})
+    with pytest.raises(ConfigError) as ei:
+        check_suites([load_suite("s1", root)], limit=None, timeout=300)
+    assert (Path(ei.value.path), ei.value.field) == (root / "s1" / "t.yaml", "custom_dataset")
+    assert "SystemExit: sys.exit(0) was called" in ei.value.message and "KeyError" not in ei.value.message
+
+
+def test_a_keyboard_interrupt_in_a_tasks_code_is_not_bad_input(tmp_path: Path) -> None:
+    """Only SystemExit joins the errors a task is blamed for: a KeyboardInterrupt raised while the pre-flight runs a
+    task's code goes on as an interrupt, never a finding (exit 2)."""
+    root = _suite(tmp_path, {
+        "t.yaml": FUNCTION_TASK,
+        "utils.py": "def text(doc):\n    raise KeyboardInterrupt\n"})
+    with pytest.raises(KeyboardInterrupt):
+        run_checks(root, ["s1"], limit=None)
+
+
+def test_ctrl_c_during_the_preflight_stays_an_interrupt_and_stops_it(tmp_path: Path) -> None:
+    """A Ctrl-C in the command while the pre-flight subprocess runs a task's code (here: a loader that sleeps) is
+    re-raised as KeyboardInterrupt (the CLI's exit 130), and the pre-flight's process is gone."""
+    import os
+    import signal
+
+    pid_file = tmp_path / "pid"
+    root = _suite(tmp_path / "suites", {
+        "t.yaml": LOADER_TASK,
+        "utils.py": f"import os, time\n\ndef load_data(**kwargs):\n    open({str(pid_file)!r}, 'w').write(str(os.getpid()))"
+                    "\n    time.sleep(600)\n"})
+
+    def interrupt(signum: int, frame: Any) -> None:
+        if pid_file.is_file() and pid_file.read_text():
+            raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.2, 0.2)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            check_suites([load_suite("s1", root)], limit=None, timeout=120)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    with pytest.raises(ProcessLookupError):  # killed with its process group and reaped
+        os.kill(int(pid_file.read_text()), 0)

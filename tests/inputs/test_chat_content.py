@@ -67,6 +67,40 @@ def test_the_probe_tells_a_parts_only_template_from_a_string_friendly_one_and_on
         {"role": "user", "content": [{"type": "text", "text": "a <image> b"}]}, {"role": "user", "content": []}]
 
 
+
+def test_the_probe_renders_each_template_and_kwargs_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``content_form`` is memoized on the template text and its kwargs: a protocol asked again renders nothing; other
+    kwargs are probed on their own (here they change the answer); a kwarg JSON cannot spell is probed every time."""
+    import datetime
+    import uuid
+
+    import evalgate.inputs.chat as chat
+
+    renders: list[dict[str, Any]] = []
+    real = chat._render
+
+    def counting(text: str, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> str:
+        renders.append(dict(kwargs))
+        return real(text, messages, kwargs)
+
+    monkeypatch.setattr(chat, "_render", counting)
+    # a template no other test renders (its comment), which reads the text as parts only when told to
+    text = (f"{{# {uuid.uuid4()} #}}{{% for m in messages %}}{{% if as_parts %}}{{% for p in m['content'] %}}"
+            "{{ p['text'] }}{% endfor %}{% else %}{{ m['content'] }}{% endif %}{% endfor %}")
+    assert content_form(text, {"as_parts": False}) == STRING and len(renders) == 1  # the string form keeps it
+    assert content_form(text, {"as_parts": False}) == STRING and len(renders) == 1
+    assert content_form(text, {"as_parts": True}) == PARTS and len(renders) == 3  # string form lost, parts kept
+    assert content_form(text, {"as_parts": True}) == PARTS and len(renders) == 3
+    tpl = tmp_path / "t.jinja"
+    tpl.write_text(text)
+    (tmp_path / "c.yaml").write_text("model: embedded:nemotron-h-tiny\nchat: {template: t.jinja, "
+                                     "template_kwargs: {as_parts: true}}\n")
+    spec = load_config(tmp_path / "c.yaml", check_engine_args=False).chat
+    assert protocol(spec)["content"] == PARTS and spec.worker_spec()["content"] == PARTS and len(renders) == 3
+    day = {"as_parts": False, "day": datetime.date(2026, 1, 1)}  # YAML reads 2026-01-01 as a date
+    assert content_form(text, day) == STRING and content_form(text, day) == STRING and len(renders) == 5
+    assert renders[-1] == day
+
 # ------------------------------------------------------------------------------------------------ suites
 
 def _suite(root: Path, *, image_task: bool = False, group: bool = False) -> Path:
