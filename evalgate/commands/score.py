@@ -34,6 +34,7 @@ from evalgate.evaluate.preflight import check_suites
 from evalgate.evaluate.progress import engine_progress
 from evalgate.evaluate.runner import versions
 from evalgate.inputs import config as config_mod
+from evalgate.inputs.chat import check_protocol
 from evalgate.inputs.options import RunOptions
 from evalgate.inputs.speed_only import check_speed_only
 from evalgate.models.embedded import check_home, evalgate_home
@@ -158,8 +159,9 @@ class ScoreJob:
         home checked writable, before any engine starts.
 
         Raises:
-            ConfigError (exit 2): bad input (an unknown config, a bad suite, an unwritable ``--out``, a
-                ``load_format: dummy`` config: random weights, an image suite on a model that reads no images).
+            ConfigError (exit 2): bad input (an unknown config, a chat section its template or tokenizer cannot
+                honour (``chat.check_protocol``), a bad suite, an unwritable ``--out``, a ``load_format: dummy``
+                config: random weights, an image suite on a model that reads no images).
             PreflightError (exit 3): the pre-flight crashed or timed out.
         """
         import os
@@ -170,6 +172,7 @@ class ScoreJob:
             check_writable_dir(self.out, field="--out", what="the run directory")
         self.cfg = config_mod.load_config(self.config, self.configs_dir)
         check_platform(self.cfg.engine_args, self.cfg.path, self.cfg.env)
+        check_protocol(self.cfg)  # run's own check of a chat section, one side
         # Scores of random weights (load_format: dummy) would be scores of noise: refused, named.
         check_speed_only([self.cfg], speed_only=False, suite_names=self.suite_names, command="score")
         self.suites = load_suites(self.suites_dir, self.suite_names, self.cfg)

@@ -1,4 +1,4 @@
-"""`evalgate plan --assume-discordance` refuses a config whose chat section `evalgate run` refuses before any engine
+"""`evalgate plan --assume-discordance` (and `evalgate score`, one side) refuses a config whose chat section `evalgate run` refuses before any engine
 starts: exit 2 with run's own line (the same file, field and message), by the functions run calls
 (``plan.check_chat_sections``, ``modality.check_mixed_groups``); a good config still plans."""
 
@@ -136,3 +136,24 @@ def test_plan_refuses_a_mixed_image_group_under_a_chat_template(monkeypatch: pyt
                  "--assume-discordance", "0.05"]) == ExitCode.USAGE
     assert capsys.readouterr().err == f"evalgate: error: {ei.value}\n"
     assert "group g of suite docpages holds both image tasks (docpages_fields) and text tasks (text_t)" in str(ei.value)
+
+
+def _score(configs: Path, tmp: Path) -> list[str]:
+    return ["score", "--config", "baseline", "--configs-dir", str(configs), "--suites-dir", str(tmp / "suites"),
+            "--out", str(tmp / "score")]
+
+
+@pytest.mark.parametrize(("template", "base_chat", "field"), [
+    (DROPS, "", "chat.template"),
+    (KEEPS, "  template_kwargs: {enable_thinking: false}\n", "chat.template_kwargs.enable_thinking"),
+], ids=["loses-the-text", "unread-kwarg"])
+def test_score_refuses_a_chat_section_run_refuses(project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   template: str, base_chat: str, field: str) -> None:
+    """``evalgate score`` of the baseline alone: the same one line run gives for its chat section, exit 2, before any
+    engine (the engines are tripwires)."""
+    _write(project, template, base_chat=base_chat)
+    assert main(_run(project, tmp_path)) == ExitCode.USAGE
+    refused = _errors(capsys)
+    assert refused.startswith(f"evalgate: error: {project / 'baseline.yaml'}: {field}: ")
+    assert main(_score(project, tmp_path)) == ExitCode.USAGE
+    assert _errors(capsys) == refused
