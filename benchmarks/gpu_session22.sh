@@ -13,18 +13,20 @@
 # Steps (STEPS overrides the list; default "ablate"):
 #   ablate  evalgate ablate --config scale/recipe --speed-only --kind alone --switches SWITCHES (default
 #           mamba_ssm_cache_dtype,mamba_backend) --concurrency 256 --repeats REPEATS (3); the baseline's engine is
-#           killed once, after its KILL_AFTER-th speed pass (default 2: the first variant's warm-up and repeat 1/3).
+#           killed once, KILL_DELAY (5) s after its KILL_AFTER-th (2nd) KILL_EVENT (wake): inside the first variant's
+#           repeat 1/3 on the baseline, so that pass is lost and must be repeated on the restarted engine.
 #           Expected on one H100 (session 21: starts 240 s cold / ~160 s warm, a c=256 512/512 pass ~28 s, sleep
 #           0.35 s, wake 0.6 s, the first sleep after a start 11-16 s): baseline start 240 s + 2 variants x (start
 #           160 s + 8 passes ~225 s + first sleeps ~25 s) + the baseline's restart ~160 s (+ its first sleep) and the
 #           repeated pass ~30 s: ~21 min. REPEATS=2 saves ~2 min.
 #   run     evalgate run --config scale/fp16-state --speed-only --concurrency 256 --repeats REPEATS, the candidate's
-#           engine killed after its KILL_AFTER-th pass: 2 starts ~400 s + 8 passes ~225 s + restart ~190 s: ~14 min.
+#           engine killed as above (inside its repeat 1/3): 2 starts ~400 s + 8 passes ~225 s + restart ~190 s: ~14 min.
 #           STEPS="ablate run" is ~35 min: two device sessions.
 #
 # On CPU (SCALE_CPU=1) the same steps run the CPU-sized family (configs/scale/cpu/, random weights, both engines
 # resident: vLLM's CPU build has no sleep mode, so this tries the together-placement restart) at a tiny profile
-# and one switch (mamba_ssm_cache_dtype), to try the script where there is no GPU.
+# and one switch (mamba_ssm_cache_dtype), to try the script where there is no GPU; with no wakes there, the engine
+# is killed right after its KILL_AFTER-th finished pass (found dead at its next pass).
 set -uo pipefail
 
 R=${R:-/tmp/r}
@@ -35,19 +37,20 @@ export PYTHONPATH=$REPO:/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages${PYT
 PY=${PY:-python3}
 STEPS=${STEPS:-ablate}
 REPEATS=${REPEATS:-3}
-KILL_AFTER=${KILL_AFTER:-2}
-KILL_DELAY=${KILL_DELAY:-0}
 if [ "${SCALE_CPU:-0}" = 1 ]; then
   FAMILY=scale/cpu
   TRAFFIC="traffic: {input_len: 32, output_len: 16, num_prompts: 8}"
   HIGH=4
   SWITCHES=${SWITCHES:-mamba_ssm_cache_dtype}
+  KILL_EVENT=${KILL_EVENT:-pass}; KILL_DELAY=${KILL_DELAY:-0}
 else
   FAMILY=scale
   TRAFFIC="traffic: {input_len: 512, output_len: 512}"
   HIGH=256
   SWITCHES=${SWITCHES:-mamba_ssm_cache_dtype,mamba_backend}
+  KILL_EVENT=${KILL_EVENT:-wake}; KILL_DELAY=${KILL_DELAY:-5}
 fi
+KILL_AFTER=${KILL_AFTER:-2}
 mkdir -p "$R"
 cd "$REPO" || exit 1
 THRESHOLDS=$R/thresholds-scale.yaml
@@ -61,11 +64,12 @@ echo "# gpu_session22.sh $(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/
   >> "$R/summary.txt"
 
 # with_kill NAME LOG CMD...: CMD (an evalgate command writing to $R/NAME) with kill_engine.py killing worker LOG's
-# engine after KILL_AFTER speed passes; the command's rc is returned, the injector's line kept in $R/NAME.kill.json.
+# engine KILL_DELAY s after its KILL_AFTER-th KILL_EVENT; the command's rc is returned, the injector's line kept in $R/NAME.kill.json.
 with_kill() {
   local name=$1 log=$2; shift 2
   rm -rf "${R:?}/$name"
-  "$PY" benchmarks/kill_engine.py --out "$R/$name" --log "$log" --after "$KILL_AFTER" --delay "$KILL_DELAY" \
+  "$PY" benchmarks/kill_engine.py --out "$R/$name" --log "$log" --after "$KILL_AFTER" --event "$KILL_EVENT" \
+    --delay "$KILL_DELAY" \
     --timeout 3000 > "$R/$name.kill.json" 2>&1 &
   local killer=$!
   "$@" > "$R/$name.log" 2>&1
@@ -96,7 +100,7 @@ PYEOF
 
 ablate_step() {
   local s; s=$(date +%s)
-  echo "== ablate: $FAMILY/recipe --switches $SWITCHES, baseline killed after $KILL_AFTER passes ($(date -u +%T))"
+  echo "== ablate: $FAMILY/recipe --switches $SWITCHES, baseline killed after $KILL_AFTER $KILL_EVENT ($(date -u +%T))"
   with_kill ablate baseline "$PY" -m evalgate ablate --config "$FAMILY/recipe" --speed-only --kind alone \
     --switches "$SWITCHES" --concurrency "$HIGH" --repeats "$REPEATS" --thresholds "$THRESHOLDS" --out "$R/ablate"
   local rc=$?
@@ -120,7 +124,7 @@ PYEOF
 
 run_step() {
   local s; s=$(date +%s)
-  echo "== run: $FAMILY/fp16-state --speed-only, candidate killed after $KILL_AFTER passes ($(date -u +%T))"
+  echo "== run: $FAMILY/fp16-state --speed-only, candidate killed after $KILL_AFTER $KILL_EVENT ($(date -u +%T))"
   with_kill run candidate "$PY" -m evalgate run --config "$FAMILY/fp16-state" --speed-only --concurrency "$HIGH" \
     --repeats "$REPEATS" --thresholds "$THRESHOLDS" --out "$R/run"
   local rc=$?

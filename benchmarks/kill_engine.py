@@ -4,8 +4,10 @@ a side whose engine dies in the speed phase is restarted, its suites from the st
 
 Given the run's (or ablation's) output directory and the name of one engine worker's log under ``<out>/logs/``
 (``baseline``, ``candidate``, or an ablation variant's slug), it waits until that worker has finished ``--after``
-speed passes (the worker prints ``evalgate: <label> at concurrency <c>: ...`` after each pass), waits ``--delay``
-seconds more (to land inside the next pass rather than between passes), then SIGKILLs that worker's engine-core
+speed passes (``--event pass``: the worker prints ``evalgate: <label> at concurrency <c>: ...`` after each pass) or
+woken ``--after`` times (``--event wake``, ``placement: alternate``: ``evalgate: woke in <s> s``, printed right before
+the pass it was woken for), waits ``--delay`` seconds more (``--event wake --delay 5``: 5 s into that pass; a 512/512
+pass at c=256 on an H100 takes ~28 s), then SIGKILLs that worker's engine-core
 process: a process of the worker's process group whose command line names vLLM's ``EngineCore`` when vLLM runs the
 engine core in a child process, else the worker itself (evalgate runs vLLM in-process:
 ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so the worker *is* the engine-core process). It prints one JSON line saying
@@ -30,14 +32,17 @@ import sys
 import time
 from datetime import datetime, timezone
 
-PASS_LINE = re.compile(r"^evalgate: .* at concurrency \d+", re.M)  # evalgate.worker.main._serve_commands, per pass
+# evalgate.worker.main._serve_commands prints one per finished pass, and one per wake (alternate placement)
+EVENTS = {"pass": re.compile(r"^evalgate: .* at concurrency \d+", re.M),
+          "wake": re.compile(r"^evalgate: woke in ", re.M)}
 
 
-def passes_done(log_path: str) -> int:
-    """Speed passes the worker logging to ``log_path`` has finished (0 while there is no log)."""
+def events_done(log_path: str, event: str = "pass") -> int:
+    """How many ``event``s (finished speed passes, or wakes) the worker logging to ``log_path`` has printed (0 while
+    there is no log)."""
     try:
         with open(log_path, encoding="utf-8", errors="replace") as f:
-            return len(PASS_LINE.findall(f.read()))
+            return len(EVENTS[event].findall(f.read()))
     except OSError:
         return 0
 
@@ -95,8 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="the run's or ablation's output directory (--out of evalgate)")
     ap.add_argument("--log", required=True, help="the worker's log name under <out>/logs/ (baseline, candidate, or "
                                                  "an ablation variant's slug)")
-    ap.add_argument("--after", type=int, default=1, metavar="N", help="kill once the worker finished N speed passes "
-                                                                      "(default 1: its warm-up)")
+    ap.add_argument("--after", type=int, default=1, metavar="N", help="kill after the worker's Nth event (default 1: "
+                                                                      "its warm-up pass, or its first wake)")
+    ap.add_argument("--event", choices=sorted(EVENTS), default="pass", help="what --after counts: finished speed "
+                                                                            "passes (default) or wakes (alternate)")
     ap.add_argument("--delay", type=float, default=0.0, metavar="S", help="seconds to wait after that (default 0)")
     ap.add_argument("--timeout", type=float, default=3600.0, metavar="S", help="give up after S seconds (exit 1)")
     ap.add_argument("--poll", type=float, default=0.2, metavar="S", help=argparse.SUPPRESS)
@@ -110,9 +117,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                           "waited_s": round(time.monotonic() - t0, 1), "log": log_path, **fields}), flush=True)
 
-    while passes_done(log_path) < args.after:
+    while events_done(log_path, args.event) < args.after:
         if time.monotonic() > deadline:
-            report(killed=None, why=f"fewer than {args.after} speed passes in the log after {args.timeout:g} s")
+            report(killed=None, why=f"fewer than {args.after} {args.event} events in the log after {args.timeout:g} s")
             return 1
         time.sleep(args.poll)
     time.sleep(args.delay)
@@ -123,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     pid, what = engine_core(worker)
     cmd = " ".join(_cmdline(pid))[:300]
     os.kill(pid, signal.SIGKILL)
-    report(killed=pid, worker=worker, what=what, cmdline=cmd, passes=passes_done(log_path), signal="SIGKILL")
+    report(killed=pid, worker=worker, what=what, cmdline=cmd, passes=events_done(log_path),
+           wakes=events_done(log_path, "wake"), signal="SIGKILL")
     return 0
 
 

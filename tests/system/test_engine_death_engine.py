@@ -60,14 +60,14 @@ def test_a_candidate_engine_killed_in_the_speed_phase_is_restarted(tmp_path: Pat
     for role in ("baseline", "candidate"):
         runs = speed["sides"][role]["runs"]
         assert len(runs) == REPEATS and all(r["requests"] == 8 and r["output_tok_s"] > 0 for r in runs)
-    # Nothing recomputed: the restarted worker was asked for no suite (every one came from the store), and its log
-    # shows passes but no suite; the quality results are the first candidate worker's, as written before the kill.
+    # Nothing recomputed: the restarted worker was asked for no suite (every one came from the store; the first
+    # worker computed docparse unless an earlier test had stored it), and its log shows passes but no suite; the
+    # quality results are the first candidate worker's, as written before the kill.
     logs = out / "logs"
     assert json.loads((logs / "candidate.restart1.spec.json").read_text())["suites"] == []
     restart_log = (logs / "candidate.restart1.log").read_text()
     assert "evalgate: suite " not in restart_log
     first_log = (logs / "candidate.log").read_text()
-    assert "evalgate: suite docparse done" in first_log
     # the lost pass ran on the new worker, never on the killed one
     assert f"evalgate: {lost[1]} at concurrency 2" in restart_log and f"evalgate: {lost[1]} " not in first_log
     stored = json.loads((out / "candidate.json").read_text())["tasks"]
