@@ -369,7 +369,7 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
     def restart_baseline(role: str) -> Any:  # suites from the store: the new worker only serves speed passes
         return start_baseline(f"baseline.restart{alt.stats.get('baseline', {}).get('restarts', 0)}.log")[0]
 
-    alt = Alternation(placement.mode, restart=restart_baseline if alternate else None)
+    alt = Alternation(placement.mode, restart=restart_baseline)  # either placement: a dead side is restarted
     base_worker, base_run = start_baseline("baseline.log")
     alt.started("baseline", base_worker)
     info = dict(base_worker.info)

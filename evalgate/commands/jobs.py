@@ -189,7 +189,7 @@ class EngineJob:
         speed = replay = None
         alternate = self.placement.mode == "alternate"
         log.info("placement: %s (%s)", self.placement.mode, self.placement.reason)
-        self.alternation = alt = Alternation(self.placement.mode, restart=self._restart if alternate else None)
+        self.alternation = alt = Alternation(self.placement.mode, restart=self._restart)
         self._runs = runs
         try:
             for role, cfg in (("baseline", self.base), ("candidate", self.cand)):
@@ -219,7 +219,7 @@ class EngineJob:
         record = placement_record(self.placement, alt)
         for w in alt.workers.values():
             w.close()
-        if alternate and alt.stats:
+        if (alternate and alt.stats) or record.get("restarts"):
             log.info("%s", summary_line(record))
         manifest = run_manifest(runs, thresholds, self.suites, limit=self.options.limit, stamp=self.stamp,
                                 timings=self.timings, placement=record, speed_only=self.options.speed_only)
@@ -246,15 +246,16 @@ class EngineJob:
         return ReplayRun(requests=plan.requests, outputs=outputs, log=meta, redact=plan.section.redact)
 
     def _restart(self, role: str) -> runner.Worker:
-        """A new worker for ``role`` after its engine failed in the speed phase: every suite result comes from the
-        store (nothing is recomputed), its log ``logs/<role>.restart<n>.log``."""
+        """A new worker for ``role`` after its engine failed in the replay or speed phase (either placement): every
+        suite result comes from the store (nothing is recomputed), its log ``logs/<role>.restart<n>.log``, started
+        in sleep mode under ``alternate`` only (vLLM's CPU build has none)."""
         cfg = self.base if role == "baseline" else self.cand
         n = self.alternation.stats.get(role, {}).get("restarts", 0)
         worker, _ = runner.start_config(
             cfg, self.suites, limit=self.options.limit, store=ResultStore(evalgate_home() / "store"),
             log_path=self.out / "logs" / f"{role}.restart{n}.log", timeout_s=self.options.timeout,
             reference=self._runs.get("baseline") if role == "candidate" else None,
-            logprob_items=self.options.logprob_items, sleep_mode=True)
+            logprob_items=self.options.logprob_items, sleep_mode=self.placement.mode == "alternate")
         return worker
 
     def _measure(self, workers: dict[str, Any]) -> SpeedBlock:
@@ -353,7 +354,7 @@ class VariantJob:
         alt.before_start("candidate")
         worker, run = start(self.log_path)
         alt.started("candidate", worker)
-        if alternate and restart_baseline is not None:
+        if restart_baseline is not None:  # either placement: a side that dies in the speed phase is restarted
             alt.restart = restart
         timings: dict[str, float] = {}
         try:
@@ -372,7 +373,7 @@ class VariantJob:
         finally:
             alt.restart = restart_baseline
         record = placement_record(self.placement, alt) if self.placement is not None else None
-        if alternate and record is not None:
+        if record is not None and (alternate or record.get("restarts")):
             log.info("%s", summary_line(record))
         alt.workers.get("candidate", worker).close()
         alt.stopped("candidate")

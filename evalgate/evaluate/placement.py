@@ -201,11 +201,13 @@ class Alternation:
     A failed sleep or wake (``runner.SpeedError``, or any ``EngineError``) kills that side's worker and restarts it
     with ``restart(role)`` (a new worker whose suites all come from the store), at most ``MAX_RESTARTS`` per side; the
     restarted worker is awake, so the others are asleep first. ``measure(role, command)`` does the same when the pass
-    itself fails, then repeats it. Counts and seconds of every sleep, wake and restart are in ``record()``.
+    itself fails (an engine that died mid-pass, in either mode), then repeats it. The old worker is killed (its whole
+    process group, ``procs.kill_group``) before the new one starts: never two copies of a side. Counts and seconds of
+    every sleep, wake and restart are in ``record()``.
 
     Args:
         mode: ``together`` or ``alternate``.
-        restart: ``restart(role) -> worker``, None: no restarts (a failure is raised).
+        restart: ``restart(role) -> worker``, None: no restarts (a failure is raised as it came).
         max_restarts: per side.
     """
 
@@ -284,7 +286,7 @@ class Alternation:
                 self._restart(role, f"pass '{command.get('label', 'measure')}' failed: {exc}", exc)
 
     def _restart(self, role: str, why: str, exc: BaseException) -> None:
-        """Kill ``role``'s worker and start it again; without ``restart`` (together mode) ``exc`` is re-raised as it
+        """Kill ``role``'s worker and start it again (either mode); without ``restart`` ``exc`` is re-raised as it
         came, after ``max_restarts`` a ``SpeedError`` says how often the side was restarted."""
         stat = self._stat(role)
         if self.restart is None:
@@ -356,8 +358,8 @@ def placement_record(placement: Placement, alternation: Alternation | None = Non
 
 
 def summary_line(record: dict[str, Any]) -> str:
-    """One line for the terminal from a ``placement_record``: the mode, and in ``alternate`` each side's sleeps and
-    wakes (count, slowest seconds) and restarts."""
+    """One line for the terminal from a ``placement_record``: the mode, and in ``alternate`` (or once a side was
+    restarted, in either mode) each side's sleeps and wakes (count, slowest seconds) and restarts."""
     line = f"placement {record['mode']}"
     parts = []
     for role, s in (record.get("sides") or {}).items():
@@ -365,4 +367,5 @@ def summary_line(record: dict[str, Any]) -> str:
         parts.append(f"{role} {s.get('sleeps', 0)} sleeps" + (f" (max {max(sl):.2f} s)" if sl else "")
                      + f", {s.get('wakes', 0)} wakes" + (f" (max {max(wk):.2f} s)" if wk else "")
                      + f", {s.get('restarts', 0)} restarts")
-    return line + (": " + "; ".join(parts) if parts and record["mode"] == "alternate" else "")
+    shown = record["mode"] == "alternate" or record.get("restarts")
+    return line + (": " + "; ".join(parts) if parts and shown else "")

@@ -72,15 +72,44 @@ def _die_with_parent() -> None:
         pass
 
 
-def kill_group(proc: subprocess.Popen[Any]) -> None:
-    """SIGKILL the process group of ``proc`` (the worker and everything it started) and reap it."""
+GROUP_GONE_S = 30.0  # how long kill_group waits for the group's last process (an engine freeing its memory) to end
+
+
+def kill_group(proc: subprocess.Popen[Any], wait_s: float = GROUP_GONE_S) -> None:
+    """SIGKILL the process group of ``proc`` (the worker and everything it started, e.g. vLLM's engine-core process,
+    which may outlive a worker that already died), reap ``proc``, then wait up to ``wait_s`` until no process of the
+    group is left (a killed engine's memory is free only once it has exited): an engine started next never runs
+    beside the one killed."""
     import signal
+    import time
 
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
     proc.wait()
+    deadline = time.monotonic() + wait_s
+    while group_members(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def group_members(pgid: int) -> list[int]:
+    """The process ids of process group ``pgid`` still running (zombies, already dead, are left out), read from
+    Linux's ``/proc``; empty where there is none."""
+    members = []
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return []
+    for pid in entries:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()  # after "(comm)": state, ppid, pgrp, ...
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            members.append(int(pid))
+    return members
 
 
 def tail(log_path: Path, n: int = LOG_TAIL_LINES) -> str:

@@ -373,6 +373,7 @@ class Worker:
             os.close(write_fd)
         self._replies = os.fdopen(read_fd, "r", encoding="utf-8")
         self.info: dict[str, Any] = {}
+        self._group_stopped = False  # its process group killed or ended with close: never signalled again
 
     def wait_ready(self) -> dict[str, Any]:
         """Block until the worker has filed its suites; returns its ``ready`` reply (device, limits, versions).
@@ -443,12 +444,16 @@ class Worker:
                 self.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 kill_group(self.proc)
+        self._group_stopped = True
         self._cleanup()
 
     def kill(self) -> None:
-        """Stop the worker now (its process group), e.g. on an error or Ctrl-C."""
-        if self.proc.poll() is None:
+        """Stop the worker now with its whole process group, e.g. on an error, a Ctrl-C, or before its side is
+        restarted; also when the worker itself already died (vLLM's engine-core process may outlive it: its group is
+        killed all the same, once)."""
+        if not self._group_stopped:
             kill_group(self.proc)
+            self._group_stopped = True
         self._cleanup()
 
     def _cleanup(self) -> None:

@@ -293,8 +293,9 @@ def test_restarts_are_bounded_then_the_speed_part_fails() -> None:
     assert block.status == "failed" and "after 2 restart(s)" in block.error
 
 
-def test_together_failure_is_raised_unchanged() -> None:
-    """Without a restart (together mode) a failed pass is the worker's own error, as before placement existed."""
+def test_without_a_restart_a_failure_is_raised_unchanged() -> None:
+    """Without a ``restart`` (a caller that gives none) a failed pass is the worker's own error, as before placement
+    existed."""
     from evalgate.evaluate.runner import SpeedError
 
     gpu = Gpu()
@@ -303,6 +304,80 @@ def test_together_failure_is_raised_unchanged() -> None:
     with pytest.raises(SpeedError, match="^engine for baseline was killed by signal 9$"):
         alt.measure("baseline", {"label": "x"})
     assert w.dead and alt.record()["baseline"]["restarts"] == 0
+
+
+def _together(gpu: Gpu, restart: Any, **candidate: Any) -> pl.Alternation:
+    """A together-mode alternation of a baseline (100 tok/s) and a candidate (150 tok/s, ``candidate``: its
+    FakeWorker's die_on_* arguments), both resident."""
+    gpu.exclusive = False
+    alt = pl.Alternation("together", restart=restart)
+    alt.started("baseline", FakeWorker(gpu, "baseline", 100.0))
+    alt.before_start("candidate")
+    alt.started("candidate", FakeWorker(gpu, "candidate", 150.0, **candidate))
+    return alt
+
+
+def test_together_a_pass_that_dies_is_repeated_on_a_restarted_side() -> None:
+    """Both resident: the candidate's engine dies in its 2nd pass (repeat 1/2). Its worker is killed before the new
+    one starts (never two copies of a side), nothing sleeps or wakes, the lost pass runs again on the new worker,
+    the baseline's worker is left alone, and the restart is recorded with its reason."""
+    from evalgate.speed.measure import measure_speed
+
+    gpu = Gpu()
+    old: list[FakeWorker] = []
+
+    def restart(role: str) -> FakeWorker:
+        assert role not in alt.workers and old[0].dead, "a side restarted beside its old worker"
+        assert alt.awake == {"baseline"}
+        return FakeWorker(gpu, role, 150.0)
+
+    alt = _together(gpu, restart, die_on_measure=2)
+    old.append(alt.workers["candidate"])
+    base = alt.workers["baseline"]
+    block = measure_speed({r: alt.proxy(r) for r in ("baseline", "candidate")}, _profile(), progress=lambda s: None)
+    i = gpu.calls.index(("candidate", "measure-died"))
+    assert gpu.calls[i:i + 4] == [("candidate", "measure-died"), ("candidate", "kill"), ("candidate", "start"),
+                                  ("candidate", "measure repeat 1/2")]
+    assert [c for _, c in gpu.calls if c in ("sleep", "wake")] == []
+    assert len(block.sides["candidate"].runs) == 2 and len(block.sides["baseline"].runs) == 2  # no pass lost
+    assert block.levels[0].ratio == pytest.approx(1.5)
+    assert alt.workers["baseline"] is base and not base.dead and alt.awake == {"baseline", "candidate"}
+    rec = alt.record()
+    assert rec["baseline"]["restarts"] == 0 and rec["candidate"]["restarts"] == 1
+    assert rec["candidate"]["restart_reasons"] == ["pass 'repeat 1/2' failed: engine for candidate was killed by "
+                                                   "signal 9"]
+    assert (rec["candidate"]["sleeps"], rec["candidate"]["wakes"]) == (0, 0)
+    record = pl.placement_record(pl.decide("together", source="--placement", cuda=False, sleep_problem=None,
+                                           utilizations=(0.9, 0.9)), alt)
+    assert (record["mode"], record["sleeps"], record["wakes"], record["restarts"]) == ("together", 0, 0, 1)
+    assert pl.summary_line(record) == ("placement together: baseline 0 sleeps, 0 wakes, 0 restarts; candidate "
+                                       "0 sleeps, 0 wakes, 1 restarts")
+
+
+def test_together_restarts_are_bounded_then_the_speed_part_fails() -> None:
+    """Both resident, every candidate worker dies in its first pass: 2 restarts, then SpeedError (exit 3) naming the
+    side and the count, no candidate worker left; via ``measure_speed_safely`` the speed block is ``failed``."""
+    from evalgate.evaluate.runner import SpeedError
+    from evalgate.speed.measure import measure_speed_safely
+
+    gpu = Gpu()
+    made: list[FakeWorker] = []
+
+    def restart(role: str) -> FakeWorker:
+        made.append(FakeWorker(gpu, role, 1.0, die_on_measure=1))
+        return made[-1]
+
+    alt = _together(gpu, restart, die_on_measure=1)
+    first = alt.workers["candidate"]
+    with pytest.raises(SpeedError, match=r"^candidate: pass 'c' failed: engine for candidate was killed by signal 9 "
+                                         r"\(after 2 restart\(s\) of that side, the most allowed\)$"):
+        alt.measure("candidate", {"label": "c"})
+    assert len(made) == 2 and all(w.dead for w in (first, *made)) and "candidate" not in alt.workers
+    assert alt.record()["candidate"]["restarts"] == 2 and alt.awake == {"baseline"}
+    gpu2 = Gpu()
+    alt2 = _together(gpu2, lambda role: FakeWorker(gpu2, role, 1.0, die_on_measure=1), die_on_measure=1)
+    block = measure_speed_safely({r: alt2.proxy(r) for r in ("baseline", "candidate")}, _profile(repeats=3))
+    assert block.status == "failed" and block.error.endswith("(after 2 restart(s) of that side, the most allowed)")
 
 
 # ----------------------------------------------------------------------------------------------- run / ablate
@@ -414,6 +489,101 @@ def test_ablate_keeps_the_baseline_asleep_between_variants(fake_cuda, tmp_path) 
     assert meta["placement"]["sides"]["baseline"]["sleeps"] == 6  # 3 per variant: before its start and twice in speed
     variant = json.loads((out / "variants" / "omp1" / "manifest.json").read_text())["placement"]
     assert variant["sides"]["candidate"]["wakes"] == 2 and variant["sides"]["candidate"]["sleeps"] == 3
+
+
+def _dies(monkeypatch, role: str, die_on_measure: int, workers: int = 1) -> list[Any]:  # type: ignore[no-untyped-def]
+    """Make the first ``workers`` fake workers started for ``role`` die in their ``die_on_measure``-th pass; returns
+    every worker started (in order)."""
+    from evalgate.evaluate import runner
+
+    start, made, dying = runner.start_config, [], [workers]
+
+    def wrapped(cfg, suites, **kw):  # type: ignore[no-untyped-def]
+        w, run = start(cfg, suites, **kw)
+        made.append(w)
+        if w.name == role and dying[0]:
+            w.die_on_measure, dying[0] = die_on_measure, dying[0] - 1
+        return w, run
+
+    monkeypatch.setattr(runner, "start_config", wrapped)
+    return made
+
+
+def test_run_together_restarts_a_side_whose_engine_died(fake_cuda, tmp_path, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    """``evalgate run --placement together``: the candidate's engine dies in its 2nd speed pass; that side is
+    restarted (without sleep mode, its suites from the store), the pass repeated, the verdict's exit code kept; the
+    manifest, report and one terminal line record the restart."""
+    import logging
+
+    from evalgate import cli
+
+    gpu, started = fake_cuda
+    gpu.exclusive = False
+    made = _dies(monkeypatch, "candidate", 2)
+    out = tmp_path / "run"
+    with caplog.at_level(logging.INFO, logger="evalgate"):
+        code = cli.main(["run", "--config", "fp16-state", "--suites", "docparse", "--thresholds",
+                         str(tmp_path / "t.yaml"), "--out", str(out), "--placement", "together"])
+    assert code in (0, 5)
+    assert started == [("baseline", False), ("fp16-state", False), ("fp16-state", False)]
+    assert made[1].dead and not made[0].dead and gpu.most_awake == 2
+    man = json.loads((out / "manifest.json").read_text())
+    p = man["placement"]
+    assert (p["mode"], p["sleeps"], p["wakes"], p["restarts"]) == ("together", 0, 0, 1)
+    assert p["sides"]["baseline"]["restarts"] == 0 and p["sides"]["candidate"]["restarts"] == 1
+    assert p["sides"]["candidate"]["restart_reasons"] == ["pass 'repeat 1/2' failed: engine for candidate was "
+                                                          "killed by signal 9"]
+    speed = json.loads((out / "verdict.json").read_text())["speed"]
+    assert speed["status"] == "measured" and [len(speed["sides"][r]["runs"]) for r in ("baseline", "candidate")] == [2, 2]
+    html = (out / "report.html").read_text()
+    assert "<b>together</b>" in html and "1 restarts<br>candidate: 1 restarts" in html
+    assert "placement together: baseline 0 sleeps, 0 wakes, 0 restarts; candidate 0 sleeps, 0 wakes, 1 restarts" \
+        in caplog.text
+
+
+def test_run_together_keeps_the_quality_verdict_when_restarts_run_out(fake_cuda, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Every candidate engine dies in its first pass: 2 restarts, then the speed part fails (exit 3) with the
+    quality results written."""
+    from evalgate import cli
+
+    gpu, started = fake_cuda
+    gpu.exclusive = False
+    _dies(monkeypatch, "candidate", 1, workers=3)
+    out = tmp_path / "run"
+    code = cli.main(["run", "--config", "fp16-state", "--suites", "docparse", "--thresholds",
+                     str(tmp_path / "t.yaml"), "--out", str(out), "--placement", "together"])
+    assert code == 3
+    assert started == [("baseline", False)] + [("fp16-state", False)] * 3
+    doc = json.loads((out / "verdict.json").read_text())
+    assert doc["speed"]["status"] == "failed"
+    assert doc["speed"]["error"].endswith("(after 2 restart(s) of that side, the most allowed)")
+    assert [t["task"] for t in doc["tasks"]] == ["t"] and doc["tasks"][0]["n"] == 40
+    assert json.loads((out / "manifest.json").read_text())["placement"]["sides"]["candidate"]["restarts"] == 2
+
+
+def test_ablate_together_restarts_the_baseline(fake_cuda, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``evalgate ablate --placement together``: the baseline's engine dies in the first variant's speed phase; the
+    baseline is restarted (no sleep mode) and serves the rest of the ablation; both variants are gated and the
+    restart is in the ablation's meta and the first variant's manifest."""
+    from evalgate import cli
+
+    gpu, started = fake_cuda
+    gpu.exclusive = False
+    made = _dies(monkeypatch, "baseline", 2)
+    out = tmp_path / "ab"
+    code = cli.main(["ablate", "--config", "cline-recipe", "--suites", "docparse", "--thresholds",
+                     str(tmp_path / "t.yaml"), "--out", str(out), "--kind", "alone", "--switches",
+                     "OMP_NUM_THREADS,async_scheduling", "--placement", "together"])
+    assert code == 0
+    assert started == [("baseline", False), ("async-sched", False), ("baseline", False), ("omp1", False)]
+    assert made[0].dead and made[0].name == made[2].name == "baseline" and made[2].closed and not made[2].dead
+    meta = json.loads((out / "ablation.json").read_text())["meta"]
+    assert meta["placement"]["mode"] == "together" and meta["placement"]["sides"]["baseline"]["restarts"] == 1
+    first = json.loads((out / "variants" / "async-sched" / "manifest.json").read_text())["placement"]
+    assert first["restarts"] == 1 and first["sides"]["baseline"]["restart_reasons"] == [
+        "pass 'repeat 1/2' failed: engine for baseline was killed by signal 9"]
+    rows = json.loads((out / "ablation.json").read_text())["rows"]
+    assert all(r["speed"] and not r.get("skipped") for r in rows)
 
 
 def test_alternate_on_cpu_is_refused_before_any_engine(monkeypatch, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]

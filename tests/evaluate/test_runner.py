@@ -133,6 +133,39 @@ def test_a_killed_worker_names_the_signal_and_the_log_tail(tmp_path: Path) -> No
     assert "exited with code 1;" in str(exit_error(1, _cfg(tmp_path), log))
 
 
+def test_kill_stops_an_engine_process_that_outlived_its_worker() -> None:
+    """A worker that died (SIGKILL) while its engine-core child lives on: ``Worker.kill`` still kills the whole process
+    group and returns only once nothing of it runs (no second copy of a side beside a restarted one); a second kill
+    signals nothing."""
+    import io
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from evalgate.evaluate import procs
+
+    code = ("import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']);"
+            " print(c.pid, flush=True); time.sleep(600)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    child = int(proc.stdout.readline())  # type: ignore[union-attr]
+    proc.stdout.close()  # type: ignore[union-attr]
+    try:
+        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.wait() == -signal.SIGKILL
+        assert procs.group_members(proc.pid) == [child]  # the "engine" outlived its worker
+        worker = runner.Worker.__new__(runner.Worker)  # the parent side only: no worker process of evalgate's
+        worker.proc, worker._group_stopped, worker._replies, worker._log = proc, False, io.StringIO(), io.StringIO()
+        worker.kill()
+        assert procs.group_members(proc.pid) == [] and worker._group_stopped
+        worker.kill()  # once: the group is never signalled again
+    finally:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def test_check_engine_values_reads_the_limits_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def fake_run_worker(spec: dict[str, object], cfg: EngineConfig, log_path: Path, timeout_s: float) -> None:
         assert spec["check_only"] is True and spec["engine_args"] == {"dtype": "float32"}
