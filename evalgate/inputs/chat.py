@@ -535,7 +535,7 @@ def content_form(template_text: str, template_kwargs: dict[str, Any] | None = No
     One user message whose content is a distinctive probe text is rendered (transformers' ``render_jinja_template``,
     ``add_generation_prompt=True``, the ``template_kwargs``) as a plain string, and as ``[{"type": "text", "text":
     probe}]``; a rendering that raises counts as losing the text. The answer is memoized per template text and
-    kwargs (the parent asks it for each side's protocol, store keys and worker spec; the worker again): each
+    kwargs, when JSON gives the kwargs back equal (else they are probed as given, every time) (the parent asks it for each side's protocol, store keys and worker spec; the worker again): each
     template is rendered once per process.
 
     Args:
@@ -551,6 +551,8 @@ def content_form(template_text: str, template_kwargs: dict[str, Any] | None = No
         key = json.dumps(kwargs, sort_keys=True, allow_nan=False)
     except (TypeError, ValueError):  # a value JSON cannot spell exactly (a YAML date, a NaN): probed every time
         return _probe_form(template_text, kwargs)
+    if json.loads(key) != kwargs:  # JSON spells it as other values (a tuple as a list, a key 1 as "1"): uncached,
+        return _probe_form(template_text, kwargs)  # so the probe renders the very kwargs the prompts will get
     return _cached_form(template_text, key)
 
 
