@@ -11,7 +11,8 @@ pass at c=256 on an H100 takes ~28 s), then SIGKILLs that worker's engine-core
 process: a process of the worker's process group whose command line names vLLM's ``EngineCore`` when vLLM runs the
 engine core in a child process, else the worker itself (evalgate runs vLLM in-process:
 ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so the worker *is* the engine-core process). It prints one JSON line saying
-what it killed and when, and exits 0; 1 when the condition or the process was not found within ``--timeout``.
+what it killed and when, and exits 0; 1 when the condition was not met within ``--timeout``, or at once (no
+waiting) when, once it was met, no live worker runs that spec.
 
 The worker is found by its command line, ``python -m evalgate.worker <out>/logs/<name>.spec.json`` (the spec is
 written beside the log: ``evalgate.evaluate.procs.spawn``); a restarted side's worker logs to

@@ -180,8 +180,8 @@ class EngineJob:
         """Baseline, then candidate (with the baseline as reference), each side's results written as it finishes;
         then the speed phase on both warm workers. With ``placement: alternate`` both start in sleep mode, the
         baseline sleeps before the candidate's worker starts and the speed phase wakes one side at a time
-        (``placement.Alternation``: the one place that keeps the rule, and restarts a side whose sleep, wake or pass
-        failed). The workers are killed on any error or interrupt. Two sides whose workers resolved a hub model's own
+        (``placement.Alternation``: the one place that keeps the rule, and in the speed phase restarts a side whose
+        sleep, wake or pass failed; the replay phase restarts none). The workers are killed on any error or interrupt. Two sides whose workers resolved a hub model's own
         chat template to different message forms are refused once both ran (ConfigError, exit 2, ``chat.template``;
         ``chat.check_same_protocol``), as ``compare`` refuses them."""
         runs: dict[str, Any] = {}
@@ -203,7 +203,11 @@ class EngineJob:
                                 resolved=True)
             if self.replay is not None:
                 t0 = time.monotonic()
-                replay = self._replay({role: alt.proxy(role) for role in workers})
+                alt.restart = None  # the replay phase restarts nothing: an engine that fails in it is exit 3
+                try:
+                    replay = self._replay({role: alt.proxy(role) for role in workers})
+                finally:
+                    alt.restart = self._restart  # a side that dies in the speed phase is restarted
                 self.timings["replay"] = time.monotonic() - t0
                 if self.profile is None or self.profile.mode == "serve":  # the workers were kept for the replay only
                     for w in [*alt.workers.values()]:
@@ -229,7 +233,9 @@ class EngineJob:
 
     def _replay(self, workers: dict[str, Any]) -> ReplayRun:
         """Both sides' greedy answers to the replayed requests (``worker.replay_gate``), on their warm workers (each
-        woken first under ``placement: alternate``). Raises SpeedError (exit 3): a worker failed or died."""
+        woken first under ``placement: alternate``). Raises SpeedError (exit 3): a worker failed or died (the replay
+        phase restarts no side, unlike the speed phase: ``evaluate`` runs it without ``Alternation.restart``; both
+        sides' suite results are stored and written by then)."""
         plan, spec = self.replay, self.replay.spec()
         outputs = {}
         for role in ("baseline", "candidate"):
@@ -246,7 +252,7 @@ class EngineJob:
         return ReplayRun(requests=plan.requests, outputs=outputs, log=meta, redact=plan.section.redact)
 
     def _restart(self, role: str) -> runner.Worker:
-        """A new worker for ``role`` after its engine failed in the replay or speed phase (either placement): every
+        """A new worker for ``role`` after its engine failed in the speed phase (either placement): every
         suite result comes from the store (nothing is recomputed), its log ``logs/<role>.restart<n>.log``, started
         in sleep mode under ``alternate`` only (vLLM's CPU build has none)."""
         cfg = self.base if role == "baseline" else self.cand

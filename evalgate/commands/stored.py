@@ -187,10 +187,10 @@ def read_side(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         raise StoreError(f"{run_dir}: run directory not found")
     manifest = read_json(run_dir / "manifest.json", "manifest")
     if not isinstance(manifest, dict):
-        raise StoreError(f"{run_dir / 'manifest.json'}: malformed manifest: not a JSON object")
+        raise StoreError(f"{run_dir / 'manifest.json'}: malformed run manifest: not a JSON object")
     for key, kind in (("baseline", dict), ("candidate", dict), ("versions", dict), ("suites", list)):
         if key in manifest and not isinstance(manifest[key], kind):
-            raise StoreError(f"{run_dir / 'manifest.json'}: malformed manifest: {key}: must be a "
+            raise StoreError(f"{run_dir / 'manifest.json'}: malformed run manifest: {key}: must be a "
                              f"{'mapping' if kind is dict else 'list'}, got {type(manifest[key]).__name__}")
     Manifest.checked(manifest, run_dir / "manifest.json")
     results = read_json(run_dir / "candidate.json", "candidate results")

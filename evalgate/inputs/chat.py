@@ -385,7 +385,9 @@ def check_same_protocol(baseline: str, base: dict[str, Any] | None, cand: dict[s
         config: the candidate's config file, named in the error.
         resolved: the protocols are the ones the engine workers recorded (``runner.ConfigRun.protocol``), after each
             resolved how a hub model's own template takes its messages (``content``): a difference is only known
-            once both sides ran (their results stay in the store; a fixed rerun takes them from there).
+            once both sides ran (their results stay in the store under the models' own templates; the suggested fix,
+            a template file, puts its ``template_sha256`` in every store key, so that rerun computes both sides
+            again).
     Raises:
         ConfigError (exit 2): naming each differing key (:func:`describe_difference`), on field ``chat`` (before any
             engine: the chat sections differ), or ``chat.template`` with ``resolved`` (the models' own templates).
@@ -398,7 +400,7 @@ def check_same_protocol(baseline: str, base: dict[str, Any] | None, cand: dict[s
                           f"models' own chat templates take a message's text in different forms (chat.template: "
                           f"model, read by each engine worker), so their prompts differ and are never gated against "
                           f"each other (evalgate compare refuses the same pair); give both the same template file "
-                          f"(chat.template: path/to/template.jinja). Both sides' results are stored",
+                          f"(chat.template: path/to/template.jinja; that changes every store key, so both sides are computed again)",
                           path=config, field="chat.template")
     raise ConfigError(f"the baseline ({baseline}) and the candidate send prompts differently ({diff}): chat "
                       f"and completion prompts of one task score differently, so they are never gated against "
@@ -533,7 +535,7 @@ def content_form(template_text: str, template_kwargs: dict[str, Any] | None = No
     One user message whose content is a distinctive probe text is rendered (transformers' ``render_jinja_template``,
     ``add_generation_prompt=True``, the ``template_kwargs``) as a plain string, and as ``[{"type": "text", "text":
     probe}]``; a rendering that raises counts as losing the text. The answer is memoized per template text and
-    kwargs (the parent asks it for each side's protocol, store keys and worker spec; the worker again): each
+    kwargs, when JSON gives the kwargs back equal (else they are probed as given, every time) (the parent asks it for each side's protocol, store keys and worker spec; the worker again): each
     template is rendered once per process.
 
     Args:
@@ -549,6 +551,8 @@ def content_form(template_text: str, template_kwargs: dict[str, Any] | None = No
         key = json.dumps(kwargs, sort_keys=True, allow_nan=False)
     except (TypeError, ValueError):  # a value JSON cannot spell exactly (a YAML date, a NaN): probed every time
         return _probe_form(template_text, kwargs)
+    if json.loads(key) != kwargs:  # JSON spells it as other values (a tuple as a list, a key 1 as "1"): uncached,
+        return _probe_form(template_text, kwargs)  # so the probe renders the very kwargs the prompts will get
     return _cached_form(template_text, key)
 
 

@@ -110,3 +110,30 @@ def test_answers_that_do_not_pair_are_an_engine_error(monkeypatch: pytest.Monkey
     state = _setup(monkeypatch, tmp_path, short=True)
     assert _run(tmp_path) == ExitCode.RUNTIME
     assert all(w.closed for w in state["started"].values())
+
+
+def test_an_engine_that_dies_while_replaying_is_exit_3_and_not_restarted(monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Path) -> None:
+    """The replay phase restarts no side (the speed phase does): the candidate's engine dies in its replay pass, the
+    run is exit 3 after one replay pass per side, no third worker starts, and both sides' suite results are kept."""
+    state = _setup(monkeypatch, tmp_path)
+    starts: list[str] = []
+    start = runner.start_config
+
+    def counted(cfg: Any, suites: Any, **kw: Any) -> tuple[Fake, ConfigRun]:
+        starts.append(str(kw.get("log_path")))
+        worker, run = start(cfg, suites, **kw)
+        if worker.role == "candidate":
+            def died(cmd: dict[str, Any]) -> dict[str, Any]:
+                worker.commands.append(cmd)
+                raise runner.SpeedError("the candidate worker died (exit -9)")
+            worker.measure = died  # type: ignore[method-assign]
+        return worker, run
+
+    monkeypatch.setattr(runner, "start_config", counted)
+    assert _run(tmp_path) == ExitCode.RUNTIME
+    assert len(starts) == 2 and not any("restart" in s for s in starts)  # no restart of either side
+    assert [len(w.commands) for w in (state["started"]["baseline"], state["started"]["candidate"])] == [1, 1]
+    assert all(w.closed for w in state["started"].values())  # killed
+    for role in ("baseline", "candidate"):  # the quality results are kept
+        assert json.loads((tmp_path / "run" / f"{role}.json").read_text())["tasks"]

@@ -101,6 +101,35 @@ def test_the_probe_renders_each_template_and_kwargs_once(monkeypatch: pytest.Mon
     assert content_form(text, day) == STRING and content_form(text, day) == STRING and len(renders) == 5
     assert renders[-1] == day
 
+
+def test_kwargs_json_would_change_are_probed_as_given_uncached(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only kwargs that JSON gives back equal are memoized: a tuple (JSON: a list) or a non-string dict key (JSON: a
+    string) would otherwise be probed as the JSON values, not the kwargs the prompts get; they are probed every time,
+    with the kwargs as given."""
+    import uuid
+
+    import evalgate.inputs.chat as chat
+
+    renders: list[dict[str, Any]] = []
+    real = chat._render
+
+    def counting(text: str, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> str:
+        renders.append(dict(kwargs))
+        return real(text, messages, kwargs)
+
+    monkeypatch.setattr(chat, "_render", counting)
+    # parts only when the kwarg is a tuple / a dict with the int key 1 (the JSON spellings would read as a string)
+    text = (f"{{# {uuid.uuid4()} #}}{{% for m in messages %}}{{% if (pair is defined and pair is not string and "
+            "pair[0] == 'a') or (keyed is defined and keyed[1] is defined) %}}{% for p in m['content'] %}"
+            "{{ p['text'] }}{% endfor %}{% else %}{{ m['content'] }}{% endif %}{% endfor %}")
+    for kwargs in ({"pair": ("a", "b")}, {"keyed": {1: "x"}}):
+        before = len(renders)
+        assert content_form(text, kwargs) == PARTS and content_form(text, kwargs) == PARTS
+        assert len(renders) - before == 4 and all(r == kwargs for r in renders[before:])  # probed twice, as given
+    assert content_form(text, {"pair": ["z"]}) == STRING  # a JSON-exact kwarg: memoized as before
+    n = len(renders)
+    assert content_form(text, {"pair": ["z"]}) == STRING and len(renders) == n
+
 # ------------------------------------------------------------------------------------------------ suites
 
 def _suite(root: Path, *, image_task: bool = False, group: bool = False) -> Path:
