@@ -68,12 +68,8 @@ def test_the_probe_tells_a_parts_only_template_from_a_string_friendly_one_and_on
 
 
 
-def test_the_probe_renders_each_template_and_kwargs_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """``content_form`` is memoized on the template text and its kwargs: a protocol asked again renders nothing; other
-    kwargs are probed on their own (here they change the answer); a kwarg JSON cannot spell is probed every time."""
-    import datetime
-    import uuid
-
+def _count_renders(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Record the kwargs of every template render ``content_form`` makes (its probe); returns the growing list."""
     import evalgate.inputs.chat as chat
 
     renders: list[dict[str, Any]] = []
@@ -84,6 +80,16 @@ def test_the_probe_renders_each_template_and_kwargs_once(monkeypatch: pytest.Mon
         return real(text, messages, kwargs)
 
     monkeypatch.setattr(chat, "_render", counting)
+    return renders
+
+
+def test_the_probe_renders_each_template_and_kwargs_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``content_form`` is memoized on the template text and its kwargs: a protocol asked again renders nothing; other
+    kwargs are probed on their own (here they change the answer); a kwarg JSON cannot spell is probed every time."""
+    import datetime
+    import uuid
+
+    renders = _count_renders(monkeypatch)
     # a template no other test renders (its comment), which reads the text as parts only when told to
     text = (f"{{# {uuid.uuid4()} #}}{{% for m in messages %}}{{% if as_parts %}}{{% for p in m['content'] %}}"
             "{{ p['text'] }}{% endfor %}{% else %}{{ m['content'] }}{% endif %}{% endfor %}")
@@ -108,16 +114,7 @@ def test_kwargs_json_would_change_are_probed_as_given_uncached(monkeypatch: pyte
     with the kwargs as given."""
     import uuid
 
-    import evalgate.inputs.chat as chat
-
-    renders: list[dict[str, Any]] = []
-    real = chat._render
-
-    def counting(text: str, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> str:
-        renders.append(dict(kwargs))
-        return real(text, messages, kwargs)
-
-    monkeypatch.setattr(chat, "_render", counting)
+    renders = _count_renders(monkeypatch)
     # parts only when the kwarg is a tuple / a dict with the int key 1 (the JSON spellings would read as a string)
     text = (f"{{# {uuid.uuid4()} #}}{{% for m in messages %}}{{% if (pair is defined and pair is not string and "
             "pair[0] == 'a') or (keyed is defined and keyed[1] is defined) %}}{% for p in m['content'] %}"
