@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from evalgate.engine.pgroup import group_members
 from evalgate.engine.protocol import CONFIG_ERROR_EXIT, CONFIG_ERROR_TAG
 from evalgate.errors import ConfigError, EngineError
 from evalgate.results.store import write_json_atomic
@@ -91,25 +92,6 @@ def kill_group(proc: subprocess.Popen[Any], wait_s: float = GROUP_GONE_S) -> Non
     deadline = time.monotonic() + wait_s
     while group_members(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-
-
-def group_members(pgid: int) -> list[int]:
-    """The process ids of process group ``pgid`` still running (zombies, already dead, are left out), read from
-    Linux's ``/proc``; empty where there is none."""
-    members = []
-    try:
-        entries = [e for e in os.listdir("/proc") if e.isdigit()]
-    except OSError:
-        return []
-    for pid in entries:
-        try:
-            with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
-                fields = f.read().rsplit(")", 1)[1].split()  # after "(comm)": state, ppid, pgrp, ...
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            members.append(int(pid))
-    return members
 
 
 def tail(log_path: Path, n: int = LOG_TAIL_LINES) -> str:

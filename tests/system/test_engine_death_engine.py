@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("vllm", reason="needs vLLM (pip install 'evalgate[cpu]')")
 
 from evalgate.cli import THRESHOLDS_FILE, main  # noqa: E402
-from evalgate.evaluate.procs import group_members  # noqa: E402
+from evalgate.engine.pgroup import group_members  # noqa: E402
 
 pytestmark = pytest.mark.engine
 ROOT = Path(__file__).resolve().parents[2]
