@@ -397,8 +397,7 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
                 meta["placement"] = placement_record(placement, alt)
                 _save_progress(out, variants, docs, failed, refused, meta, pending)
     except BaseException as exc:
-        for w in {id(w): w for w in (base_worker, *alt.workers.values())}.values():
-            w.kill()
+        runner.kill_workers([base_worker, *alt.workers.values()])  # every group signalled first, then waited for
         meta["stopped"] = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         _save_progress(out, variants, docs, failed, refused, meta, pending)
         raise

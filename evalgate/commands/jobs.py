@@ -212,9 +212,8 @@ class EngineJob:
                 t0 = time.monotonic()
                 speed = self._measure({role: alt.proxy(role) for role in workers})
                 self.timings["speed"] = time.monotonic() - t0
-        except BaseException:  # an error or Ctrl-C: stop the engines now (they run in sessions of their own)
-            for w in [*workers.values(), *alt.workers.values()]:
-                w.kill()
+        except BaseException:  # an error or Ctrl-C: stop the engines now (they run in sessions of their own), every
+            runner.kill_workers([*workers.values(), *alt.workers.values()])  # group signalled first, then waited for
             raise
         record = placement_record(self.placement, alt)
         for w in alt.workers.values():
