@@ -50,9 +50,17 @@ class ConfigError(EvalgateError):
 
 
 class EngineError(EvalgateError):
-    """The engine failed to start, crashed, ran out of memory or timed out (exit 3)."""
+    """The engine failed to start, crashed, ran out of memory or timed out (exit 3).
+
+    ``died``: the engine's worker process itself ended (its exit code or signal was read: a crash, an OOM kill), as
+    opposed to an error it reported while alive; ``timed_out``: the run's ``--timeout`` ran out (the worker was
+    killed for it). The speed phase restarts a side only for a worker that died."""
 
     exit_code = ExitCode.RUNTIME
+
+    def __init__(self, message: str, *, died: bool = False, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.died, self.timed_out = died, timed_out
 
 
 class StoreError(EvalgateError):

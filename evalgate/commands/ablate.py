@@ -310,6 +310,11 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
     what is done, when the loop is left by any exception (the baseline's worker is killed, the exception re-raised):
     the rows not yet run are ``pending`` and ``meta.complete`` is false. The table is printed at the end only.
 
+    An engine that dies in a variant's speed phase is restarted (``placement.Alternation``, either placement): the
+    variant's own (``logs/<slug>.restart<n>.log``) at most ``placement.MAX_RESTARTS`` times per variant; the
+    baseline's (``logs/baseline.restart<n>.log``) at most ``MAX_RESTARTS`` times over the whole ablation (one engine
+    serves every variant): once they ran out, every later variant's speed part fails saying so (exit 3 at the end).
+
     Args:
         options: ``options.RunOptions``; speed is measured unless ``no_speed``. kind: ``all``, ``alone`` or
             ``cumulative`` rows. only: these switches' alone rows only. out: the output directory (default
@@ -397,8 +402,7 @@ def run_ablation(config: str, configs_dir: Path, suites_dir: Path, thresholds_pa
                 meta["placement"] = placement_record(placement, alt)
                 _save_progress(out, variants, docs, failed, refused, meta, pending)
     except BaseException as exc:
-        for w in {id(w): w for w in (base_worker, *alt.workers.values())}.values():
-            w.kill()
+        runner.kill_workers([base_worker, *alt.workers.values()])  # every group signalled first, then waited for
         meta["stopped"] = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         _save_progress(out, variants, docs, failed, refused, meta, pending)
         raise

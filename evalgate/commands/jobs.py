@@ -180,8 +180,10 @@ class EngineJob:
         """Baseline, then candidate (with the baseline as reference), each side's results written as it finishes;
         then the speed phase on both warm workers. With ``placement: alternate`` both start in sleep mode, the
         baseline sleeps before the candidate's worker starts and the speed phase wakes one side at a time
-        (``placement.Alternation``: the one place that keeps the rule, and in the speed phase restarts a side whose
-        sleep, wake or pass failed; the replay phase restarts none). The workers are killed on any error or interrupt. Two sides whose workers resolved a hub model's own
+        (``placement.Alternation``: the one place that keeps the rule, and in the speed phase restarts, in either
+        placement, a side whose engine died in a pass, or whose sleep or wake failed; the replay phase restarts none).
+        The workers are killed on any error or interrupt (every process group signalled first, then all waited for:
+        ``runner.kill_workers``). Two sides whose workers resolved a hub model's own
         chat template to different message forms are refused once both ran (ConfigError, exit 2, ``chat.template``;
         ``chat.check_same_protocol``), as ``compare`` refuses them."""
         runs: dict[str, Any] = {}
@@ -216,9 +218,8 @@ class EngineJob:
                 t0 = time.monotonic()
                 speed = self._measure({role: alt.proxy(role) for role in workers})
                 self.timings["speed"] = time.monotonic() - t0
-        except BaseException:  # an error or Ctrl-C: stop the engines now (they run in sessions of their own)
-            for w in [*workers.values(), *alt.workers.values()]:
-                w.kill()
+        except BaseException:  # an error or Ctrl-C: stop the engines now (they run in sessions of their own), every
+            runner.kill_workers([*workers.values(), *alt.workers.values()])  # group signalled first, then waited for
             raise
         record = placement_record(self.placement, alt)
         for w in alt.workers.values():
@@ -252,7 +253,8 @@ class EngineJob:
         return ReplayRun(requests=plan.requests, outputs=outputs, log=meta, redact=plan.section.redact)
 
     def _restart(self, role: str) -> runner.Worker:
-        """A new worker for ``role`` after its engine failed in the speed phase (either placement): every
+        """A new worker for ``role`` after its engine died in the speed phase (either placement; the replay phase
+        restarts no side): every
         suite result comes from the store (nothing is recomputed), its log ``logs/<role>.restart<n>.log``, started
         in sleep mode under ``alternate`` only (vLLM's CPU build has none)."""
         cfg = self.base if role == "baseline" else self.cand
@@ -350,7 +352,8 @@ class VariantJob:
 
         restart_baseline = alt.restart
 
-        def restart(role: str) -> Any:  # the variant's own restarts; the baseline's are the ablation's
+        def restart(role: str) -> Any:  # the variant's own restarts (logs/<slug>.restart<n>.log); the baseline's are
+            # the ablation's, its budget (placement.MAX_RESTARTS) shared by every variant
             if role == "baseline":
                 return restart_baseline("baseline")  # type: ignore[misc]
             n = alt.stats.get("candidate", {}).get("restarts", 0)

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from evalgate.engine.pgroup import group_alive
 from evalgate.errors import EngineError
 
 HOST = "127.0.0.1"
@@ -314,12 +315,12 @@ def stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
     Reaps ``proc``. The group also holds vLLM's engine-core processes, which can outlive the API server."""
     _signal_group(proc.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and (proc.poll() is None or _group_alive(proc.pid)):
+    while time.monotonic() < deadline and (proc.poll() is None or group_alive(proc.pid)):
         time.sleep(0.2)
-    if proc.poll() is None or _group_alive(proc.pid):
+    if proc.poll() is None or group_alive(proc.pid):
         _signal_group(proc.pid, signal.SIGKILL)
         deadline = time.monotonic() + 10.0
-        while time.monotonic() < deadline and (proc.poll() is None or _group_alive(proc.pid)):
+        while time.monotonic() < deadline and (proc.poll() is None or group_alive(proc.pid)):
             time.sleep(0.1)
 
 
@@ -328,28 +329,6 @@ def _signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except ProcessLookupError:
         pass
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether a live (non-zombie) process of group ``pgid`` is left: from /proc on Linux, else ``killpg(pgid, 0)``
-    (which also counts zombies, e.g. orphans a container's init does not reap)."""
-    proc = Path("/proc")
-    if not (proc / "self" / "stat").is_file():
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    for stat in proc.glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text(encoding="utf-8", errors="replace").rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # the process exited while we looked
-        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
-            return True
-    return False
 
 
 def _healthy(url: str) -> bool:

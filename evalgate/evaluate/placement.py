@@ -8,7 +8,8 @@ exists in vLLM 0.26.0 and 0.32 under these names; vLLM's platform layer reports 
 (``Platform.is_sleep_mode_available``), never for its CPU build. Measured on an H200 (vLLM 0.26.0, two 8B-shaped
 engines at ``gpu_memory_utilization`` 0.80): level-1 sleep 0.35-0.41 s, wake 0.45-0.82 s, the first sleep after start
 10-16 s, throughput unchanged after wake; but the 10th switch died twice (``CUDA Error: invalid argument at
-csrc/cumem_allocator.cpp:235``): a sleep or wake can fail, and ``Alternation`` restarts the side it failed on.
+csrc/cumem_allocator.cpp:235``): a sleep or wake can fail, and ``Alternation`` restarts the side it failed on, as it
+restarts (either mode) a side whose engine died in a speed pass.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 from evalgate.engine import platform  # read at call time: tests stand in for the hardware
 from evalgate.errors import ConfigError
+from evalgate.evaluate.procs import GROUP_GONE_S
 from evalgate.evaluate.runner import SpeedError
 from evalgate.models.embedded import resolve_model
 
@@ -32,6 +34,7 @@ VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default (EngineArgs / CacheC
 RESIDENT_LIMIT = 0.95  # both sides' gpu_memory_utilization summed above this cannot be resident at once
 SLEEP_LEVEL = 1        # weights offloaded to host memory, KV cache dropped; level 2 would drop the weights too
 MAX_RESTARTS = 2       # per side, in the speed phase; then the speed part fails (exit 3)
+WARMUP_LABEL = "warm-up"  # the label of a level's untimed warm-up command (speed.measure), run again after a restart
 
 
 @dataclass(frozen=True)
@@ -198,12 +201,20 @@ class Alternation:
     ``role`` (sleeping the others first) and returns its worker; ``stopped(role)`` forgets a closed worker. In
     ``together`` mode nothing sleeps and ``use`` only returns the worker.
 
-    A failed sleep or wake (``runner.SpeedError``, or any ``EngineError``) kills that side's worker and restarts it
-    with ``restart(role)`` (a new worker whose suites all come from the store), at most ``MAX_RESTARTS`` per side; the
-    restarted worker is awake, so the others are asleep first. ``measure(role, command)`` does the same when the pass
-    itself fails (an engine that died mid-pass, in either mode), then repeats it. The old worker is killed (its whole
-    process group, ``procs.kill_group``) before the new one starts: never two copies of a side. Counts and seconds of
-    every sleep, wake and restart are in ``record()``.
+    Restarts (``restart(role)``: a new worker whose suites all come from the store), at most ``max_restarts`` per side
+    for the life of this object (``ablate``'s one alternation: the baseline's budget covers the whole ablation):
+
+    - a failed sleep or wake (alternate; ``runner.SpeedError`` or any ``EngineError``, the CUDA errors of issue 25
+      included) restarts that side, unless ``--timeout`` ran out (``timed_out``: raised as it came);
+    - ``measure(role, command)``: a pass whose engine died (the worker process ended: the error's ``died``, set where
+      the worker's exit is read, ``procs.exit_error``) restarts that side, in either mode; on the restarted engine the
+      level's warm-up (the last ``WARMUP_LABEL`` command ``role`` ran) runs first, untimed, then the lost pass is
+      repeated and its result carries ``after_restart: true``. Any other failure of a pass (an error reply from a
+      live worker, e.g. vLLM raising ``ValueError``; a ``--timeout`` expiry) is raised at once: the speed part fails.
+
+    The old worker is killed (its whole process group, ``procs.kill_group``) before the new one starts: never two
+    copies of a side; where some of its group still runs ``procs.GROUP_GONE_S`` after the SIGKILL, no new one starts
+    (SpeedError). Counts and seconds of every sleep, wake and restart are in ``record()``.
 
     Args:
         mode: ``together`` or ``alternate``.
@@ -218,6 +229,9 @@ class Alternation:
         self.awake: set[str] = set()
         self.events: list[dict[str, Any]] = []
         self.stats: dict[str, dict[str, Any]] = {}
+        self.warmups: dict[str, dict[str, Any]] = {}  # the last warm-up command each side ran
+        self.cold: set[str] = set()  # sides restarted and not warmed up since
+        self.lost: dict[str, str] = {}  # sides left without an engine by a restart that failed or ran out, and why
 
     def _stat(self, role: str) -> dict[str, Any]:
         return self.stats.setdefault(role, {"sleeps": 0, "sleep_s": [], "wakes": 0, "wake_s": [], "restarts": 0,
@@ -238,6 +252,7 @@ class Alternation:
         self.before_start(role)
         self.workers[role] = worker
         self.awake.add(role)
+        self.lost.pop(role, None)
         self._stat(role)
         self._check()
         return worker
@@ -248,7 +263,11 @@ class Alternation:
         self.awake.discard(role)
 
     def sleep(self, role: str) -> None:
-        """Put ``role`` to sleep (level 1); a failure restarts it (then it sleeps again)."""
+        """Put ``role`` to sleep (level 1); a failure restarts it (then it sleeps again).
+
+        Raises:
+            SpeedError: the sleep timed out (``--timeout``), or the side's restart failed or its restarts ran out.
+        """
         if role not in self.awake or self.mode != "alternate":
             return
         try:
@@ -257,12 +276,21 @@ class Alternation:
             self._record(role, "sleep", took if isinstance(took, (int, float)) else self.clock() - t0)
             self.awake.discard(role)
         except Exception as exc:  # noqa: BLE001 - EngineError/SpeedError from the worker: restart that side
+            if getattr(exc, "timed_out", False):
+                self._give_up(role, exc)
             self._restart(role, f"sleep failed: {exc}", exc)
             self.sleep(role)
 
     def use(self, role: str) -> Any:
         """``role``'s worker, awake and the only one awake (alternate): the others sleep first, then it wakes (and
-        its prefix cache is reset by the worker). A failed wake restarts that side."""
+        its prefix cache is reset by the worker). A failed wake restarts that side (not a timed-out one).
+
+        Raises:
+            SpeedError: ``role`` has no engine (its restart failed or its restarts ran out earlier); a wake timed
+                out; the side's restart failed or its restarts ran out now.
+        """
+        if role not in self.workers:
+            raise SpeedError(f"{role}: no engine ({self.lost.get(role, 'none was started, or it was stopped')})")
         if self.mode == "alternate" and role not in self.awake:
             self.before_start(role)
             try:
@@ -271,31 +299,75 @@ class Alternation:
                 self._record(role, "wake", took if isinstance(took, (int, float)) else self.clock() - t0)
                 self.awake.add(role)
             except Exception as exc:  # noqa: BLE001 - as in sleep
+                if getattr(exc, "timed_out", False):
+                    self._give_up(role, exc)
                 self._restart(role, f"wake failed: {exc}", exc)
         self._check()
         return self.workers[role]
 
     def measure(self, role: str, command: dict[str, Any]) -> dict[str, Any]:
-        """One measurement pass on ``role`` (woken first); a pass that fails because the worker died or failed
-        restarts that side and is repeated (at most ``max_restarts`` restarts per side)."""
+        """One measurement pass on ``role`` (woken first). A pass whose engine died restarts that side and is
+        repeated (at most ``max_restarts`` restarts per side); a side restarted since its last pass (here, or on a
+        failed sleep or wake) first runs its last warm-up command again, untimed. The result of a pass during or right
+        after which a side was restarted carries ``after_restart: true`` (``measure_speed`` leaves its pair out of
+        the pair-duration mean).
+
+        Raises:
+            SpeedError: the pass failed without its engine dying (an error reply, a timeout: raised as it came), the
+                side has no engine, or its restart failed or its restarts ran out.
+        """
+        warm = command.get("label") == WARMUP_LABEL
+        if warm:
+            self.warmups[role] = command
+        restarts, after = self._restarts(), role in self.cold
         while True:
             worker = self.use(role)
             try:
-                return worker.measure(command)
-            except Exception as exc:  # noqa: BLE001 - SpeedError: the worker failed or died in the pass
+                if role in self.cold and not warm and role in self.warmups:
+                    worker.measure(self.warmups[role])  # the restarted engine is cold: warm it up as the level did
+                self.cold.discard(role)
+                result = worker.measure(command)
+            except Exception as exc:  # noqa: BLE001 - SpeedError: restart only a worker that died in the pass
+                if getattr(exc, "timed_out", False):
+                    self._give_up(role, exc)
+                if not getattr(exc, "died", False):
+                    raise
                 self._restart(role, f"pass '{command.get('label', 'measure')}' failed: {exc}", exc)
+                continue
+            if after or self._restarts() != restarts:
+                result = {**result, "after_restart": True}
+            return result
 
-    def _restart(self, role: str, why: str, exc: BaseException) -> None:
-        """Kill ``role``'s worker and start it again (either mode); without ``restart`` ``exc`` is re-raised as it
-        came, after ``max_restarts`` a ``SpeedError`` says how often the side was restarted."""
-        stat = self._stat(role)
-        if self.restart is None:
-            raise exc
+    def _give_up(self, role: str, exc: BaseException) -> None:
+        """``--timeout`` ran out on ``role`` (its worker already killed by ``runner.Worker``): forget that side, so a
+        later pass says it has no engine (a new worker would get a fresh deadline), and re-raise ``exc``."""
         old = self.workers.get(role)
         if old is not None:
             old.kill()
         self.stopped(role)
+        self.lost[role] = f"it timed out earlier: {str(exc)[:300]}"
+        raise exc
+
+    def _restarts(self) -> int:
+        return sum(s["restarts"] for s in self.stats.values())
+
+    def _restart(self, role: str, why: str, exc: BaseException) -> None:
+        """Kill ``role``'s worker and start it again (either mode); without ``restart`` ``exc`` is re-raised as it
+        came. SpeedError naming the side: some of the old worker's group outlived its kill (no second copy is
+        started), after ``max_restarts`` (how often the side was restarted), or the new worker failed to start; the
+        side then has no engine (``use`` says why)."""
+        stat = self._stat(role)
+        if self.restart is None:
+            raise exc
+        old = self.workers.get(role)
+        left = old.kill() if old is not None else None
+        self.stopped(role)
+        if left:
+            self.lost[role] = f"its old engine was still alive after {GROUP_GONE_S:g} s"
+            raise SpeedError(f"{role}'s old engine still alive after {GROUP_GONE_S:g} s: pids "
+                             f"{', '.join(map(str, left))}; not starting a second copy ({why[:300]})") from None
         if stat["restarts"] >= self.max_restarts:
+            self.lost[role] = f"its restarts ran out earlier: {why[:300]}"
             raise SpeedError(f"{role}: {why} (after {stat['restarts']} restart(s) of that side, the most allowed)") from None
         stat["restarts"] += 1
         stat["restart_reasons"].append(why[:300])
@@ -303,8 +375,13 @@ class Alternation:
                     self.max_restarts)
         self.before_start(role)
         t0 = self.clock()
-        worker = self.restart(role)
+        try:
+            worker = self.restart(role)
+        except Exception as err:  # noqa: BLE001 - EngineError, ConfigError, ...: the speed part fails, naming why
+            self.lost[role] = f"its restart failed earlier: {err}"
+            raise SpeedError(f"{role}: restart after {why[:300]} failed: the new engine did not start: {err}") from None
         self.events.append({"role": role, "event": "restart", "seconds": self.clock() - t0, "why": why[:300]})
+        self.cold.add(role)
         self.started(role, worker)
 
     def _record(self, role: str, what: str, seconds: float) -> None:

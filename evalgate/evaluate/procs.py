@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from evalgate.engine.pgroup import group_members
 from evalgate.engine.protocol import CONFIG_ERROR_EXIT, CONFIG_ERROR_TAG
 from evalgate.errors import ConfigError, EngineError
 from evalgate.results.store import write_json_atomic
@@ -27,14 +28,17 @@ def spawn(spec: dict[str, Any], cfg: Any, log_path: Path, log: Any, **popen: Any
 
 
 def exit_error(rc: int, cfg: Any, log_path: Path, doing: str = "") -> ConfigError | EngineError:
-    """The error a worker's non-zero exit code ``rc`` means (``doing``: what it was doing, for the message)."""
+    """The error a worker's non-zero exit code ``rc`` means (``doing``: what it was doing, for the message): a
+    ``ConfigError`` for a value vLLM's pre-flight refused, else an ``EngineError`` with ``died`` set (the worker
+    process ended: where the speed phase learns that a side's engine died, ``placement.Alternation``)."""
     if rc == CONFIG_ERROR_EXIT:  # the worker's pre-flight (EngineArgs -> engine config, no model loaded) refused
         reason = _config_error(log_path)
         if reason.startswith("chat.template: "):  # the worker's check of a template the parent could not read
             return ConfigError(reason.split(": ", 1)[1], path=cfg.path, field="chat.template")
         return ConfigError(f"vLLM rejected a value: {reason}", path=cfg.path, field="engine_args")
     how = f"was killed by signal {-rc} ({_signal_hint(-rc)})" if rc < 0 else f"exited with code {rc}"
-    return EngineError(f"engine for {cfg.name} {how}{doing}; last log lines: {tail(log_path)} (log: {log_path})")
+    return EngineError(f"engine for {cfg.name} {how}{doing}; last log lines: {tail(log_path)} (log: {log_path})",
+                       died=True)
 
 
 def _config_error(log_path: Path) -> str:
@@ -75,41 +79,46 @@ def _die_with_parent() -> None:
 GROUP_GONE_S = 30.0  # how long kill_group waits for the group's last process (an engine freeing its memory) to end
 
 
-def kill_group(proc: subprocess.Popen[Any], wait_s: float = GROUP_GONE_S) -> None:
+def kill_group(proc: subprocess.Popen[Any], wait_s: float = GROUP_GONE_S) -> list[int]:
     """SIGKILL the process group of ``proc`` (the worker and everything it started, e.g. vLLM's engine-core process,
     which may outlive a worker that already died), reap ``proc``, then wait up to ``wait_s`` until no process of the
     group is left (a killed engine's memory is free only once it has exited): an engine started next never runs
-    beside the one killed."""
+    beside the one killed.
+
+    The group is signalled only while it is still ours: ``proc`` not yet reaped, or a live member of the group (which
+    keeps its id reserved). Once ``proc`` was reaped and nothing of its group runs, its id may already name an
+    unrelated group, which is never signalled.
+
+    Returns:
+        The process ids of the group still running after ``wait_s`` (empty: it is gone).
+    """
+    return kill_groups([proc], wait_s)
+
+
+def kill_groups(procs: list[subprocess.Popen[Any]], wait_s: float = GROUP_GONE_S) -> list[int]:
+    """``kill_group`` of several workers at once (a Ctrl-C or an error with both sides' engines up): SIGKILL every
+    group first, then reap each ``proc`` and wait up to ``wait_s`` in all (not per group) until none of them runs.
+
+    Returns:
+        The process ids still running after ``wait_s``, of all the groups (empty: all gone).
+    """
     import signal
     import time
 
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
+    for proc in procs:
+        if proc.poll() is None or group_members(proc.pid):  # else its id may name another group by now
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    for proc in procs:
+        proc.wait()
     deadline = time.monotonic() + wait_s
-    while group_members(proc.pid) and time.monotonic() < deadline:
+    while True:
+        left = [pid for proc in procs for pid in group_members(proc.pid)]
+        if not left or time.monotonic() >= deadline:
+            return left
         time.sleep(0.05)
-
-
-def group_members(pgid: int) -> list[int]:
-    """The process ids of process group ``pgid`` still running (zombies, already dead, are left out), read from
-    Linux's ``/proc``; empty where there is none."""
-    members = []
-    try:
-        entries = [e for e in os.listdir("/proc") if e.isdigit()]
-    except OSError:
-        return []
-    for pid in entries:
-        try:
-            with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
-                fields = f.read().rsplit(")", 1)[1].split()  # after "(comm)": state, ppid, pgrp, ...
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            members.append(int(pid))
-    return members
 
 
 def tail(log_path: Path, n: int = LOG_TAIL_LINES) -> str:

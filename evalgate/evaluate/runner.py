@@ -22,7 +22,7 @@ from evalgate.engine.device import device_identity
 from evalgate.engine.protocol import JOURNAL_FORMAT, LIMITS_TAG, LOGPROBS_K, key_versions, versions
 from evalgate.engine.readback import READBACK_VERSION
 from evalgate.errors import EngineError
-from evalgate.evaluate.procs import exit_error, kill_group, spawn, tail
+from evalgate.evaluate.procs import exit_error, kill_group, kill_groups, spawn, tail
 from evalgate.inputs.chat import PARTS, STRING, check_content, check_model_template, protocol
 from evalgate.inputs.config import EngineConfig
 from evalgate.inputs.options import LOGPROB_ITEMS
@@ -34,8 +34,8 @@ from evalgate.results.store import ResultStore, content_key, tasks_from_json
 if TYPE_CHECKING:
     from evalgate.suites.discovery import Suite
 
-__all__ = ["ConfigRun", "SpeedError", "Worker", "check_engine_values", "evaluate_config", "start_config", "versions",
-           "with_requested_runtime"]
+__all__ = ["ConfigRun", "SpeedError", "Worker", "check_engine_values", "evaluate_config", "kill_workers",
+           "start_config", "versions", "with_requested_runtime"]
 MIXED_SOURCES = "mixed"  # suites of one run whose evidence came from different sources
 
 log = logging.getLogger("evalgate")
@@ -348,7 +348,8 @@ def _run_worker(spec: dict[str, Any], cfg: EngineConfig, log_path: Path, timeout
 
 
 class SpeedError(EngineError):
-    """The speed measurement failed (exit 3); the quality results it followed are already in the store."""
+    """The speed measurement failed (exit 3); the quality results it followed are already in the store. ``died``:
+    the worker process ended (``EngineError``); ``timed_out``: ``--timeout`` ran out."""
 
 
 class Worker:
@@ -425,7 +426,7 @@ class Worker:
         try:
             return self._reply(doing)
         except EngineError as exc:
-            raise SpeedError(str(exc)) from None
+            raise SpeedError(str(exc), died=exc.died, timed_out=exc.timed_out) from None
 
     def _command(self, command: dict[str, Any], doing: str) -> float:
         reply = self._send(command, doing)
@@ -447,14 +448,21 @@ class Worker:
         self._group_stopped = True
         self._cleanup()
 
-    def kill(self) -> None:
+    def kill(self) -> list[int]:
         """Stop the worker now with its whole process group, e.g. on an error, a Ctrl-C, or before its side is
         restarted; also when the worker itself already died (vLLM's engine-core process may outlive it: its group is
-        killed all the same, once)."""
+        killed all the same, once; a group of which nothing runs any more is not signalled: ``procs.kill_group``).
+
+        Returns:
+            The process ids of its group still running ``procs.GROUP_GONE_S`` seconds after the SIGKILL (empty: gone;
+            always empty once the group was stopped before).
+        """
+        left: list[int] = []
         if not self._group_stopped:
-            kill_group(self.proc)
+            left = kill_group(self.proc)
             self._group_stopped = True
         self._cleanup()
+        return left
 
     def _cleanup(self) -> None:
         for f in (self._replies, self._log):
@@ -471,14 +479,36 @@ class Worker:
             if left <= 0:
                 self.kill()
                 raise EngineError(f"engine for {self.cfg.name} timed out after {self.timeout_s:g} s while {doing}; "
-                                  f"last log lines: {tail(self.log_path)} (log: {self.log_path})")
+                                  f"last log lines: {tail(self.log_path)} (log: {self.log_path})", timed_out=True)
             ready, _, _ = select.select([self._replies], [], [], min(left, 5.0))
             if ready:
                 line = self._replies.readline()
                 if line:
                     return json.loads(line)
                 break  # EOF: the worker exited
-        raise exit_error(self.proc.wait(), self.cfg, self.log_path, f" while {doing}")
+        raise exit_error(self.proc.wait(), self.cfg, self.log_path, f" while {doing}")  # EngineError: died
+
+
+def kill_workers(workers: Any) -> list[int]:
+    """``Worker.kill`` of several workers at once (an error or a Ctrl-C with both sides' engines up): every live
+    ``Worker``'s process group gets its SIGKILL first, then all are waited for together (``procs.kill_groups``: at
+    most ``procs.GROUP_GONE_S`` in all, not per worker); each worker is killed once, however often it is listed.
+    Another object with ``kill()`` (a test's fake worker) is killed by it.
+
+    Returns:
+        The process ids still running after the wait (empty: all gone).
+    """
+    unique = list({id(w): w for w in workers}.values())
+    real = [w for w in unique if isinstance(w, Worker)]
+    for w in unique:
+        if not isinstance(w, Worker):
+            w.kill()
+    live = [w for w in real if not w._group_stopped]
+    left = kill_groups([w.proc for w in live])
+    for w in real:
+        w._group_stopped = True
+        w._cleanup()
+    return left
 
 
 def check_engine_values(cfg: EngineConfig, log_path: Path, timeout_s: float,

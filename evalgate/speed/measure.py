@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping
 from evalgate.engine import argnames
 from evalgate.engine.platform import has_cuda
 from evalgate.errors import ConfigError
+from evalgate.evaluate.placement import WARMUP_LABEL
 from evalgate.evaluate.runner import SpeedError
 from evalgate.inputs.options import RunOptions
 from evalgate.inputs.requestlog import FROM_LOG, concurrency_from_log, read_request_log
@@ -65,12 +66,16 @@ def measure_speed(workers: Mapping[str, Any], profile: TrafficProfile,
     level's interval is then Stein's (``stein_interval``) and its row records ``precision``. The budget (seconds,
     from this call's start, by ``clock``) is shared out: each level may use an equal share of what is left when it
     starts; a second-stage pair is not started when the mean duration of the level's pairs so far would take it past
-    that share (the first stage always runs).
+    that share (the first stage always runs). A pair in which a side's engine was restarted (a result with
+    ``after_restart``: ``placement.Alternation`` restarts a side whose engine died, warms it up with the level's
+    ``WARMUP_LABEL`` command and repeats the lost pass) is left out of that mean, and of the ``pair_seconds`` its
+    ``precision`` record reports: the restart's minutes are not a pair's duration.
 
     Returns:
         The measured ``speed`` block (``speedup.speed_block``: a ``block.SpeedBlock``, throughputs in tok/s, one
         ``SpeedLevel`` per concurrency level) with every raw repeat under ``sides[role]["runs"]`` (with
-        ``precision``, each marked ``stage`` 1 or 2).
+        ``precision``, each marked ``stage`` 1 or 2; a repeat measured on a side restarted during or right before it,
+        ``after_restart: true``).
     Raises:
         SpeedError (from a worker): a measurement failed.
     """
@@ -86,11 +91,11 @@ def measure_speed(workers: Mapping[str, Any], profile: TrafficProfile,
         if profile.range_ratio:
             cmd["range_ratio"] = profile.range_ratio
         warm = {**cmd, "output_len": min(profile.output_len, WARMUP_OUTPUT_LEN), "num_prompts": min(n, c), "seed": 1,
-                "label": "warm-up"}
+                "label": WARMUP_LABEL}
         if profile.requests is not None:  # traffic.from: the log's requests (engine.replay), warm-up its first ones
             cmd = {"log": {"path": profile.requests["path"], "sha256": profile.requests["sha256"], "num_prompts": n,
                            "output_len": profile.output_len}, "concurrency": c}
-            warm = {**cmd, "warmup": True, "label": "warm-up"}
+            warm = {**cmd, "warmup": True, "label": WARMUP_LABEL}
         level_start = clock()
         for role in ("baseline", "candidate"):
             r = workers[role].measure(warm)
@@ -103,13 +108,16 @@ def measure_speed(workers: Mapping[str, Any], profile: TrafficProfile,
         def pair(i: int, planned: int, stage: int | None) -> None:
             t0 = clock()
             order = ("baseline", "candidate") if i % 2 == 0 else ("candidate", "baseline")
+            restarted = False
             for role in order:
                 r = workers[role].measure({**cmd, "label": f"repeat {i + 1}/{planned}"})
                 r.pop("requests_summary", None)  # the warm-up's reply recorded it
+                restarted = restarted or bool(r.get("after_restart"))
                 out[role].append(float(r["output_tok_s"]))
                 total[role].append(float(r["total_tok_s"]))
                 runs[role].append({"concurrency": c, "repeat": i, **({"stage": stage} if stage else {}), **r})
-            pair_seconds.append(clock() - t0)
+            if not restarted:  # a pair with a side's restart (minutes) would inflate the budget's estimate of the next
+                pair_seconds.append(clock() - t0)
             say(f"speed c={c} repeat {i + 1}/{planned}: baseline {out['baseline'][-1]:,.0f}, candidate "
                 f"{out['candidate'][-1]:,.0f} output tok/s")
 
@@ -154,7 +162,7 @@ def _second_stage(first: SpeedComparison, profile: TrafficProfile, out: dict[str
         if i >= cap:
             stopped = BY_REPEATS
             break
-        if deadline is not None and clock() + sum(pair_seconds) / len(pair_seconds) > deadline:
+        if deadline is not None and clock() + (_mean_seconds(pair_seconds) or 0.0) > deadline:
             stopped = BY_SECONDS
             break
         pair(i, planned, 2)

@@ -106,12 +106,20 @@ class Gpu:
 
 
 class FakeWorker:
-    """A live worker: awake when started; ``die_on_wake``: its Nth wake fails (the worker is then dead)."""
+    """A live worker: awake when started; ``die_on_wake`` / ``die_on_measure``: its Nth wake / pass fails and the
+    worker is then dead (``died``); ``error_on_wake`` / ``error_on_measure``: its Nth wake / pass is answered with an
+    error by the live worker; ``timeout_on_measure``: ``--timeout`` runs out in its Nth pass; ``kill_leaves``: the pids
+    its kill leaves running."""
 
     def __init__(self, gpu: Gpu, name: str, speed: float, die_on_wake: int | None = None,
-                 die_on_measure: int | None = None) -> None:
+                 die_on_measure: int | None = None, error_on_wake: int | None = None,
+                 error_on_measure: int | None = None, timeout_on_measure: int | None = None,
+                 kill_leaves: list[int] | None = None) -> None:
         self.gpu, self.name, self.speed = gpu, name, speed
         self.die_on_wake, self.die_on_measure = die_on_wake, die_on_measure
+        self.error_on_wake, self.error_on_measure, self.timeout_on_measure = error_on_wake, error_on_measure, \
+            timeout_on_measure
+        self.kill_leaves = kill_leaves or []
         self.wakes = self.measures = 0
         self.dead = self.closed = False
         self.info = {"event": "ready", "device": "fake GPU", "isa": [], "versions": {}, "sleep_mode": True}
@@ -132,7 +140,10 @@ class FakeWorker:
         if self.wakes == self.die_on_wake:
             self.dead = True
             self.gpu.calls.append((self.name, "wake-died"))
-            raise SpeedError(f"engine for {self.name} exited with code 1 while waking up")
+            raise SpeedError(f"engine for {self.name} exited with code 1 while waking up", died=True)
+        if self.wakes == self.error_on_wake:
+            self.gpu.calls.append((self.name, "wake-error"))
+            raise SpeedError(f"{self.name} failed while waking up: CUDA Error: invalid argument")
         self.gpu.wake(self.name)
         self.gpu.calls.append((self.name, "wake"))
         return 0.6
@@ -149,14 +160,23 @@ class FakeWorker:
             self.dead = True
             self.gpu.awake.discard(self.name)
             self.gpu.calls.append((self.name, "measure-died"))
-            raise SpeedError(f"engine for {self.name} was killed by signal 9")
+            raise SpeedError(f"engine for {self.name} was killed by signal 9", died=True)
+        if self.measures == self.error_on_measure:
+            self.gpu.calls.append((self.name, "measure-error"))
+            raise SpeedError(f"throughput measurement of {self.name} failed: ValueError: bad prompt")
+        if self.measures == self.timeout_on_measure:
+            self.dead = True  # runner.Worker kills a worker whose deadline passed
+            self.gpu.awake.discard(self.name)
+            self.gpu.calls.append((self.name, "measure-timeout"))
+            raise SpeedError(f"engine for {self.name} timed out after 60 s while measuring", timed_out=True)
         self.gpu.calls.append((self.name, f"measure {cmd.get('label')}"))
         return {"output_tok_s": self.speed, "total_tok_s": 2 * self.speed}
 
-    def kill(self) -> None:
+    def kill(self) -> list[int]:
         self.dead = True
         self.gpu.awake.discard(self.name)
         self.gpu.calls.append((self.name, "kill"))
+        return list(self.kill_leaves)
 
     def close(self) -> None:
         self.closed = True
@@ -238,9 +258,10 @@ def test_a_wake_that_dies_restarts_that_side_and_the_pass_runs() -> None:
     block = measure_speed({r: alt.proxy(r) for r in ("baseline", "candidate")}, _profile(), progress=lambda s: None)
     assert started == ["candidate"] and gpu.most_awake == 1
     i = gpu.calls.index(("candidate", "wake-died"))
-    assert gpu.calls[i:i + 4] == [("candidate", "wake-died"), ("candidate", "kill"), ("candidate", "start"),
-                                  ("candidate", "measure repeat 1/2")]
+    assert gpu.calls[i:i + 5] == [("candidate", "wake-died"), ("candidate", "kill"), ("candidate", "start"),
+                                  ("candidate", "measure warm-up"), ("candidate", "measure repeat 1/2")]
     assert len(block.sides["candidate"].runs) == 2  # no pass lost
+    assert [r.get("after_restart", False) for r in block.sides["candidate"].runs] == [True, False]
     rec = alt.record()["candidate"]
     assert rec["restarts"] == 1 and "wake failed" in rec["restart_reasons"][0]
 
@@ -255,8 +276,11 @@ def test_a_pass_that_dies_is_repeated_on_a_restarted_side() -> None:
     alt.started("candidate", FakeWorker(gpu, "candidate", 100.0))
     block = measure_speed({r: alt.proxy(r) for r in ("baseline", "candidate")}, _profile(), progress=lambda s: None)
     labels = [c for n, c in gpu.calls if n == "baseline" and c.startswith("measure")]
-    assert labels == ["measure warm-up", "measure-died", "measure repeat 1/2", "measure repeat 2/2"]
+    # the restarted engine runs the level's warm-up (untimed) before the lost pass is repeated
+    assert labels == ["measure warm-up", "measure-died", "measure warm-up", "measure repeat 1/2", "measure repeat 2/2"]
     assert len(block.sides["baseline"].runs) == 2 and alt.record()["baseline"]["restarts"] == 1
+    assert [r.get("after_restart", False) for r in block.sides["baseline"].runs] == [True, False]
+    assert [r.get("after_restart", False) for r in block.sides["candidate"].runs] == [False, False]
 
 
 def test_restarts_are_bounded_then_the_speed_part_fails() -> None:
@@ -336,8 +360,9 @@ def test_together_a_pass_that_dies_is_repeated_on_a_restarted_side() -> None:
     base = alt.workers["baseline"]
     block = measure_speed({r: alt.proxy(r) for r in ("baseline", "candidate")}, _profile(), progress=lambda s: None)
     i = gpu.calls.index(("candidate", "measure-died"))
-    assert gpu.calls[i:i + 4] == [("candidate", "measure-died"), ("candidate", "kill"), ("candidate", "start"),
-                                  ("candidate", "measure repeat 1/2")]
+    assert gpu.calls[i:i + 5] == [("candidate", "measure-died"), ("candidate", "kill"), ("candidate", "start"),
+                                  ("candidate", "measure warm-up"), ("candidate", "measure repeat 1/2")]
+    assert block.sides["candidate"].runs[0]["after_restart"] is True
     assert [c for _, c in gpu.calls if c in ("sleep", "wake")] == []
     assert len(block.sides["candidate"].runs) == 2 and len(block.sides["baseline"].runs) == 2  # no pass lost
     assert block.levels[0].ratio == pytest.approx(1.5)
@@ -378,6 +403,142 @@ def test_together_restarts_are_bounded_then_the_speed_part_fails() -> None:
     alt2 = _together(gpu2, lambda role: FakeWorker(gpu2, role, 1.0, die_on_measure=1), die_on_measure=1)
     block = measure_speed_safely({r: alt2.proxy(r) for r in ("baseline", "candidate")}, _profile(repeats=3))
     assert block.status == "failed" and block.error.endswith("(after 2 restart(s) of that side, the most allowed)")
+
+
+@pytest.mark.parametrize("mode", ["together", "alternate"])
+def test_an_error_reply_fails_the_speed_part_without_a_restart(mode: str) -> None:
+    """A live worker that answers a pass with an error (vLLM raised ValueError) did not die: no restart, the error is
+    raised as it came, in either placement; via ``measure_speed_safely`` the speed block is ``failed`` (exit 3)."""
+    from evalgate.evaluate.runner import SpeedError
+    from evalgate.speed.measure import measure_speed_safely
+
+    gpu = Gpu()
+    gpu.exclusive = mode == "alternate"
+    made: list[str] = []
+    alt = pl.Alternation(mode, restart=lambda role: made.append(role) or FakeWorker(gpu, role, 1.0))
+    alt.started("baseline", FakeWorker(gpu, "baseline", 1.0))
+    alt.before_start("candidate")
+    alt.started("candidate", FakeWorker(gpu, "candidate", 1.0, error_on_measure=2))
+    with pytest.raises(SpeedError, match="^throughput measurement of candidate failed: ValueError: bad prompt$"):
+        for _ in range(2):
+            alt.measure("candidate", {"label": "c"})
+    assert made == [] and alt.record()["candidate"]["restarts"] == 0 and not alt.workers["candidate"].dead
+    gpu2 = Gpu()
+    gpu2.exclusive = mode == "alternate"
+    alt2 = pl.Alternation(mode, restart=lambda role: made.append(role) or FakeWorker(gpu2, role, 1.0))
+    alt2.started("baseline", FakeWorker(gpu2, "baseline", 1.0, error_on_measure=1))
+    alt2.before_start("candidate")
+    alt2.started("candidate", FakeWorker(gpu2, "candidate", 1.0))
+    block = measure_speed_safely({r: alt2.proxy(r) for r in ("baseline", "candidate")}, _profile())
+    assert block.status == "failed" and block.error.endswith("ValueError: bad prompt") and made == []
+
+
+def test_a_timeout_fails_the_speed_part_without_a_restart() -> None:
+    """``--timeout`` running out in a pass is no engine death: no restart (a new worker would get a fresh deadline);
+    the side is forgotten, and a later pass on it says why it has no engine."""
+    from evalgate.evaluate.runner import SpeedError
+
+    gpu = Gpu()
+    made: list[str] = []
+    alt = _together(gpu, lambda role: made.append(role) or FakeWorker(gpu, role, 1.0), timeout_on_measure=1)
+    with pytest.raises(SpeedError, match="timed out after 60 s") as err:
+        alt.measure("candidate", {"label": "c"})
+    assert err.value.timed_out and made == [] and "candidate" not in alt.workers
+    with pytest.raises(SpeedError, match=r"^candidate: no engine \(it timed out earlier: engine for candidate timed "
+                                         r"out after 60 s while measuring\)$"):
+        alt.measure("candidate", {"label": "c"})
+
+
+def test_a_wake_answered_with_an_error_still_restarts_that_side() -> None:
+    """Alternate: a wake that fails on a live worker (the CUDA errors of issue 25) restarts that side, as before."""
+    gpu = Gpu()
+    alt = pl.Alternation("alternate", restart=lambda role: FakeWorker(gpu, role, 1.0))
+    alt.started("baseline", FakeWorker(gpu, "baseline", 1.0))
+    alt.before_start("candidate")
+    alt.started("candidate", FakeWorker(gpu, "candidate", 1.0, error_on_wake=1))
+    alt.measure("baseline", {"label": "b"})
+    assert alt.measure("candidate", {"label": "c"}) == {"output_tok_s": 1.0, "total_tok_s": 2.0,
+                                                        "after_restart": True}
+    assert alt.record()["candidate"]["restarts"] == 1
+    assert alt.record()["candidate"]["restart_reasons"][0].startswith("wake failed: candidate failed while waking up")
+
+
+def test_a_side_whose_restarts_ran_out_says_so_on_its_next_pass() -> None:
+    """After a side's restarts ran out, a later pass on it (``ablate``'s next variant uses the baseline) is a
+    SpeedError naming the side and why, not a KeyError."""
+    from evalgate.evaluate.runner import SpeedError
+
+    gpu = Gpu()
+    alt = _together(gpu, lambda role: FakeWorker(gpu, role, 1.0, die_on_measure=1), die_on_measure=1)
+    with pytest.raises(SpeedError, match="the most allowed"):
+        alt.measure("candidate", {"label": "c"})
+    with pytest.raises(SpeedError, match=r"^candidate: no engine \(its restarts ran out earlier: pass 'c' failed: "
+                                         r"engine for candidate was killed by signal 9\)$"):
+        alt.measure("candidate", {"label": "c2"})
+    assert alt.proxy("candidate").info == {}
+
+
+def test_a_restart_whose_engine_fails_to_start_is_a_speed_error_naming_the_side() -> None:
+    from evalgate.errors import EngineError
+    from evalgate.evaluate.runner import SpeedError
+
+    gpu = Gpu()
+
+    def restart(role: str) -> FakeWorker:
+        raise EngineError("engine for candidate exited with code 1 while evaluating its suites")
+
+    alt = _together(gpu, restart, die_on_measure=1)
+    with pytest.raises(SpeedError, match=r"^candidate: restart after pass 'c' failed: engine for candidate was killed "
+                                         r"by signal 9 failed: the new engine did not start: engine for candidate "
+                                         r"exited with code 1 while evaluating its suites$"):
+        alt.measure("candidate", {"label": "c"})
+    with pytest.raises(SpeedError, match=r"^candidate: no engine \(its restart failed earlier: engine for candidate"):
+        alt.measure("candidate", {"label": "c"})
+    assert alt.record()["candidate"]["restarts"] == 1
+
+
+def test_an_old_engine_that_outlives_its_kill_is_not_started_beside() -> None:
+    """Some of the dead worker's process group still runs after its kill: no second copy of the side is started."""
+    from evalgate.evaluate.runner import SpeedError
+
+    gpu = Gpu()
+    made: list[str] = []
+    alt = _together(gpu, lambda role: made.append(role) or FakeWorker(gpu, role, 1.0), die_on_measure=1,
+                    kill_leaves=[4242, 4243])
+    with pytest.raises(SpeedError, match=r"^candidate's old engine still alive after 30 s: pids 4242, 4243; not "
+                                         r"starting a second copy \(pass 'c' failed: "):
+        alt.measure("candidate", {"label": "c"})
+    assert made == [] and "candidate" not in alt.workers and alt.record()["candidate"]["restarts"] == 0
+
+
+def test_a_pair_with_a_restart_is_left_out_of_the_pair_duration_mean() -> None:
+    """Precision mode: each pass takes 1 s (fake clock), the candidate's restart 200 s. The pair it fell in is left
+    out of the pair-duration mean (the second stage's budget estimate, and the ``pair_seconds`` recorded)."""
+    from evalgate.speed.measure import measure_speed
+    from evalgate.speed.speedup import resolve_profile
+
+    now = [0.0]
+    gpu = Gpu()
+    gpu.exclusive = False
+
+    class Ticking(FakeWorker):
+        def measure(self, cmd: dict[str, Any]) -> dict[str, Any]:
+            now[0] += 1.0
+            return super().measure(cmd)
+
+    def restart(role: str) -> FakeWorker:
+        now[0] += 200.0
+        return Ticking(gpu, role, 150.0)
+
+    alt = pl.Alternation("together", restart=restart, clock=lambda: now[0])
+    alt.started("baseline", Ticking(gpu, "baseline", 100.0))
+    alt.started("candidate", Ticking(gpu, "candidate", 150.0, die_on_measure=2))
+    profile = resolve_profile({"input_len": 8, "output_len": 8, "concurrency": [4], "repeats": 3}, cuda=True,
+                              precision=0.05, max_seconds=100_000)
+    block = measure_speed({r: alt.proxy(r) for r in ("baseline", "candidate")}, profile, progress=lambda s: None,
+                          clock=lambda: now[0])
+    assert alt.record()["candidate"]["restarts"] == 1
+    assert block.levels[0].precision.pair_seconds == pytest.approx(2.0)
 
 
 # ----------------------------------------------------------------------------------------------- run / ablate
@@ -584,6 +745,29 @@ def test_ablate_together_restarts_the_baseline(fake_cuda, tmp_path, monkeypatch)
         "pass 'repeat 1/2' failed: engine for baseline was killed by signal 9"]
     rows = json.loads((out / "ablation.json").read_text())["rows"]
     assert all(r["speed"] and not r.get("skipped") for r in rows)
+
+
+def test_ablate_after_the_baselines_restarts_ran_out_the_next_variant_says_why(fake_cuda, tmp_path, monkeypatch,  # type: ignore[no-untyped-def]
+                                                                                capsys) -> None:
+    """Every baseline engine dies in its first pass: its restarts run out in the first variant's speed phase (that
+    budget covers the whole ablation); the next variant's speed part fails naming the baseline and why, not an
+    ``internal error: KeyError``."""
+    from evalgate import cli
+
+    gpu, started = fake_cuda
+    gpu.exclusive = False
+    _dies(monkeypatch, "baseline", 1, workers=3)
+    out = tmp_path / "ab"
+    code = cli.main(["ablate", "--config", "cline-recipe", "--suites", "docparse", "--thresholds",
+                     str(tmp_path / "t.yaml"), "--out", str(out), "--kind", "alone", "--switches",
+                     "OMP_NUM_THREADS,async_scheduling", "--placement", "together"])
+    assert code == 3
+    assert started == [("baseline", False), ("async-sched", False), ("baseline", False), ("baseline", False),
+                       ("omp1", False)]
+    err = capsys.readouterr().err
+    assert "internal error" not in err
+    assert ("omp1: speed measurement failed: baseline: no engine (its restarts ran out earlier: pass 'warm-up' "
+            "failed: engine for baseline was killed by signal 9)") in err
 
 
 def test_alternate_on_cpu_is_refused_before_any_engine(monkeypatch, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]

@@ -133,11 +133,40 @@ def test_a_killed_worker_names_the_signal_and_the_log_tail(tmp_path: Path) -> No
     assert "exited with code 1;" in str(exit_error(1, _cfg(tmp_path), log))
 
 
-def test_kill_stops_an_engine_process_that_outlived_its_worker() -> None:
-    """A worker that died (SIGKILL) while its engine-core child lives on: ``Worker.kill`` still kills the whole process
-    group and returns only once nothing of it runs (no second copy of a side beside a restarted one); a second kill
-    signals nothing."""
+def _counting_killpg(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Every ``os.killpg(pgid, sig)`` call (still sent), in order."""
+    import os
+
+    from evalgate.evaluate import procs
+
+    calls: list[tuple[int, int]] = []
+    real = os.killpg
+
+    def killpg(pgid: int, sig: int) -> None:
+        calls.append((pgid, sig))
+        real(pgid, sig)
+
+    monkeypatch.setattr(procs.os, "killpg", killpg)
+    return calls
+
+
+def _bare_worker(proc: object, tmp_path: Path | None = None) -> runner.Worker:
+    """The parent side of a worker around ``proc`` only: no worker process of evalgate's."""
     import io
+
+    worker = runner.Worker.__new__(runner.Worker)
+    worker.proc, worker._group_stopped, worker._replies, worker._log = proc, False, io.StringIO(), io.StringIO()
+    if tmp_path is not None:
+        worker.cfg, worker.log_path = _cfg(tmp_path), tmp_path / "w.log"
+        worker.log_path.write_text("last line\n")
+        worker.timeout_s, worker.deadline = 60.0, float("inf")
+    return worker
+
+
+def test_kill_stops_an_engine_process_that_outlived_its_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker that died (SIGKILL) while its engine-core child lives on: ``Worker.kill`` still kills the whole process
+    group (one SIGKILL to it) and returns only once nothing of it runs (no second copy of a side beside a restarted
+    one), returning no pid; a second kill signals nothing."""
     import os
     import signal
     import subprocess
@@ -154,16 +183,143 @@ def test_kill_stops_an_engine_process_that_outlived_its_worker() -> None:
         os.kill(proc.pid, signal.SIGKILL)
         assert proc.wait() == -signal.SIGKILL
         assert procs.group_members(proc.pid) == [child]  # the "engine" outlived its worker
-        worker = runner.Worker.__new__(runner.Worker)  # the parent side only: no worker process of evalgate's
-        worker.proc, worker._group_stopped, worker._replies, worker._log = proc, False, io.StringIO(), io.StringIO()
-        worker.kill()
+        calls = _counting_killpg(monkeypatch)
+        worker = _bare_worker(proc)
+        assert worker.kill() == []
         assert procs.group_members(proc.pid) == [] and worker._group_stopped
-        worker.kill()  # once: the group is never signalled again
+        assert calls == [(proc.pid, signal.SIGKILL)]
+        assert worker.kill() == []  # once: the group is never signalled again
+        assert calls == [(proc.pid, signal.SIGKILL)]
     finally:
         try:
             os.kill(child, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def test_kill_never_signals_a_reaped_worker_whose_group_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker already reaped with nothing of its group left: its process-group id may name an unrelated group by
+    now, so ``Worker.kill`` sends no signal at all."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    assert proc.wait() == 0
+    calls = _counting_killpg(monkeypatch)
+    assert _bare_worker(proc).kill() == [] and calls == []
+
+
+class _Proc:
+    """A stand-in ``Popen``: alive (``poll`` None) until waited for."""
+
+    def __init__(self, pid: int, events: list[str]) -> None:
+        self.pid, self.events = pid, events
+
+    def poll(self) -> int | None:
+        return None
+
+    def wait(self, timeout: float | None = None) -> int:
+        self.events.append(f"wait {self.pid}")
+        return -9
+
+
+def test_kill_group_returns_the_pids_still_alive(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group member that outlives the wait (an engine stuck in the kernel) is returned, not ignored."""
+    from evalgate.evaluate import procs
+
+    events: list[str] = []
+    monkeypatch.setattr(procs.os, "killpg", lambda pgid, sig: events.append(f"kill {pgid}"))
+    monkeypatch.setattr(procs, "group_members", lambda pgid: [pgid + 1])
+    assert procs.kill_group(_Proc(100, events), wait_s=0.2) == [101]  # type: ignore[arg-type]
+    assert events == ["kill 100", "wait 100"]
+
+
+def test_kill_groups_signals_every_group_before_waiting_for_any(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C with two engines up: both groups get their SIGKILL first, then one shared wait (not 30 s each)."""
+    from evalgate.evaluate import procs
+
+    events: list[str] = []
+    alive = {100: 3, 200: 5}  # scans until each group is gone
+
+    def members(pgid: int) -> list[int]:
+        events.append(f"scan {pgid}")
+        alive[pgid] -= 1
+        return [pgid + 1] if alive[pgid] > 0 else []
+
+    monkeypatch.setattr(procs.os, "killpg", lambda pgid, sig: events.append(f"kill {pgid}"))
+    monkeypatch.setattr(procs, "group_members", members)
+    assert procs.kill_groups([_Proc(100, events), _Proc(200, events)], wait_s=5) == []  # type: ignore[list-item]
+    assert events[:4] == ["kill 100", "kill 200", "wait 100", "wait 200"]
+    assert "kill" not in " ".join(events[4:])
+
+
+def test_kill_workers_kills_every_worker_once_in_one_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``runner.kill_workers``: each live ``Worker``'s group once (a worker listed twice, or stopped before, is not
+    signalled again) through one ``kill_groups`` call; another object is killed by its own ``kill``."""
+    from evalgate.evaluate import runner as r
+
+    groups: list[list[int]] = []
+    monkeypatch.setattr(r, "kill_groups", lambda ps: groups.append([p.pid for p in ps]) or [])
+    a, b, c = (_bare_worker(_Proc(pid, [])) for pid in (1, 2, 3))
+    c._group_stopped = True
+
+    class Fake:
+        killed = 0
+
+        def kill(self) -> None:
+            self.killed += 1
+
+    fake = Fake()
+    assert r.kill_workers([a, b, a, c, fake, fake]) == []
+    assert groups == [[1, 2]] and fake.killed == 1 and all(w._group_stopped for w in (a, b, c))
+
+
+def _replying_worker(tmp_path: Path, replies: str, code: str = "import time; time.sleep(600)") -> runner.Worker:
+    """A ``Worker`` whose process runs ``code`` and whose reply pipe holds ``replies`` (then EOF)."""
+    import io
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, text=True, start_new_session=True)
+    worker = _bare_worker(proc, tmp_path)
+    worker._replies = io.StringIO(replies)  # type: ignore[assignment]
+    return worker
+
+
+def _select_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    import select
+
+    monkeypatch.setattr(select, "select", lambda r, w, x, t: (r, [], []))
+
+
+def test_a_worker_that_exits_in_a_pass_is_a_speed_error_that_died(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reply pipe closes and the worker's exit code is read: ``died`` (the speed phase restarts that side)."""
+    _select_now(monkeypatch)
+    worker = _replying_worker(tmp_path, "", "import sys; sys.exit(1)")
+    with pytest.raises(runner.SpeedError) as err:
+        worker.measure({"concurrency": 4})
+    assert err.value.died and not err.value.timed_out
+    assert "exited with code 1 while measuring throughput at concurrency 4" in str(err.value)
+    assert exit_error(-9, _cfg(tmp_path), worker.log_path).died  # type: ignore[union-attr]
+
+
+def test_an_error_reply_or_a_timeout_is_a_speed_error_that_did_not_die(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A live worker's error reply (vLLM raised) and a ``--timeout`` expiry are SpeedErrors without ``died`` (the
+    speed part fails at once; a restart would give a hung phase a fresh deadline)."""
+    _select_now(monkeypatch)
+    worker = _replying_worker(tmp_path, json.dumps({"event": "error", "message": "ValueError: bad"}) + "\n")
+    try:
+        with pytest.raises(runner.SpeedError, match="ValueError: bad") as err:
+            worker.measure({"concurrency": 4})
+        assert not err.value.died and not err.value.timed_out and worker.proc.poll() is None
+        worker.deadline = 0.0  # the run's --timeout ran out
+        with pytest.raises(runner.SpeedError, match="timed out after 60 s while waking up") as err:
+            worker.wake()
+        assert err.value.timed_out and not err.value.died and worker.proc.poll() is not None
+    finally:
+        worker.kill()
 
 
 def test_check_engine_values_reads_the_limits_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,24 +11,13 @@ import pytest
 pytest.importorskip("vllm", reason="needs vLLM (pip install 'evalgate[cpu]')")
 
 from evalgate.engine import serve  # noqa: E402
+from evalgate.engine.pgroup import group_members  # noqa: E402
 from evalgate.inputs.config import load_config  # noqa: E402
 from evalgate.models.embedded import resolve_model  # noqa: E402
 from evalgate.speed.serve import logged_args  # noqa: E402
 
 pytestmark = pytest.mark.engine
 IN_LEN, OUT_LEN, PROMPTS, CONCURRENCY = 16, 8, 8, 2
-
-
-def _group_members(pgid: int) -> list[int]:
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            out.append(int(stat.parent.name))
-    return out
 
 
 def test_vllm_serve_on_the_hybrid_is_measured_by_vllm_bench_serve_and_stopped(tmp_path: Path) -> None:
@@ -40,7 +29,7 @@ def test_vllm_serve_on_the_hybrid_is_measured_by_vllm_bench_serve_and_stopped(tm
                        log, port)
     with srv:
         pgid = srv.proc.pid
-        assert len(_group_members(pgid)) >= 2  # the API server and vLLM's engine-core process
+        assert len(group_members(pgid)) >= 2  # the API server and vLLM's engine-core process
         run = serve.run_bench(srv, model, input_len=IN_LEN, output_len=OUT_LEN, num_prompts=PROMPTS,
                               concurrency=CONCURRENCY)
         # Goodput as vLLM counts it (--goodput, per-request objectives in ms): every request meets a day-long
@@ -49,7 +38,7 @@ def test_vllm_serve_on_the_hybrid_is_measured_by_vllm_bench_serve_and_stopped(tm
                                    concurrency=CONCURRENCY, goodput={"ttft": 8.64e7, "tpot": 8.64e7})
         nobody = serve.run_bench(srv, model, input_len=IN_LEN, output_len=OUT_LEN, num_prompts=PROMPTS,
                                  concurrency=CONCURRENCY, goodput={"ttft": 0.001})
-    assert _group_members(pgid) == [] and not srv.alive()
+    assert group_members(pgid) == [] and not srv.alive()
     assert run.requests == PROMPTS and run.output_tokens == PROMPTS * OUT_LEN  # --ignore-eos: exactly output_len
     assert run.prompt_tokens == PROMPTS * IN_LEN
     assert run.ttft_p50_ms > 0 and run.ttft_p99_ms >= run.ttft_p50_ms

@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("vllm", reason="needs vLLM (pip install 'evalgate[cpu]')")
 
 from evalgate.cli import THRESHOLDS_FILE, main  # noqa: E402
-from evalgate.evaluate.procs import group_members  # noqa: E402
+from evalgate.engine.pgroup import group_members  # noqa: E402
 
 pytestmark = pytest.mark.engine
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,6 +70,10 @@ def test_a_candidate_engine_killed_in_the_speed_phase_is_restarted(tmp_path: Pat
     first_log = (logs / "candidate.log").read_text()
     # the lost pass ran on the new worker, never on the killed one
     assert f"evalgate: {lost[1]} at concurrency 2" in restart_log and f"evalgate: {lost[1]} " not in first_log
+    # after the level's warm-up, run again on the restarted (cold) engine; the repeated run is tagged
+    assert 0 <= restart_log.find("evalgate: warm-up at concurrency 2") < restart_log.find(f"evalgate: {lost[1]} ")
+    repeated = [r for r in speed["sides"]["candidate"]["runs"] if r.get("after_restart")]
+    assert [r["repeat"] + 1 for r in repeated] == [int(lost[1][7])]
     stored = json.loads((out / "candidate.json").read_text())["tasks"]
     assert sorted(stored) == sorted(t["task"] for t in doc["tasks"]) and all(t["n"] == LIMIT for t in doc["tasks"])
     html = (out / "report.html").read_text()
