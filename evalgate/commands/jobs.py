@@ -183,9 +183,9 @@ class EngineJob:
         (``placement.Alternation``: the one place that keeps the rule, and in the speed phase restarts, in either
         placement, a side whose engine died in a pass, or whose sleep or wake failed; the replay phase restarts none).
         The workers are killed on any error or interrupt (every process group signalled first, then all waited for:
-        ``runner.kill_workers``). Two sides whose workers resolved a hub model's own
-        chat template to different message forms are refused once both ran (ConfigError, exit 2, ``chat.template``;
-        ``chat.check_same_protocol``), as ``compare`` refuses them."""
+        ``runner.kill_workers``). Two sides whose workers resolved a hub model's own chat template to different message
+        forms are refused once both ran (ConfigError, exit 2, ``chat.template``; ``chat.check_same_protocol``), as
+        ``compare`` refuses them."""
         runs: dict[str, Any] = {}
         workers: dict[str, Any] = {}
         speed = replay = None
@@ -254,9 +254,8 @@ class EngineJob:
 
     def _restart(self, role: str) -> runner.Worker:
         """A new worker for ``role`` after its engine died in the speed phase (either placement; the replay phase
-        restarts no side): every
-        suite result comes from the store (nothing is recomputed), its log ``logs/<role>.restart<n>.log``, started
-        in sleep mode under ``alternate`` only (vLLM's CPU build has none)."""
+        restarts no side): every suite result comes from the store (nothing is recomputed), its log
+        ``logs/<role>.restart<n>.log``, started in sleep mode under ``alternate`` only (vLLM's CPU build has none)."""
         cfg = self.base if role == "baseline" else self.cand
         n = self.alternation.stats.get(role, {}).get("restarts", 0)
         worker, _ = runner.start_config(
