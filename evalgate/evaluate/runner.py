@@ -32,6 +32,8 @@ from evalgate.results.records import TaskResult
 from evalgate.results.store import ResultStore, content_key, tasks_from_json
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from evalgate.suites.discovery import Suite
 
 __all__ = ["ConfigRun", "SpeedError", "Worker", "check_engine_values", "evaluate_config", "kill_workers",
@@ -489,23 +491,17 @@ class Worker:
         raise exit_error(self.proc.wait(), self.cfg, self.log_path, f" while {doing}")  # EngineError: died
 
 
-def kill_workers(workers: Any) -> list[int]:
+def kill_workers(workers: Iterable[Worker]) -> list[int]:
     """``Worker.kill`` of several workers at once (an error or a Ctrl-C with both sides' engines up): every live
     ``Worker``'s process group gets its SIGKILL first, then all are waited for together (``procs.kill_groups``: at
     most ``procs.GROUP_GONE_S`` in all, not per worker); each worker is killed once, however often it is listed.
-    Another object with ``kill()`` (a test's fake worker) is killed by it.
 
     Returns:
         The process ids still running after the wait (empty: all gone).
     """
-    unique = list({id(w): w for w in workers}.values())
-    real = [w for w in unique if isinstance(w, Worker)]
+    unique: list[Worker] = list({id(w): w for w in workers}.values())
+    left = kill_groups([w.proc for w in unique if not w._group_stopped])
     for w in unique:
-        if not isinstance(w, Worker):
-            w.kill()
-    live = [w for w in real if not w._group_stopped]
-    left = kill_groups([w.proc for w in live])
-    for w in real:
         w._group_stopped = True
         w._cleanup()
     return left

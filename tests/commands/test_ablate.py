@@ -11,6 +11,7 @@ import pytest
 from evalgate.commands import ablate
 from evalgate.gate.recommend import AblationRow
 from evalgate.inputs.config import CONFIGS_DIR, list_configs, load_baseline, load_config
+from runfixtures import kill_fakes
 
 
 def _known() -> dict[str, Any]:
@@ -335,6 +336,7 @@ def test_interrupted_ablation_keeps_its_table(monkeypatch, tmp_path, capsys,  # 
         raise exc
 
     monkeypatch.setattr(runner, "start_config", lambda cfg, suites, **kw: (worker, object()))
+    monkeypatch.setattr(runner, "kill_workers", kill_fakes)
     monkeypatch.setattr(pipeline, "gate", gate)
     monkeypatch.setattr(platform, "_has_cuda", lambda: False)
     (tmp_path / "t.yaml").write_text("alpha: 0.05\ndefault: {margin: 10.0}\nbootstrap_resamples: 1000\n")

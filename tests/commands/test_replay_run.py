@@ -14,7 +14,7 @@ from evalgate import cli
 from evalgate.errors import ExitCode
 from evalgate.evaluate import runner
 from evalgate.evaluate.runner import ConfigRun
-from runfixtures import task
+from runfixtures import kill_fakes, task
 
 THR = "alpha: 0.05\ndefault: {margin: 10.0}\nbootstrap_resamples: 1000\non_inconclusive: warn\n"
 N = 60  # all agreeing: L = 0.05 ** (1/60) = 0.951 >= the default floor 0.95
@@ -61,6 +61,7 @@ def _setup(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *, changed: int = 0,
 
     monkeypatch.setattr(runner, "check_engine_values", check)
     monkeypatch.setattr(runner, "start_config", start)
+    monkeypatch.setattr(runner, "kill_workers", kill_fakes)
     monkeypatch.setattr(runner, "evaluate_config", lambda *a, **k: pytest.fail("replay on: workers must stay alive"))
     return state
 
