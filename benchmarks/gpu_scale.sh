@@ -31,39 +31,13 @@
 # script where there is no GPU; flashinfer-mamba has no CPU variant and is skipped there.
 set -uo pipefail
 
-R=${R:-/tmp/r}
-export EVALGATE_HOME=${EVALGATE_HOME:-/tmp/eghome}
-export PYTHONUNBUFFERED=1
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-export PYTHONPATH=$REPO:/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}
-PY=${PY:-python3}
 STEPS=${STEPS:-aa fp16-state flashinfer-mamba}
 REPEATS=${REPEATS:-3}
 AA_REPEATS=${AA_REPEATS:-8}
 MAX_REPEATS=${MAX_REPEATS:-16}
 MAX_SECONDS=${MAX_SECONDS:-480}
-mkdir -p "$R"
-cd "$REPO" || exit 1
-
-if [ "${SCALE_CPU:-0}" = 1 ]; then
-  FAMILY=scale/cpu
-  TRAFFIC="traffic: {input_len: 32, output_len: 16, num_prompts: 8}"
-  HIGH=4; LOW=2
-else
-  FAMILY=scale
-  TRAFFIC="traffic: {input_len: 512, output_len: 512}"
-  HIGH=256; LOW=16
-fi
-# The repository's thresholds with the scale profile (512 in / 512 out) pinned.
-THRESHOLDS=$R/thresholds-scale.yaml
-{ cat "$REPO/thresholds.yaml"; echo "$TRAFFIC"; } > "$THRESHOLDS"
-
-"$PY" -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__,
-'cuda' if torch.cuda.is_available() else 'cpu', torch.cuda.get_device_name() if torch.cuda.is_available() else '')" \
-  > "$R/device.txt" 2>&1
-nvidia-smi > "$R/nvidia-smi.txt" 2>&1 || true
-echo "# gpu_scale.sh $(date -u +%FT%TZ) $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null) $(tr '\n' ' ' < "$R/device.txt")" \
-  >> "$R/summary.txt"
+# shellcheck source=benchmarks/gpu_scale_env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_scale_env.sh"
 
 # summarize STEP RC SECONDS: one line for summary.txt from the step's verdict.json (or why there is none).
 summarize() {

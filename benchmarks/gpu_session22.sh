@@ -29,39 +29,18 @@
 # is killed right after its KILL_AFTER-th finished pass (found dead at its next pass).
 set -uo pipefail
 
-R=${R:-/tmp/r}
-export EVALGATE_HOME=${EVALGATE_HOME:-/tmp/eghome}
-export PYTHONUNBUFFERED=1
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-export PYTHONPATH=$REPO:/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}
-PY=${PY:-python3}
 STEPS=${STEPS:-ablate}
 REPEATS=${REPEATS:-3}
+# shellcheck source=benchmarks/gpu_scale_env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_scale_env.sh"
 if [ "${SCALE_CPU:-0}" = 1 ]; then
-  FAMILY=scale/cpu
-  TRAFFIC="traffic: {input_len: 32, output_len: 16, num_prompts: 8}"
-  HIGH=4
   SWITCHES=${SWITCHES:-mamba_ssm_cache_dtype}
   KILL_EVENT=${KILL_EVENT:-pass}; KILL_DELAY=${KILL_DELAY:-0}
 else
-  FAMILY=scale
-  TRAFFIC="traffic: {input_len: 512, output_len: 512}"
-  HIGH=256
   SWITCHES=${SWITCHES:-mamba_ssm_cache_dtype,mamba_backend}
   KILL_EVENT=${KILL_EVENT:-wake}; KILL_DELAY=${KILL_DELAY:-5}
 fi
 KILL_AFTER=${KILL_AFTER:-2}
-mkdir -p "$R"
-cd "$REPO" || exit 1
-THRESHOLDS=$R/thresholds-scale.yaml
-{ cat "$REPO/thresholds.yaml"; echo "$TRAFFIC"; } > "$THRESHOLDS"
-git rev-parse HEAD > "$R/commit.txt" 2>/dev/null || true
-"$PY" -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__,
-'cuda' if torch.cuda.is_available() else 'cpu', torch.cuda.get_device_name() if torch.cuda.is_available() else '')" \
-  > "$R/device.txt" 2>&1
-nvidia-smi > "$R/nvidia-smi.txt" 2>&1 || true
-echo "# gpu_session22.sh $(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null) $(tr '\n' ' ' < "$R/device.txt")" \
-  >> "$R/summary.txt"
 
 # with_kill NAME LOG CMD...: CMD (an evalgate command writing to $R/NAME) with kill_engine.py killing worker LOG's
 # engine KILL_DELAY s after its KILL_AFTER-th KILL_EVENT; the command's rc is returned, the injector's line kept in $R/NAME.kill.json.
