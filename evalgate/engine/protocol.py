@@ -1,11 +1,16 @@
 """What the parent (``evalgate.evaluate.runner``) and the engine worker (``evalgate.worker.main``) agree on (no vLLM).
 
 The parent writes a spec (JSON) and starts ``python -m evalgate.worker SPEC``; the worker files each suite's results
-in the store, prints tagged lines to its log, and exits with ``CONFIG_ERROR_EXIT`` when vLLM refuses a value.
+in the store, prints tagged lines to its log, and exits with ``CONFIG_ERROR_EXIT`` when vLLM refuses a value, with
+``SUITE_ERROR_EXIT`` when a suite's own code raised on an item.
 """
 
 CONFIG_ERROR_EXIT = 2  # the worker's exit code when vLLM refuses an engine-arg value before loading the model
 CONFIG_ERROR_TAG = "evalgate-config-error:"
+# The worker's exit code when a suite's own Python raised on an item past the pre-flight's item 0 (sysexits'
+# EX_DATAERR, "the input data was incorrect"); its report, JSON {"path", "field", "message"}, follows the tag.
+SUITE_ERROR_EXIT = 65
+SUITE_ERROR_TAG = "evalgate-suite-error:"
 LIMITS_TAG = "evalgate-engine-limits:"  # the check worker's line: the engine's max_num_seqs and max_model_len
 LOGPROBS_K = 5  # top-k next-token log-probs kept per output position (decode-time and teacher-forced divergence)
 # Version of what a generation journal record holds; part of the journal key, so older records are not reused.

@@ -3,6 +3,7 @@ process group, and turn how it ended (exit code, signal, log tail) into a one-li
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from evalgate.engine.pgroup import group_members
-from evalgate.engine.protocol import CONFIG_ERROR_EXIT, CONFIG_ERROR_TAG
+from evalgate.engine.protocol import CONFIG_ERROR_EXIT, CONFIG_ERROR_TAG, SUITE_ERROR_EXIT, SUITE_ERROR_TAG
 from evalgate.errors import ConfigError, EngineError
 from evalgate.results.store import write_json_atomic
 
@@ -29,8 +30,13 @@ def spawn(spec: dict[str, Any], cfg: Any, log_path: Path, log: Any, **popen: Any
 
 def exit_error(rc: int, cfg: Any, log_path: Path, doing: str = "") -> ConfigError | EngineError:
     """The error a worker's non-zero exit code ``rc`` means (``doing``: what it was doing, for the message): a
-    ``ConfigError`` for a value vLLM's pre-flight refused, else an ``EngineError`` with ``died`` set (the worker
+    ``ConfigError`` for a value vLLM's pre-flight refused or for a suite whose own code raised on an item (naming
+    the suite's file and function: ``worker.suite_fault``), else an ``EngineError`` with ``died`` set (the worker
     process ended: where the speed phase learns that a side's engine died, ``placement.Alternation``)."""
+    if rc == SUITE_ERROR_EXIT:  # a suite's own code raised on an item past the pre-flight's item 0
+        fault = _suite_error(log_path)
+        if fault is not None:
+            return ConfigError(fault["message"], path=fault["path"], field=fault["field"])
     if rc == CONFIG_ERROR_EXIT:  # the worker's pre-flight (EngineArgs -> engine config, no model loaded) refused
         reason = _config_error(log_path)
         if reason.startswith("chat.template: "):  # the worker's check of a template the parent could not read
@@ -46,6 +52,24 @@ def _config_error(log_path: Path) -> str:
     lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
     return next((ln.split(CONFIG_ERROR_TAG, 1)[1].strip() for ln in reversed(lines) if CONFIG_ERROR_TAG in ln),
                 "vLLM rejected the engine args")
+
+
+def _suite_error(log_path: Path) -> dict[str, str] | None:
+    """The worker's report blaming a suite's code (``worker.suite_fault``), or None when its log holds none."""
+    try:
+        lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    for ln in reversed(lines):
+        if SUITE_ERROR_TAG in ln:
+            try:
+                fault = json.loads(ln.split(SUITE_ERROR_TAG, 1)[1])
+            except ValueError:
+                return None
+            if isinstance(fault, dict) and all(isinstance(fault.get(k), str) for k in ("path", "field", "message")):
+                return fault
+            return None
+    return None
 
 
 def _signal_hint(signum: int) -> str:

@@ -13,20 +13,30 @@ import time
 from pathlib import Path
 from typing import Any
 
-from evalgate.engine.protocol import CONFIG_ERROR_EXIT, CONFIG_ERROR_TAG, LIMITS_TAG, LOGPROBS_K, versions
+from evalgate.engine.protocol import (
+    CONFIG_ERROR_EXIT,
+    CONFIG_ERROR_TAG,
+    LIMITS_TAG,
+    LOGPROBS_K,
+    SUITE_ERROR_EXIT,
+    SUITE_ERROR_TAG,
+    versions,
+)
 from evalgate.errors import StoreError
 from evalgate.results.store import GenerationJournal, ResultStore, tasks_to_json
 from evalgate.suites import scoring
 from evalgate.worker.item_evidence import decode_evidence, logit_evidence, suite_spec_decode
 from evalgate.worker.lm_adapter import ChatTemplateFailure
 from evalgate.worker.suite_eval import evaluate_suite
+from evalgate.worker.suite_fault import SUITE_CODE_ERRORS, suite_fault
 
 
 def main(spec_path: str) -> int:
     """Run the worker described by the spec at ``spec_path`` (JSON, written by ``evalgate.evaluate.runner``).
 
     Returns the process exit code: 0, or ``CONFIG_ERROR_EXIT`` when vLLM refuses an engine-arg value (its reason on a
-    ``CONFIG_ERROR_TAG`` line). A ``check_only`` spec validates the values and prints the engine's limits on a
+    ``CONFIG_ERROR_TAG`` line), or ``SUITE_ERROR_EXIT`` when a suite's own code raised on an item (``suite_fault``'s
+    report on a ``SUITE_ERROR_TAG`` line; the suites before it are stored). A ``check_only`` spec validates the values and prints the engine's limits on a
     ``LIMITS_TAG`` line without loading the model. Other failures raise (a non-zero exit the parent reports).
     """
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
@@ -79,6 +89,12 @@ def main(spec_path: str) -> int:
                       f"{suite['name']}: {exc}; fix the template or leave the suite out (generations already "
                       f"made stay journaled)", flush=True)
                 return CONFIG_ERROR_EXIT
+            except SUITE_CODE_ERRORS as exc:
+                fault = suite_fault(exc, Path(suite["dir"]) / suite["name"], suite["name"])
+                if fault is None:  # the engine's, lm-eval's or evalgate's own error: the worker fails (exit 3)
+                    raise
+                print(f"{SUITE_ERROR_TAG} {json.dumps(fault)}", flush=True)
+                return SUITE_ERROR_EXIT
     finally:
         scoring.shutdown()
     if spec.get("serve_commands"):
