@@ -49,6 +49,12 @@ class ConfigError(EvalgateError):
         self.field = field
 
 
+class SuiteCodeError(ConfigError):
+    """A suite's own code raised on an item in the engine worker, after engines started (exit 2, naming the suite's
+    file and function: ``worker.suite_fault``). ``ablate`` counts it as its variant's failure, not as a value vLLM
+    refused."""
+
+
 class EngineError(EvalgateError):
     """The engine failed to start, crashed, ran out of memory or timed out (exit 3).
 

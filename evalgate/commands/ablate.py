@@ -34,7 +34,7 @@ from evalgate.commands import jobs, pipeline
 from evalgate.commands.pipeline import load_suites
 from evalgate.engine.device import check_same_hardware
 from evalgate.engine.platform import check_platform
-from evalgate.errors import ConfigError, EngineError
+from evalgate.errors import ConfigError, EngineError, SuiteCodeError
 from evalgate.evaluate import runner
 from evalgate.evaluate.modality import check_image_counts, check_image_input
 from evalgate.evaluate.placement import Alternation, placement_record
@@ -460,11 +460,15 @@ def _slug(name: str) -> str:
 
 def _gate_variant(v: Variant, job: Any, docs: dict[str, Any], failed: dict[str, str], refused: dict[str, str]) -> None:
     """Gate one variant; its verdict document goes to ``docs``, a value vLLM refused to ``refused`` (skipped, as
-    the platform check does), an engine or speed failure to ``failed`` (the ablation goes on)."""
+    the platform check does), an engine or speed failure or a suite's code raising on its outputs
+    (``SuiteCodeError``) to ``failed`` (the ablation goes on, then exits 3)."""
     name = v.config.name
     log.info("ablate: %s %s (config %s)", v.kind, v.label, name)
     try:
         outcome = pipeline.gate(job)
+    except SuiteCodeError as exc:  # the variant's outputs broke a suite's code that the baseline's did not
+        failed[name] = str(exc)
+        return
     except ConfigError as exc:
         refused[name] = str(exc)
         return

@@ -12,7 +12,7 @@ from typing import Any
 
 from evalgate.engine.pgroup import group_members
 from evalgate.engine.protocol import CONFIG_ERROR_EXIT, CONFIG_ERROR_TAG, SUITE_ERROR_EXIT, SUITE_ERROR_TAG
-from evalgate.errors import ConfigError, EngineError
+from evalgate.errors import ConfigError, EngineError, SuiteCodeError
 from evalgate.results.store import write_json_atomic
 
 LOG_TAIL_LINES = 8
@@ -28,15 +28,15 @@ def spawn(spec: dict[str, Any], cfg: Any, log_path: Path, log: Any, **popen: Any
                             preexec_fn=_die_with_parent, **popen)
 
 
-def exit_error(rc: int, cfg: Any, log_path: Path, doing: str = "") -> ConfigError | EngineError:
+def exit_error(rc: int, cfg: Any, log_path: Path, doing: str = "") -> ConfigError | SuiteCodeError | EngineError:
     """The error a worker's non-zero exit code ``rc`` means (``doing``: what it was doing, for the message): a
-    ``ConfigError`` for a value vLLM's pre-flight refused or for a suite whose own code raised on an item (naming
-    the suite's file and function: ``worker.suite_fault``), else an ``EngineError`` with ``died`` set (the worker
+    ``ConfigError`` for a value vLLM's pre-flight refused, a ``SuiteCodeError`` for a suite whose own code raised on
+    an item (naming the suite's file and function: ``worker.suite_fault``), else an ``EngineError`` with ``died`` set (the worker
     process ended: where the speed phase learns that a side's engine died, ``placement.Alternation``)."""
-    if rc == SUITE_ERROR_EXIT:  # a suite's own code raised on an item past the pre-flight's item 0
+    if rc == SUITE_ERROR_EXIT:  # a suite's own code raised on an item in the worker
         fault = _suite_error(log_path)
         if fault is not None:
-            return ConfigError(fault["message"], path=fault["path"], field=fault["field"])
+            return SuiteCodeError(fault["message"], path=fault["path"], field=fault["field"])
     if rc == CONFIG_ERROR_EXIT:  # the worker's pre-flight (EngineArgs -> engine config, no model loaded) refused
         reason = _config_error(log_path)
         if reason.startswith("chat.template: "):  # the worker's check of a template the parent could not read
@@ -62,8 +62,8 @@ def _suite_error(log_path: Path) -> dict[str, str] | None:
         return None
     for ln in reversed(lines):
         if SUITE_ERROR_TAG in ln:
-            try:
-                fault = json.loads(ln.split(SUITE_ERROR_TAG, 1)[1])
+            try:  # raw_decode: another process's output may follow the report on the shared log line
+                fault, _ = json.JSONDecoder().raw_decode(ln.split(SUITE_ERROR_TAG, 1)[1].lstrip())
             except ValueError:
                 return None
             if isinstance(fault, dict) and all(isinstance(fault.get(k), str) for k in ("path", "field", "message")):

@@ -93,7 +93,8 @@ def main(spec_path: str) -> int:
                 fault = suite_fault(exc, Path(suite["dir"]) / suite["name"], suite["name"])
                 if fault is None:  # the engine's, lm-eval's or evalgate's own error: the worker fails (exit 3)
                     raise
-                print(f"{SUITE_ERROR_TAG} {json.dumps(fault)}", flush=True)
+                sys.stdout.write(f"{SUITE_ERROR_TAG} {json.dumps(fault)}\n")  # one write: the line stays whole
+                sys.stdout.flush()
                 return SUITE_ERROR_EXIT
     finally:
         scoring.shutdown()

@@ -25,11 +25,11 @@ def suite_fault(exc: BaseException, folder: Path, suite: str) -> dict[str, Any] 
 
     The exception and its causes (``__cause__``, then ``__context__``: lm-eval may re-raise) are read in turn; the
     first whose traceback, from the raise outwards, meets a frame in ``folder`` before one in evalgate's package is
-    blamed on that frame.
+    blamed on that frame (so an error raised while handling the suite's own error is the suite's too).
 
     Returns:
         ``{"path": file of that frame, "field": its function, "message": one line}`` (the parent turns it into a
-        ``ConfigError``), or None.
+        ``SuiteCodeError``, exit 2), or None.
     """
     folder = folder.resolve()
     seen: set[int] = set()
@@ -38,24 +38,37 @@ def suite_fault(exc: BaseException, folder: Path, suite: str) -> dict[str, Any] 
         seen.add(id(err))
         frame = _suite_frame(err, folder)
         if frame is not None:
-            what = (f"SystemExit: sys.exit({err.code!r}) was called; a task's code must raise an exception, never end "
-                    "the process") if isinstance(err, SystemExit) else (
-                f"{type(err).__name__}: {err}" if str(err) else type(err).__name__)
-            what = " ".join(what.split())[:300]
+            what = " ".join(_describe(err).split())[:300]
             return {"path": frame.filename, "field": frame.name,
-                    "message": f"suite {suite}'s code raised on an item past the pre-flight's item 0: {what} (line "
-                               f"{frame.lineno}); fix the suite or leave it out (suites already finished stay stored, "
-                               "generations already made stay journaled)"}
+                    "message": f"suite {suite}'s code raised in the engine worker: {what} (line {frame.lineno}); a "
+                               "task's code must take every item and any output (the pre-flight tries item 0 with an "
+                               "empty and the target output only); fix the suite or leave it out (suites already "
+                               "finished stay stored, generations already made stay journaled)"}
         err = err.__cause__ or err.__context__
     return None
 
 
+def _describe(err: BaseException) -> str:
+    """``Type: message`` of ``err`` (the suite's own ``__str__`` may itself raise: then the type alone)."""
+    if isinstance(err, SystemExit):
+        return (f"SystemExit: sys.exit({err.code!r}) was called; a task's code must raise an exception, never end the "
+                "process")
+    try:
+        text = str(err)
+    except Exception:  # noqa: BLE001 - a broken __str__ of the suite's exception: name its type only
+        text = ""
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
 def _suite_frame(err: BaseException, folder: Path) -> traceback.FrameSummary | None:
-    """The innermost frame of ``err``'s traceback in ``folder``, if no evalgate frame lies between it and the raise."""
+    """The innermost frame of ``err``'s traceback in ``folder``, if no evalgate frame lies between it and the raise.
+    Frames of generated code (``<string>``, ``<frozen ...>``, ``<template>``) name no file and are passed over."""
     for frame in reversed(traceback.extract_tb(err.__traceback__)):
+        if frame.filename.startswith("<") or not Path(frame.filename).is_absolute():
+            continue
         try:
             path = Path(frame.filename).resolve()
-        except (OSError, ValueError):
+        except (OSError, RuntimeError, ValueError):  # RuntimeError: a symlink loop (Python 3.11)
             continue
         if path.is_relative_to(folder):
             return frame

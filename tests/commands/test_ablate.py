@@ -386,3 +386,50 @@ def test_ablate_of_a_random_weight_recipe_needs_speed_only_and_then_loads_no_sui
     with pytest.raises(ConfigError) as info:
         ablate._load("scale/cpu/recipe", CONFIGS_DIR, default_suites_dir(), thresholds, ["docparse"], speed_only=True)
     assert info.value.field == "--suites"
+
+
+def test_a_suites_code_raising_on_a_variant_fails_that_row_not_skips_it(monkeypatch, tmp_path,  # type: ignore[no-untyped-def]
+                                                                        capsys) -> None:
+    """A variant whose outputs make a suite's code raise in its worker (``SuiteCodeError``) is that variant's failure:
+    the row says "failed: ..." and the ablation ends with exit 3, never a row skipped as if vLLM had refused a value
+    (which ``recommend`` leaves out and which lets the ablation exit 0). The other rows are gated."""
+    from evalgate.commands import pipeline
+    from evalgate.engine import platform
+    from evalgate.errors import EngineError, SuiteCodeError
+    from evalgate.evaluate import runner
+    from evalgate.inputs.options import RunOptions
+    from evalgate.suites.discovery import default_suites_dir
+
+    class Baseline:
+        info = {"event": "ready", "device": "fake CPU", "isa": [], "versions": {}}
+
+        def kill(self) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    doc = {"verdict": "PASS", "tasks": [{"suite": "docparse", "task": "t", "delta": 0.0, "ci_low": -1.0,
+                                         "ci_high": 1.0, "verdict": "PASS"}]}
+    broken = "/s/docparse/utils.py: process_results: suite docparse's code raised in the engine worker: ValueError: x"
+
+    def gate(job):  # type: ignore[no-untyped-def]
+        if job.variant.name == "fp16-state":
+            raise SuiteCodeError("suite docparse's code raised in the engine worker: ValueError: x",
+                                 path="/s/docparse/utils.py", field="process_results")
+        return pipeline.Outcome(doc=doc, out=job.out, speed=None)
+
+    monkeypatch.setattr(runner, "start_config", lambda cfg, suites, **kw: (Baseline(), object()))
+    monkeypatch.setattr(runner, "kill_workers", kill_fakes)
+    monkeypatch.setattr(pipeline, "gate", gate)
+    monkeypatch.setattr(platform, "_has_cuda", lambda: False)
+    (tmp_path / "t.yaml").write_text("alpha: 0.05\ndefault: {margin: 10.0}\nbootstrap_resamples: 1000\n")
+    out = tmp_path / "ab"
+    with pytest.raises(EngineError) as info:
+        ablate.run_ablation("cline-recipe", CONFIGS_DIR, default_suites_dir(), tmp_path / "t.yaml", ["docparse"],
+                            RunOptions(no_speed=True), out=out)
+    assert info.value.exit_code == 3 and f"fp16-state: {broken}" in str(info.value)
+    rows = {(r["kind"], r["config"]): r for r in json.loads((out / "ablation.json").read_text())["rows"]}
+    assert rows[("alone", "fp16-state")]["skipped"] == f"failed: {broken}"
+    assert rows[("alone", "fp16-state")].get("verdict") in (None, "")
+    assert rows[("alone", "async-sched")]["verdict"] == "PASS"

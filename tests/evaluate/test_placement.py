@@ -549,7 +549,7 @@ def fake_cuda(monkeypatch, tmp_path):  # type: ignore[no-untyped-def]
     from evalgate.engine import platform
     from evalgate.evaluate import runner
     from evalgate.evaluate.runner import ConfigRun
-    from runfixtures import task
+    from runfixtures import kill_fakes, task
 
     gpu = Gpu()
     started: list[tuple[str, bool]] = []
@@ -566,6 +566,7 @@ def fake_cuda(monkeypatch, tmp_path):  # type: ignore[no-untyped-def]
         return w, ConfigRun(config=cfg, tasks=t, effective=eff, journal=str(tmp_path / f"{len(started)}.jsonl"))
 
     monkeypatch.setattr(runner, "start_config", start)
+    monkeypatch.setattr(runner, "kill_workers", kill_fakes)
     monkeypatch.setattr(runner, "check_engine_values", lambda cfg, log, timeout: {"max_model_len": 2048,
                                                                                  "max_num_seqs": 256})
     monkeypatch.setattr(platform, "_has_cuda", lambda: True)

@@ -131,7 +131,7 @@ def test_ablate_command_writes_costs_and_the_recommendation(monkeypatch, tmp_pat
     from evalgate.engine import platform
     from evalgate.evaluate import runner
     from evalgate.evaluate.runner import ConfigRun
-    from runfixtures import task
+    from runfixtures import kill_fakes, task
 
     class Fake:
         def __init__(self, speed: float) -> None:
@@ -154,6 +154,7 @@ def test_ablate_command_writes_costs_and_the_recommendation(monkeypatch, tmp_pat
             config=cfg, tasks=t, effective=eff, journal=str(tmp_path / f"{cfg.name.replace('/', '_')}.jsonl"))
 
     monkeypatch.setattr(runner, "start_config", start)
+    monkeypatch.setattr(runner, "kill_workers", kill_fakes)
     monkeypatch.setattr(runner, "check_engine_values", lambda cfg, log, timeout: {"max_model_len": 2048,
                                                                                  "max_num_seqs": 256})
     monkeypatch.setattr(platform, "_has_cuda", lambda: False)

@@ -13,7 +13,7 @@ from evalgate import cli
 from evalgate.errors import ExitCode
 from evalgate.evaluate import runner
 from evalgate.evaluate.runner import ConfigRun, SpeedError
-from runfixtures import task
+from runfixtures import kill_fakes, task
 
 THR = "alpha: 0.05\ndefault: {margin: 10.0}\nbootstrap_resamples: 1000\n"
 
@@ -52,6 +52,7 @@ def _setup(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, traffic: str, *, lim
         return worker, ConfigRun(config=cfg, tasks=t, effective=eff, journal=str(tmp_path / f"{role}.jsonl"))
 
     monkeypatch.setattr(runner, "start_config", start)
+    monkeypatch.setattr(runner, "kill_workers", kill_fakes)
     monkeypatch.setattr(runner, "evaluate_config", lambda *a, **k: pytest.fail("speed on: workers must stay alive"))
     return started
 

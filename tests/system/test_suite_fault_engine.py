@@ -65,8 +65,9 @@ def test_a_suite_raising_past_item_0_is_exit_2_naming_its_code_and_keeps_finishe
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("evalgate: error")]
     assert code == 2, err
     assert len(err) == 1 and err[0] == (
-        f"evalgate: error: {(bad / 'utils.py').resolve()}: process_results: suite zbad's code raised on an item past "
-        "the pre-flight's item 0: ValueError: cannot score this answer (line 11); fix the suite or leave it out "
+        f"evalgate: error: {(bad / 'utils.py').resolve()}: process_results: suite zbad's code raised in the engine "
+        "worker: ValueError: cannot score this answer (line 11); a task's code must take every item and any output "
+        "(the pre-flight tries item 0 with an empty and the target output only); fix the suite or leave it out "
         "(suites already finished stay stored, generations already made stay journaled)"), err
     journal = _journal_lines(tmp_path / "home")
     assert journal == 8  # aok's 4 generations and zbad's 4 (lm-eval generates every item before scoring any)

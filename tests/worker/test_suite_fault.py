@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from evalgate.engine.protocol import SUITE_ERROR_EXIT, SUITE_ERROR_TAG
-from evalgate.errors import ConfigError, EngineError, ExitCode
+from evalgate.errors import ConfigError, EngineError, ExitCode, SuiteCodeError
 from evalgate.evaluate.procs import exit_error
 from evalgate.worker.suite_fault import suite_fault
 
@@ -56,8 +56,8 @@ def test_the_suites_own_code_is_blamed_with_its_file_function_and_line(tmp_path:
     fault = suite_fault(exc, folder, "docs")
     assert fault is not None
     assert fault["path"] == str((folder / "utils.py").resolve()) and fault["field"] == "process_results"
-    assert fault["message"].startswith("suite docs's code raised on an item past the pre-flight's item 0: "
-                                       "JSONDecodeError: Expecting value: line 1 column 1 (char 0) (line 6); ")
+    assert fault["message"].startswith("suite docs's code raised in the engine worker: JSONDecodeError: Expecting "
+                                       "value: line 1 column 1 (char 0) (line 6); a task's code must take every item")
 
 
 def test_sys_exit_in_the_suites_code_is_blamed_as_such(tmp_path: Path) -> None:
@@ -120,10 +120,11 @@ def test_an_error_re_raised_by_the_caller_is_blamed_through_its_cause(tmp_path: 
 def test_the_parent_turns_the_report_into_exit_2_naming_the_file_and_function(tmp_path: Path) -> None:
     fault = {"path": "/s/docs/utils.py", "field": "process_results", "message": "suite docs's code raised: X"}
     log = tmp_path / "w.log"
-    log.write_text(f"INFO engine up\n{SUITE_ERROR_TAG} {json.dumps(fault)}\nshutting down\n")
+    # Another process's output may land after the report, on its line (the log is shared): still read.
+    log.write_text(f"INFO engine up\n{SUITE_ERROR_TAG} {json.dumps(fault)}INFO 12-07 engine core\nshutting down\n")
     cfg = type("Cfg", (), {"name": "baseline", "path": tmp_path / "baseline.yaml"})()
     err = exit_error(SUITE_ERROR_EXIT, cfg, log)
-    assert isinstance(err, ConfigError) and err.exit_code == ExitCode.USAGE
+    assert isinstance(err, SuiteCodeError) and isinstance(err, ConfigError) and err.exit_code == ExitCode.USAGE
     assert str(err) == "/s/docs/utils.py: process_results: suite docs's code raised: X"
 
 
@@ -137,3 +138,28 @@ def test_an_exit_without_a_readable_report_stays_an_engine_error(tmp_path: Path,
     err = exit_error(SUITE_ERROR_EXIT, cfg, log)
     assert isinstance(err, EngineError) and err.died and err.exit_code == ExitCode.RUNTIME
     assert "exited with code 65" in str(err)
+
+
+def test_generated_code_frames_are_never_the_suites_even_run_from_its_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``<string>`` (a dataclass ``__init__``, ``exec``) resolves under the working directory; run from the suite's
+    folder it must still not be blamed on the suite."""
+    folder, _ = _utils(tmp_path)
+    monkeypatch.chdir(folder)
+    namespace: dict[str, Any] = {}
+    exec(compile("def f():\n    raise RuntimeError('engine died')\n", "<string>", "exec"), namespace)  # noqa: S102
+    assert suite_fault(_raised(namespace["f"]), folder, "docs") is None
+
+
+def test_an_exception_whose_str_raises_is_named_by_its_type(tmp_path: Path) -> None:
+    folder = tmp_path / "suites" / "docs"
+    folder.mkdir(parents=True)
+    (folder / "broken.py").write_text("class Odd(Exception):\n    def __str__(self):\n        raise KeyError('x')\n\n\n"
+                                      "def f():\n    raise Odd()\n")
+    spec = importlib.util.spec_from_file_location("suite_fault_broken", folder / "broken.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fault = suite_fault(_raised(module.f), folder, "docs")
+    assert fault is not None and fault["field"] == "f"
+    assert fault["message"].startswith("suite docs's code raised in the engine worker: Odd (line 7); ")
