@@ -58,7 +58,7 @@ from evalgate.speed.measure import check_profile, check_speed_only_profile, spee
 from evalgate.speed.precision import METHOD as PRECISION_METHOD
 from evalgate.speed.precision import precision_note
 from evalgate.speed.profile import TrafficProfile
-from evalgate.speed.speedup import METHOD, repeats_note, repeats_words
+from evalgate.speed.speedup import METHOD, capacity_note, repeats_note, repeats_words
 from evalgate.suites.discovery import check_datasets
 
 log = logging.getLogger("evalgate")
@@ -265,8 +265,9 @@ def _speed_cell(s: SpeedLevel, economics: Sequence[EconomicsLevel] = ()) -> str:
     ci = f"[{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "[n/a]"
     prec = precision_note(s.precision)
     cost = _cost_at(economics, s.concurrency)
+    held = capacity_note(s)
     return (f"c={s.concurrency} \u00d7{s.ratio:.2f} {ci}" + (f" ({prec})" if prec else "")
-            + ("" if cost is None else f" {usd(cost)}/M"))
+            + ("" if cost is None else f" {usd(cost)}/M") + (f" [{held}]" if held else ""))
 
 
 def render_html(rows: Sequence[AblationRow], meta: dict[str, Any]) -> str:
@@ -290,7 +291,7 @@ def render_html(rows: Sequence[AblationRow], meta: dict[str, Any]) -> str:
                       trim_blocks=True, lstrip_blocks=True)
     env.filters["pts"] = pts
     env.globals.update(repeats_note=repeats_note, precision_note=precision_note, repeats_words=repeats_words,
-                       usd=usd, cost_at=_cost_at)
+                       usd=usd, cost_at=_cost_at, capacity_note=capacity_note)
     levels = sorted({s.concurrency for r in rows for s in r.speed})
     profile = TrafficProfile.from_document(meta.get("profile") or {})  # ablation.json's meta records it as a dict
     return env.get_template("ablation.html.j2").render(

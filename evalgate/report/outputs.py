@@ -42,7 +42,7 @@ from evalgate.report.wording import (
 )
 from evalgate.speed.economics import economics_lines, economics_properties
 from evalgate.speed.precision import precision_note
-from evalgate.speed.speedup import headline, profile_words, repeats_note, repeats_words
+from evalgate.speed.speedup import capacity_note, headline, profile_words, repeats_note, repeats_words
 
 __all__ = ["FLOOR_NOTE", "HTML_NAME", "JUNIT_NAME", "MARKDOWN_NAME", "NO_OP_NOTE", "SPEC_SOURCE_NOTE", "floor_note",
            "items_needed_short", "pts", "render_error_junit", "render_error_markdown", "render_junit",
@@ -150,6 +150,8 @@ def speed_properties(speed: SpeedBlock | None) -> list[tuple[str, Any]]:
             out.append((f"speed_c{c}_repeats_needed", row.repeats_needed))
         if row.precision is not None:
             out.append((f"speed_c{c}_precision", precision_note(row.precision)))
+        if capacity_note(row):
+            out.append((f"speed_c{c}_capacity", capacity_note(row)))
     out += latency_properties(speed)
     return out
 
@@ -332,7 +334,8 @@ def speed_markdown(speed: SpeedBlock) -> list[str]:
         ci = f"{100 * level:.0f}% [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "n/a"
         cv = "/".join("n/a" if side.cv is None else f"{100 * side.cv:.1f}%" for side in (r.baseline, r.candidate))
         mde = "n/a" if r.mde_ratio is None else f"\u00d7{r.mde_ratio:.2f}"
-        need = "; ".join(x for x in (repeats_note(r.repeats_needed), precision_note(r.precision)) if x)
+        need = "; ".join(x for x in (repeats_note(r.repeats_needed), precision_note(r.precision), capacity_note(r))
+                         if x)
         out.append(f"| {r.concurrency} | {r.baseline.median:,.0f} | {r.candidate.median:,.0f} | "
                    f"\u00d7{r.ratio:.2f} | {ci} | {mde} | {cv} | {_md(r.verdict)}{'; ' + _md(need) if need else ''} |")
     note = speed_mde_note(speed)

@@ -35,7 +35,7 @@ from evalgate.report.wording import (
 )
 from evalgate.speed.economics import economics_lines, pct, usd, utilisation
 from evalgate.speed.precision import precision_note
-from evalgate.speed.speedup import headline, repeats_note, repeats_words, window_words
+from evalgate.speed.speedup import capacity_note, headline, repeats_note, repeats_words, window_words
 
 Doc = Verdict | Mapping[str, Any]
 
@@ -74,7 +74,7 @@ def _env() -> Environment:
         items_needed_short=items_needed_short, reasoning_line=reasoning_line, floor_note=floor_note, shown_verdict=shown_verdict,
         NO_OP_NOTE=NO_OP_NOTE, spec_source_note=SPEC_SOURCE_NOTE, speed_mde_note=speed_mde_note,
         repeats_note=repeats_note, repeats_words=repeats_words, precision_note=precision_note,
-        window_words=window_words,
+        window_words=window_words, capacity_note=capacity_note,
         describe_device=describe_device, slo_rows=slo_rows, goodput_words=goodput_words,
         usd=usd, pct=pct, utilisation=utilisation)
     return env

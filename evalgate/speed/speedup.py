@@ -251,20 +251,63 @@ def speed_block(levels: Sequence[SpeedComparison], profile: TrafficProfile,
     """
     rows = []
     for s in levels:
+        held = {role: _capacity_fields(measurements.get(role), s.concurrency) for role in ("baseline", "candidate")}
         rows.append(SpeedLevel(
             concurrency=s.concurrency, ratio=_num(s.ratio), ci_low=_num(s.ci_low), ci_high=_num(s.ci_high),
             level=s.level, verdict=s.verdict, mde_ratio=_num(s.mde_ratio), repeats_needed=s.repeats_needed,
             **({"precision": SpeedPrecision.model_validate(s.precision)} if s.precision is not None else {}),
             baseline=SpeedSide(output_tok_s=list(s.baseline), median=statistics.median(s.baseline),
-                               total_tok_s=list(s.total_baseline), cv=_num(s.cv_baseline)),
+                               total_tok_s=list(s.total_baseline), cv=_num(s.cv_baseline), **held["baseline"]),
             candidate=SpeedSide(output_tok_s=list(s.candidate), median=statistics.median(s.candidate),
-                                total_tok_s=list(s.total_candidate), cv=_num(s.cv_candidate))))
+                                total_tok_s=list(s.total_candidate), cv=_num(s.cv_candidate), **held["candidate"])))
     head = rows[0] if rows else None
     method = METHOD if profile.precision is None else f"{METHOD}; {PRECISION_METHOD}"
     return SpeedBlock(status="measured", method=method, profile=profile, levels=rows,
                       ratio=None if head is None else head.ratio, ci_low=None if head is None else head.ci_low,
                       ci_high=None if head is None else head.ci_high, verdict=None if head is None else head.verdict,
                       concurrency=None if head is None else head.concurrency, sides=dict(measurements))
+
+
+def _capacity_fields(side: MeasuredSide | Mapping[str, Any] | None, concurrency: int) -> dict[str, list[Any]]:
+    """``SpeedSide``'s ``streams`` and ``preemptions`` at one level from the side's timed passes (``runs`` at that
+    concurrency, in order): each list only when some pass reported it, so a block from an engine that reports
+    neither (serve mode, another vLLM) keeps both unset."""
+    recorded = side.get("runs") if isinstance(side, Mapping) else getattr(side, "runs", None)  # a dict as read back
+    runs = [r for r in recorded or [] if isinstance(r, dict) and r.get("concurrency") == concurrency]
+    out: dict[str, list[Any]] = {}
+    streams = [float(r["streams"]) for r in runs if isinstance(r.get("streams"), (int, float))]
+    if streams:
+        out["streams"] = streams
+    preempted = [int(r["preemptions"]) for r in runs if isinstance(r.get("preemptions"), int)]
+    if preempted:
+        out["preemptions"] = preempted
+    return out
+
+
+def capacity_note(row: SpeedLevel) -> str:
+    """What a side could not hold at ``row``'s concurrency: ``baseline ran a median of 198 of 256 streams per step,
+    preempted 40 requests: part of this ratio is capacity (KV cache / SSM state), not kernel speed``, or "" when both
+    sides held every stream (median ``streams`` equal to the concurrency, or not measured) and preempted nothing.
+
+    Why it matters: a switch that shrinks the per-request cache (an FP16 SSM state, an FP8 KV cache) lets a full
+    engine run more streams at once; at a concurrency beyond what the baseline holds, its speed-up is mostly that
+    capacity, which moves with ``gpu_memory_utilization``, the GPU and the request lengths, unlike a kernel's.
+    """
+    parts = []
+    for role in ("baseline", "candidate"):
+        side: SpeedSide = getattr(row, role)
+        words = []
+        if side.streams:
+            held = statistics.median(side.streams)
+            if held < row.concurrency:
+                words.append(f"ran a median of {held:g} of {row.concurrency} streams per step")
+        if side.preemptions and sum(side.preemptions):
+            words.append(f"preempted {sum(side.preemptions):,} requests")
+        if words:
+            parts.append(f"{role} {', '.join(words)}")
+    if not parts:
+        return ""
+    return "; ".join(parts) + ": part of this ratio is capacity (KV cache / SSM state), not kernel speed"
 
 
 def headline(speed: SpeedBlock | None) -> str:
@@ -284,9 +327,11 @@ def headline(speed: SpeedBlock | None) -> str:
             else " [no interval: < 2 repeats]"
         need = repeats_note(row.repeats_needed)
         prec = precision_note(row.precision)
+        held = capacity_note(row)
         parts.append(f"c={row.concurrency}: \u00d7{row.ratio:.2f}{ci}, {row.verdict}{', ' + need if need else ''}"
                      f"{', ' + prec if prec else ''} "
-                     f"({row.baseline.median:,.0f} \u2192 {row.candidate.median:,.0f} output tok/s)")
+                     f"({row.baseline.median:,.0f} \u2192 {row.candidate.median:,.0f} output tok/s)"
+                     f"{'; ' + held if held else ''}")
     head = f"speed ({profile_words(p)}, {repeats_words(p)}, {p.mode}):"
     # A sweep gets one line per level: three levels on one line outgrow any terminal.
     return f"{head} {parts[0]}" if len(parts) == 1 else head + "".join(f"\n  {x}" for x in parts)

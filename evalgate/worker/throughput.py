@@ -10,6 +10,12 @@ signature in vLLM 0.26.0 and 0.32.0); with fewer slots than prompts, at most ``c
 flight: ``LLMEngine.add_request`` / ``step`` refill a slot as a request finishes (what ``vllm bench serve
 --max-concurrency`` does against a server). Tokens are counted from the outputs, as ``throughput.main`` does.
 
+Every pass also reports what the engine could hold: ``preemptions`` (vLLM's ``vllm:num_preemptions`` counter over
+the pass, where ``LLM.get_metrics`` has it) and, with a steady-state window, ``streams`` (the median number of
+requests that got a token per engine step inside it). A side whose KV cache or SSM state cannot hold the level's
+concurrency runs fewer streams than it was sent, or preempts: its throughput then measures its capacity as much as
+its kernels, which the report says (``speed.speedup.capacity_words``).
+
 A refilled pass also reports its **steady-state window** (``steady_window``): the output tokens generated from the
 first request's completion (the initial fill is over, slots now turn over) to the last request's admission (after
 it, the in-flight count only falls: the drain), when at least ``concurrency`` requests finish inside it, i.e. with
@@ -22,6 +28,7 @@ fill and drain negligible by a minimum run length (600 s) instead, which a gate 
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -77,13 +84,15 @@ def measure(llm: Any, requests: list[Any], concurrency: int, *, detokenize: bool
         "request_s"}``: seconds, counts, tokens per second and requests per second (all over the whole pass); with
         ``detokenize=False`` also ``"detokenize": False``. A refilled pass (more requests than ``concurrency``) with a
         steady-state window (``steady_window``) also has ``"window"`` (that dict) and ``"pass_output_tok_s"``, and
-        its ``output_tok_s`` is the window's rate.
+        its ``output_tok_s`` is the window's rate, and ``"streams"`` (``window_streams``); ``"preemptions"``
+        (requests vLLM preempted during the pass, ``preemptions``) where the engine reports it.
     Raises:
         RuntimeError: the engine answered fewer requests than were sent.
     """
     reset = getattr(llm, "reset_prefix_cache", None)
     if callable(reset):
         reset()
+    preempted_before = preemptions(llm)
     trace: PassTrace | None = None
     if len(requests) <= concurrency:
         from vllm.benchmarks.throughput import _run_vllm_requests
@@ -92,6 +101,7 @@ def measure(llm: Any, requests: list[Any], concurrency: int, *, detokenize: bool
                                               do_profile=False, prequeue_requests=False, enable_lora=False)
     else:
         elapsed, outputs, trace = _run_limited(llm, requests, concurrency, detokenize=detokenize)
+    preempted_after = preemptions(llm)
     outputs = list(outputs or [])
     if len(outputs) != len(requests):
         raise RuntimeError(f"the engine answered {len(outputs)} of {len(requests)} benchmark requests")
@@ -101,19 +111,56 @@ def measure(llm: Any, requests: list[Any], concurrency: int, *, detokenize: bool
               "output_tokens": output_toks, "output_tok_s": output_toks / elapsed,
               "total_tok_s": (prompt_toks + output_toks) / elapsed, "request_s": len(outputs) / elapsed,
               **({} if detokenize else {"detokenize": False})}
+    if preempted_before is not None and preempted_after is not None:
+        result["preemptions"] = max(int(preempted_after - preempted_before), 0)
     window = steady_window(trace.steps, trace.last_admit_s, concurrency) if trace is not None else None
     if window is not None:
         result.update(window=window, pass_output_tok_s=result["output_tok_s"], output_tok_s=window["output_tok_s"])
+        streams = window_streams(trace, window)
+        if streams is not None:
+            result["streams"] = streams
     return result
+
+
+PREEMPTIONS_METRIC = "vllm:num_preemptions"  # vLLM V1's counter (v1/metrics/loggers.py), 0.26.0 and 0.32.0
+
+
+def preemptions(llm: Any) -> float | None:
+    """vLLM's cumulative preemption count (``vllm:num_preemptions`` from ``LLM.get_metrics``, summed over its label
+    sets, e.g. one per engine), or None when the engine has no such method or metric (stats disabled, another
+    vLLM): then a pass reports no ``preemptions`` rather than a 0 nobody measured."""
+    get = getattr(llm, "get_metrics", None)
+    if not callable(get):
+        return None
+    try:
+        values = [float(m.value) for m in get() if getattr(m, "name", None) == PREEMPTIONS_METRIC
+                  and hasattr(m, "value")]
+    except Exception:  # noqa: BLE001 - stats disabled (vLLM asserts) or unsupported: not measured
+        return None
+    return sum(values) if values else None
+
+
+def window_streams(trace: PassTrace, window: dict[str, Any]) -> float | None:
+    """The median number of requests that got a token per engine step inside ``window`` (``steady_window``'s
+    bounds: steps ending after ``start_s``, up to ``end_s``), from ``trace.decoding``; None without per-step counts.
+    With every slot held this is the pass's concurrency; below it, the engine kept requests waiting (its KV cache or
+    SSM state was full) or was still prefilling them."""
+    if len(trace.decoding) != len(trace.steps):
+        return None
+    counts = [n for (t, _, _), n in zip(trace.steps, trace.decoding) if window["start_s"] < t <= window["end_s"]]
+    return float(statistics.median(counts)) if counts else None
 
 
 @dataclass
 class PassTrace:
     """What a refilled pass (``_run_limited``) saw, step by step. ``steps``: one ``(t_s, new_output_tokens,
-    finished)`` per engine step, ``t_s`` seconds from the pass's start at the step's end; ``last_admit_s``: when the
-    last request was admitted (the end of the step that freed its slot; 0.0 when all fit at once)."""
+    finished)`` per engine step, ``t_s`` seconds from the pass's start at the step's end; ``decoding``: per step (same
+    order) how many requests got output in it (the requests the engine ran that step, less any still prefilling);
+    ``last_admit_s``: when the last request was admitted (the end of the step that freed its slot; 0.0 when all fit
+    at once)."""
 
     steps: list[tuple[float, int, int]] = field(default_factory=list)
+    decoding: list[int] = field(default_factory=list)
     last_admit_s: float | None = None
 
 
@@ -187,7 +234,8 @@ def _run_limited(llm: Any, requests: list[Any], concurrency: int, *,
             if not pending:
                 trace.last_admit_s = trace.steps[-1][0] if trace.steps else 0.0
         new = finished = 0
-        for out in engine.step():
+        outs = engine.step()
+        for out in outs:
             tokens = _tokens(out)
             new += max(tokens - seen.get(out.request_id, 0), 0)
             seen[out.request_id] = tokens
@@ -196,6 +244,7 @@ def _run_limited(llm: Any, requests: list[Any], concurrency: int, *,
                 in_flight -= 1
                 finished += 1
         trace.steps.append((time.perf_counter() - start, new, finished))
+        trace.decoding.append(len(outs))
         if in_flight and not engine.has_unfinished_requests():
             raise RuntimeError("the engine dropped benchmark requests")
     return time.perf_counter() - start, done, trace

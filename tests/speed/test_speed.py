@@ -456,6 +456,58 @@ def test_speed_mde_and_repeats_needed_reach_markdown_html_and_the_headline() -> 
     assert "needs ≈6 repeats" not in old and "<td>n/a</td>" in old and "power at the spread" not in old
 
 
+class _CapacityWorker(FakeWorker):
+    """A ``FakeWorker`` whose timed passes also report what the engine held: ``streams`` (median requests decoding per
+    step) and ``preemptions`` per pass, in order."""
+
+    def __init__(self, role: str, values: dict[int, list[float]], held: list[tuple[float, int]]) -> None:
+        super().__init__(role, values, [])
+        self.held = list(held)
+
+    def measure(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        r = super().measure(cmd)
+        if cmd["label"] != "warm-up":
+            streams, preempted = self.held.pop(0)
+            r.update(streams=streams, preemptions=preempted)
+        return r
+
+
+def test_a_side_that_cannot_hold_the_concurrency_is_named_beside_the_speed_up() -> None:
+    """At c=256 the baseline ran medians of 180, 190 and 200 streams (median 190) and preempted 3 + 0 + 5 = 8
+    requests; the candidate held all 256 and preempted none. The level records both per repeat, and every place
+    that shows the level (headline, summary.md, report.html, CI properties) says the baseline's shortfall; a level
+    both sides held says nothing."""
+    from evalgate.report.outputs import speed_markdown, speed_properties
+    from evalgate.report.render import render_html
+    from evalgate.speed.speedup import capacity_note
+
+    workers = {"baseline": _CapacityWorker("baseline", {256: [5000, 5100, 4900], 16: [900, 910, 905]},
+                                           [(180.0, 3), (190.0, 0), (200.0, 5), (16.0, 0), (16.0, 0), (16.0, 0)]),
+               "candidate": _CapacityWorker("candidate", {256: [7000, 7050, 6990], 16: [910, 900, 915]},
+                                            [(256.0, 0)] * 3 + [(16.0, 0)] * 3)}
+    profile = TrafficProfile(input_len=512, output_len=512, concurrency=(256, 16), repeats=3)
+    block = measure_speed(workers, profile, progress=lambda _: None)
+    high, low = block.levels
+    # The ABBA order swaps the sides of the second pair, but each side's records stay its own, in order.
+    assert high.baseline.streams == [180.0, 190.0, 200.0] and high.baseline.preemptions == [3, 0, 5]
+    assert high.candidate.streams == [256.0] * 3 and high.candidate.preemptions == [0, 0, 0]
+    expected = ("baseline ran a median of 190 of 256 streams per step, preempted 8 requests: part of this ratio is "
+                "capacity (KV cache / SSM state), not kernel speed")
+    assert capacity_note(high) == expected and capacity_note(low) == ""
+    assert expected in headline(block).split("\n")[1] and "capacity" not in headline(block).split("\n")[2]
+    assert expected in "\n".join(speed_markdown(block))
+    props = dict(speed_properties(block))
+    assert props["speed_c256_capacity"] == expected and "speed_c16_capacity" not in props
+    doc = _doc_with_speed()
+    doc["speed"] = {**block.model_dump(exclude_unset=True), "thresholds": None}
+    assert f'<span class="capacity">{expected}</span>' in render_html(doc)
+    # A document written before these fields (no streams, no preemptions) says nothing about capacity.
+    for lv in doc["speed"]["levels"]:
+        for role in ("baseline", "candidate"):
+            lv[role].pop("streams"), lv[role].pop("preemptions")
+    assert "capacity" not in render_html(doc).split('id="speed"')[1].split("</table>")[0]
+
+
 def test_the_report_says_how_the_passes_were_timed() -> None:
     """Whole passes (the fake workers' records have no window), steady windows on every pass, or some of each."""
     from evalgate.report.render import render_html
@@ -554,13 +606,16 @@ def test_every_timed_pass_starts_with_an_empty_prefix_cache(monkeypatch: pytest.
 class _SteppedEngine:
     """A stand-in for ``LLMEngine`` (unit test of the refill loop): every request in flight gains one output token per
     ``step()``, which also advances a fake clock by one second; a request finishes at its ``max_tokens``. Outputs are
-    cumulative, as vLLM's default ``RequestOutputKind.CUMULATIVE``."""
+    cumulative, as vLLM's default ``RequestOutputKind.CUMULATIVE``. With ``capacity``, only the first ``capacity``
+    requests in admission order run in a step (the rest wait, as in a full KV cache), and a request that was running
+    when a later one overtook it never happens: the oldest run first."""
 
-    def __init__(self) -> None:
+    def __init__(self, capacity: int | None = None) -> None:
         from types import SimpleNamespace
 
         self.now = 0.0
         self.running: dict[str, list] = {}  # request id -> [tokens so far, max_tokens]
+        self.capacity = capacity
         self.ns = SimpleNamespace
 
     def add_request(self, request_id: str, prompt: object, params: object) -> None:
@@ -569,7 +624,7 @@ class _SteppedEngine:
     def step(self) -> list:
         self.now += 1.0
         outs = []
-        for rid, state in list(self.running.items()):
+        for rid, state in list(self.running.items())[:self.capacity]:
             state[0] += 1
             finished = state[0] >= state[1]
             outs.append(self.ns(request_id=rid, finished=finished, prompt_token_ids=[1, 2],
@@ -582,13 +637,14 @@ class _SteppedEngine:
         return bool(self.running)
 
 
-def _stepped_pass(monkeypatch: pytest.MonkeyPatch, lengths: list[int], concurrency: int) -> dict:
+def _stepped_pass(monkeypatch: pytest.MonkeyPatch, lengths: list[int], concurrency: int,
+                  capacity: int | None = None) -> dict:
     from types import SimpleNamespace
 
     pytest.importorskip("vllm", reason="needs vLLM (pip install 'evalgate[cpu]')")  # SamplingParams, TokensPrompt
     from evalgate.worker import throughput
 
-    engine = _SteppedEngine()
+    engine = _SteppedEngine(capacity)
     monkeypatch.setattr(throughput, "time", SimpleNamespace(perf_counter=lambda: engine.now,
                                                             monotonic_ns=lambda: 0))
     requests = [SimpleNamespace(prompt={"prompt_token_ids": [1, 2]}, expected_output_len=n) for n in lengths]
@@ -608,6 +664,46 @@ def test_a_refilled_pass_reports_the_steady_window_between_the_first_finish_and_
                                 "output_tok_s": 2.0}
     assert result["output_tok_s"] == 2.0
     assert result["total_tok_s"] == (6 * 2 + 18) / 12.0  # the whole pass's, as before
+    assert result["streams"] == 2.0  # both slots got a token in each of the window's steps
+    assert "preemptions" not in result  # the stand-in reports no vLLM metrics: nothing claimed
+
+
+def test_a_pass_whose_engine_holds_fewer_streams_than_slots_says_how_many_it_ran(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four slots, an engine that runs only two requests a step (a full cache), twelve requests of 2 tokens. By hand:
+    the engine runs pairs in admission order, each pair 2 steps: r0,r1 finish at t=2 (the first finish), r2,r3 at 4,
+    and so on; a slot frees when its request finishes, so r4,r5 are admitted at t=2, ..., r10,r11 (the last) at t=8.
+    Window (2, 8]: 6 steps of 2 tokens, 6 finished >= 4 slots: 2 streams per step, half the concurrency."""
+    result = _stepped_pass(monkeypatch, [2] * 12, concurrency=4, capacity=2)
+    assert result["window"]["start_s"] == 2.0 and result["window"]["end_s"] == 8.0
+    assert result["streams"] == 2.0
+    assert result["output_tok_s"] == 2.0
+
+
+def test_preemptions_are_the_counter_growth_over_the_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``vllm:num_preemptions`` (summed over its label sets) is read before and after the pass: the difference is the
+    pass's. An engine whose metrics fail (stats disabled: vLLM asserts) or lack the counter reports none."""
+    from types import SimpleNamespace
+
+    from evalgate.worker import throughput
+
+    out = SimpleNamespace(prompt_token_ids=[1], outputs=[SimpleNamespace(token_ids=[2, 3])])
+    monkeypatch.setattr(throughput, "_run_limited", lambda llm, requests, c, detokenize=True: (
+        1.0, [out] * len(requests), throughput.PassTrace()))
+    reads = iter([[5.0, 2.0], [9.0, 4.0]])  # two engines' counters, before and after: 7 -> 13
+
+    def metrics() -> list:
+        return [SimpleNamespace(name="vllm:num_preemptions", value=v) for v in next(reads)] + [
+            SimpleNamespace(name="vllm:num_requests_running", value=3.0)]
+
+    assert throughput.measure(SimpleNamespace(get_metrics=metrics), [object()] * 3, 2)["preemptions"] == 6
+
+    def broken() -> list:
+        raise AssertionError("Stat logging disabled")
+
+    assert "preemptions" not in throughput.measure(SimpleNamespace(get_metrics=broken), [object()] * 3, 2)
+    none = SimpleNamespace(get_metrics=lambda: [SimpleNamespace(name="vllm:num_requests_running", value=1.0)])
+    assert "preemptions" not in throughput.measure(none, [object()] * 3, 2)
 
 
 def test_a_pass_of_two_waves_has_no_steady_window_and_keeps_the_whole_pass_rate(

@@ -13,6 +13,13 @@ import pytest
 pytest.importorskip("vllm", reason="needs vLLM (pip install 'evalgate[cpu]')")
 
 from evalgate.cli import THRESHOLDS_FILE, main  # noqa: E402
+from evalgate.report.verdict import SpeedBlock  # noqa: E402
+from evalgate.speed.speedup import headline  # noqa: E402
+
+
+def headline_text(doc: dict) -> str:
+    """The terminal's speed line of a written verdict."""
+    return headline(SpeedBlock.model_validate(doc["speed"]))
 
 pytestmark = pytest.mark.engine
 
@@ -69,6 +76,10 @@ def test_speed_only_on_random_weights_measures_speed_and_is_inconclusive(tmp_pat
             assert 0 < w["output_tokens"] < r["output_tokens"]
             assert r["output_tok_s"] == pytest.approx(w["output_tokens"] / (w["end_s"] - w["start_s"]))
             assert r["pass_output_tok_s"] == pytest.approx(r["output_tokens"] / r["elapsed_s"])
+            # A tiny model's cache holds 4 streams many times over: every slot decodes in the window's median step,
+            # and vLLM (its vllm:num_preemptions counter) preempted nothing.
+            assert r["streams"] == CONCURRENCY and r["preemptions"] == 0
+    assert "capacity" not in headline_text(doc)
     assert "speed only" in (out / "summary.md").read_text() and "speed only" in (out / "report.html").read_text()
     # The stored verdict re-renders (evalgate report re-validates it).
     assert main(["report", str(out), "--out", str(tmp_path / "again")]) == 0
