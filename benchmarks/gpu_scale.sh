@@ -63,6 +63,10 @@ for lv in speed.get("levels", []):
                  f"pairs {prec.get('pairs')} (needed {prec.get('pairs_needed')}), stopped {prec.get('stopped')}")
     if None not in (lo, hi):
         text += ", covers 1" if lo <= 1 <= hi else ", excludes 1"
+    for role in ("baseline", "candidate"):  # what each side held (throughput.window_streams, vLLM's preemptions)
+        side = lv.get(role) or {}
+        if side.get("streams") or side.get("preemptions"):
+            text += f", {role} streams {side.get('streams')} preempted {side.get('preemptions')}"
     parts.append(text)
 if speed.get("status") not in (None, "measured"):
     parts.append(f"speed {speed.get('status')}: {speed.get('error')}")
