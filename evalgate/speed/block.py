@@ -39,13 +39,15 @@ class SpeedSide(Record):
     cv: Number | None = described("coefficient of variation of the repeats")
     request_s: list[Number] | None = described("serve mode: requests/s of each repeat (``vllm bench serve``); "
                                                "absent offline")
-    streams: list[Number] | None = described("offline: per repeat with a steady-state window, the median number "
-                                             "of requests that got a token per engine step in it "
-                                             "(``worker.throughput.window_streams``); below the level's "
-                                             "concurrency the engine could not hold every stream; absent when no "
-                                             "repeat had a window")
-    preemptions: list[int] | None = described("offline: per repeat, the requests vLLM preempted during the pass "
-                                              "(``vllm:num_preemptions``); absent when the engine did not report it")
+    streams: list[Number | None] | None = described("offline: per repeat, the median number of requests that got a "
+                                                    "token per engine step in its steady-state window "
+                                                    "(``worker.throughput.window_streams``), None for a repeat "
+                                                    "without one (a single wave: ``num_prompts`` <= concurrency); "
+                                                    "well below the concurrency the engine did not hold every "
+                                                    "stream; absent when no repeat had a window")
+    preemptions: list[int] | None = described("offline: per repeat, vLLM's preemptions during the pass "
+                                              "(``vllm:num_preemptions``: events, a request may count twice); "
+                                              "absent when the engine did not report it")
 
 
 class SpeedPrecision(Record):

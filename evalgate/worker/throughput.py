@@ -11,10 +11,10 @@ flight: ``LLMEngine.add_request`` / ``step`` refill a slot as a request finishes
 --max-concurrency`` does against a server). Tokens are counted from the outputs, as ``throughput.main`` does.
 
 Every pass also reports what the engine could hold: ``preemptions`` (vLLM's ``vllm:num_preemptions`` counter over
-the pass, where ``LLM.get_metrics`` has it) and, with a steady-state window, ``streams`` (the median number of
+the pass, where ``LLM.get_metrics`` has it) and, for a refilled pass with a steady-state window, ``streams`` (the median number of
 requests that got a token per engine step inside it). A side whose KV cache or SSM state cannot hold the level's
 concurrency runs fewer streams than it was sent, or preempts: its throughput then measures its capacity as much as
-its kernels, which the report says (``speed.speedup.capacity_words``).
+its kernels, which the report says (``speed.speedup.capacity_note``).
 
 A refilled pass also reports its **steady-state window** (``steady_window``): the output tokens generated from the
 first request's completion (the initial fill is over, slots now turn over) to the last request's admission (after
