@@ -249,9 +249,10 @@ def speed_block(levels: Sequence[SpeedComparison], profile: TrafficProfile,
         statistics.StatisticsError: a level without repeats on a side (``compare_speed`` refuses those first);
         pydantic.ValidationError: a value the block cannot hold (an MDE ratio below 1, fewer than 2 repeats needed).
     """
+    sides = {role: MeasuredSide.model_validate(side) for role, side in measurements.items()}
     rows = []
     for s in levels:
-        held = {role: _capacity_fields(measurements.get(role), s.concurrency) for role in ("baseline", "candidate")}
+        held = {role: _capacity_fields(sides.get(role), s.concurrency) for role in ("baseline", "candidate")}
         rows.append(SpeedLevel(
             concurrency=s.concurrency, ratio=_num(s.ratio), ci_low=_num(s.ci_low), ci_high=_num(s.ci_high),
             level=s.level, verdict=s.verdict, mde_ratio=_num(s.mde_ratio), repeats_needed=s.repeats_needed,
@@ -265,15 +266,15 @@ def speed_block(levels: Sequence[SpeedComparison], profile: TrafficProfile,
     return SpeedBlock(status="measured", method=method, profile=profile, levels=rows,
                       ratio=None if head is None else head.ratio, ci_low=None if head is None else head.ci_low,
                       ci_high=None if head is None else head.ci_high, verdict=None if head is None else head.verdict,
-                      concurrency=None if head is None else head.concurrency, sides=dict(measurements))
+                      concurrency=None if head is None else head.concurrency, sides=sides)
 
 
-def _capacity_fields(side: MeasuredSide | Mapping[str, Any] | None, concurrency: int) -> dict[str, list[Any]]:
+def _capacity_fields(side: MeasuredSide | None, concurrency: int) -> dict[str, list[Any]]:
     """``SpeedSide``'s ``streams`` and ``preemptions`` at one level from the side's timed passes (``runs`` at that
     concurrency, in order): each list only when some pass reported it, so a block from an engine that reports
     neither (serve mode, another vLLM) keeps both unset."""
-    recorded = side.get("runs") if isinstance(side, Mapping) else getattr(side, "runs", None)  # a dict as read back
-    runs = [r for r in recorded or [] if isinstance(r, dict) and r.get("concurrency") == concurrency]
+    runs = [r for r in (side.runs if side is not None else []) if isinstance(r, dict)
+            and r.get("concurrency") == concurrency]
     out: dict[str, list[Any]] = {}
     streams = [float(r["streams"]) if _count(r.get("streams")) else None for r in runs]
     if any(x is not None for x in streams):  # one entry per repeat, None where the pass had no window
@@ -312,9 +313,9 @@ def capacity_note(row: SpeedLevel) -> str:
         side: SpeedSide = getattr(row, role)
         words = []
         medians = [x for x in side.streams or [] if x is not None]
-        if medians and capacity_short(statistics.median(medians), row.concurrency):
-            words.append(f"got tokens to a median of {statistics.median(medians):g} of {row.concurrency} streams "
-                         f"per step")
+        held = statistics.median(medians) if medians else None
+        if held is not None and capacity_short(held, row.concurrency):
+            words.append(f"got tokens to a median of {held:g} of {row.concurrency} streams per step")
         if side.preemptions and sum(side.preemptions):
             n = sum(side.preemptions)
             words.append(f"{n:,} preemption{'s' if n != 1 else ''}")

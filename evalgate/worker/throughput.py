@@ -33,6 +33,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from evalgate.worker.vllm_engine import counter_totals
+
 PROMPT_SEED = 0  # RandomDataset's seed: both sides get the same prompts
 WARMUP_SEED = 1  # the warm-up prompts differ from the measured ones (as throughput.main: seed + 1)
 
@@ -126,18 +128,10 @@ PREEMPTIONS_METRIC = "vllm:num_preemptions"  # vLLM V1's counter (v1/metrics/log
 
 
 def preemptions(llm: Any) -> float | None:
-    """vLLM's cumulative preemption count (``vllm:num_preemptions`` from ``LLM.get_metrics``, summed over its label
-    sets, e.g. one per engine), or None when the engine has no such method or metric (stats disabled, another
-    vLLM): then a pass reports no ``preemptions`` rather than a 0 nobody measured."""
-    get = getattr(llm, "get_metrics", None)
-    if not callable(get):
-        return None
-    try:
-        values = [float(m.value) for m in get() if getattr(m, "name", None) == PREEMPTIONS_METRIC
-                  and hasattr(m, "value")]
-    except Exception:  # noqa: BLE001 - stats disabled (vLLM asserts) or unsupported: not measured
-        return None
-    return sum(values) if values else None
+    """vLLM's cumulative preemption count (``vllm:num_preemptions``, ``vllm_engine.counter_totals``), or None when the
+    engine does not report it (stats disabled, another vLLM): then a pass reports no ``preemptions`` rather than a 0
+    nobody measured."""
+    return (counter_totals(llm, PREEMPTIONS_METRIC) or {}).get(PREEMPTIONS_METRIC)
 
 
 def window_streams(trace: PassTrace, window: dict[str, Any]) -> float | None:

@@ -211,15 +211,28 @@ class VllmEngine:
 
     def spec_decode_counters(self) -> dict[str, float]:
         """vLLM's speculative-decoding counters (drafts, draft tokens, accepted tokens); empty when off."""
-        out: dict[str, float] = {}
-        try:
-            metrics = self.llm.get_metrics()
-        except Exception:  # noqa: BLE001 - stats disabled or unsupported: no counters is the honest answer
-            return out
-        for m in metrics:
-            if m.name.startswith("vllm:spec_decode") and hasattr(m, "value"):
-                out[m.name.removeprefix("vllm:")] = float(m.value)
-        return out
+        totals = counter_totals(self.llm, "vllm:spec_decode") or {}
+        return {name.removeprefix("vllm:"): value for name, value in totals.items()}
+
+
+def counter_totals(llm: Any, prefix: str) -> dict[str, float] | None:
+    """vLLM's metrics whose name starts with ``prefix`` and that carry a single ``value`` (counters, gauges), read
+    through ``LLM.get_metrics`` and summed per name over their label sets (e.g. one per engine); None when the engine
+    cannot say (no such method, or stats disabled: vLLM asserts), so a caller reports nothing rather than a 0 nobody
+    measured."""
+    get = getattr(llm, "get_metrics", None)
+    if not callable(get):
+        return None
+    try:
+        metrics = get()
+    except Exception:  # noqa: BLE001 - stats disabled or unsupported: not measured
+        return None
+    out: dict[str, float] = {}
+    for m in metrics:
+        name = getattr(m, "name", None)
+        if isinstance(name, str) and name.startswith(prefix) and hasattr(m, "value"):
+            out[name] = out.get(name, 0.0) + float(m.value)
+    return out
 
 
 def _generation(out: Any, logprobs: int) -> Generation:
