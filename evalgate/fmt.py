@@ -29,6 +29,25 @@ def num(x: float, decimals: int = 1, *, signed: bool = True) -> str:
     return ("+" + text) if signed else text
 
 
+def count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: ``count(1, "restart")`` is ``"1 restart"``, ``count(0,
+    "restart")`` ``"0 restarts"`` (regular English plurals only: the nouns evalgate counts)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters at the last space before the limit (a word is never cut in
+    two), ending in ``…`` when something was cut; a text with no space in its first ``limit - 1`` characters is cut
+    there. ValueError: ``limit`` < 2."""
+    if limit < 2:
+        raise ValueError(f"clip needs a limit of at least 2 characters, got {limit}")
+    if len(text) <= limit:
+        return text
+    head = text[:limit - 1]
+    cut = head.rfind(" ")
+    return (head[:cut].rstrip() if cut > 0 else head) + "\u2026"
+
+
 _ASCII_RELATIONS = (("<=", "\u2264"), (">=", "\u2265"))
 _ASCII_MINUS = re.compile(r"(?<![\w.])-(?=[A-Za-z\d])")  # "-margin", " -1.5"; not "non-inferiority"
 

@@ -25,6 +25,7 @@ from evalgate.engine import platform  # read at call time: tests stand in for th
 from evalgate.errors import ConfigError
 from evalgate.evaluate.procs import GROUP_GONE_S
 from evalgate.evaluate.runner import SpeedError
+from evalgate.fmt import clip, count
 from evalgate.models.embedded import resolve_model
 
 log = logging.getLogger("evalgate")
@@ -34,6 +35,7 @@ VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default (EngineArgs / CacheC
 RESIDENT_LIMIT = 0.95  # both sides' gpu_memory_utilization summed above this cannot be resident at once
 SLEEP_LEVEL = 1        # weights offloaded to host memory, KV cache dropped; level 2 would drop the weights too
 MAX_RESTARTS = 2       # per side, in the speed phase; then the speed part fails (exit 3)
+REASON_CHARS = 300     # a restart's reason as recorded and shown (cut at a word: fmt.clip)
 WARMUP_LABEL = "warm-up"  # the label of a level's untimed warm-up command (speed.measure), run again after a restart
 
 
@@ -359,19 +361,20 @@ class Alternation:
         stat = self._stat(role)
         if self.restart is None:
             raise exc
+        short = clip(why, REASON_CHARS)
         old = self.workers.get(role)
         left = old.kill() if old is not None else None
         self.stopped(role)
         if left:
             self.lost[role] = f"its old engine was still alive after {GROUP_GONE_S:g} s"
             raise SpeedError(f"{role}'s old engine still alive after {GROUP_GONE_S:g} s: pids "
-                             f"{', '.join(map(str, left))}; not starting a second copy ({why[:300]})") from None
+                             f"{', '.join(map(str, left))}; not starting a second copy ({short})") from None
         if stat["restarts"] >= self.max_restarts:
-            self.lost[role] = f"its restarts ran out earlier: {why[:300]}"
+            self.lost[role] = f"its restarts ran out earlier: {short}"
             raise SpeedError(f"{role}: {why} (after {stat['restarts']} restart(s) of that side, the most allowed)") from None
         stat["restarts"] += 1
-        stat["restart_reasons"].append(why[:300])
-        log.warning("speed: %s: %s; restarting that side (%d of at most %d)", role, why[:300], stat["restarts"],
+        stat["restart_reasons"].append(short)
+        log.warning("speed: %s: %s; restarting that side (%d of at most %d)", role, short, stat["restarts"],
                     self.max_restarts)
         self.before_start(role)
         t0 = self.clock()
@@ -379,8 +382,8 @@ class Alternation:
             worker = self.restart(role)
         except Exception as err:  # noqa: BLE001 - EngineError, ConfigError, ...: the speed part fails, naming why
             self.lost[role] = f"its restart failed earlier: {err}"
-            raise SpeedError(f"{role}: restart after {why[:300]} failed: the new engine did not start: {err}") from None
-        self.events.append({"role": role, "event": "restart", "seconds": self.clock() - t0, "why": why[:300]})
+            raise SpeedError(f"{role}: restart after {short} failed: the new engine did not start: {err}") from None
+        self.events.append({"role": role, "event": "restart", "seconds": self.clock() - t0, "why": short})
         self.cold.add(role)
         self.started(role, worker)
 
@@ -441,8 +444,8 @@ def summary_line(record: dict[str, Any]) -> str:
     parts = []
     for role, s in (record.get("sides") or {}).items():
         sl, wk = s.get("sleep_s") or [], s.get("wake_s") or []
-        parts.append(f"{role} {s.get('sleeps', 0)} sleeps" + (f" (max {max(sl):.2f} s)" if sl else "")
-                     + f", {s.get('wakes', 0)} wakes" + (f" (max {max(wk):.2f} s)" if wk else "")
-                     + f", {s.get('restarts', 0)} restarts")
+        parts.append(f"{role} {count(s.get('sleeps', 0), 'sleep')}" + (f" (max {max(sl):.2f} s)" if sl else "")
+                     + f", {count(s.get('wakes', 0), 'wake')}" + (f" (max {max(wk):.2f} s)" if wk else "")
+                     + f", {count(s.get('restarts', 0), 'restart')}")
     shown = record["mode"] == "alternate" or record.get("restarts")
     return line + (": " + "; ".join(parts) if parts and shown else "")

@@ -16,7 +16,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from evalgate.compare.reasoning import reasoning_line
 from evalgate.engine.device import describe as describe_device
-from evalgate.fmt import interval, num, pts, rule_text
+from evalgate.fmt import count, interval, num, pts, rule_text
 from evalgate.report.plot import delta_plot, kl_curve, sweep_plot, tradeoff_plot
 from evalgate.report.verdict import Verdict, as_verdict
 from evalgate.report.wording import (
@@ -68,6 +68,7 @@ def _env() -> Environment:
     env.filters["pts"] = pts
     env.filters["num"] = num
     env.filters["rule_text"] = rule_text
+    env.filters["count"] = count
     env.globals.update(
         highlight=_highlight, delta_plot=delta_plot, kl_curve=kl_curve, tradeoff_plot=tradeoff_plot,
         sweep_plot=sweep_plot, tradeoff_points=tradeoff_points, sweep_rows=sweep_rows, review_items=review_items,

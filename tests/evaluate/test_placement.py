@@ -120,6 +120,7 @@ class FakeWorker:
         self.error_on_wake, self.error_on_measure, self.timeout_on_measure = error_on_wake, error_on_measure, \
             timeout_on_measure
         self.kill_leaves = kill_leaves or []
+        self.log_tail = ""  # appended to a death's message, as runner.Worker quotes the engine log's last lines
         self.wakes = self.measures = 0
         self.dead = self.closed = False
         self.info = {"event": "ready", "device": "fake GPU", "isa": [], "versions": {}, "sleep_mode": True}
@@ -140,7 +141,7 @@ class FakeWorker:
         if self.wakes == self.die_on_wake:
             self.dead = True
             self.gpu.calls.append((self.name, "wake-died"))
-            raise SpeedError(f"engine for {self.name} exited with code 1 while waking up", died=True)
+            raise SpeedError(f"engine for {self.name} exited with code 1 while waking up{self.log_tail}", died=True)
         if self.wakes == self.error_on_wake:
             self.gpu.calls.append((self.name, "wake-error"))
             raise SpeedError(f"{self.name} failed while waking up: CUDA Error: invalid argument")
@@ -266,6 +267,29 @@ def test_a_wake_that_dies_restarts_that_side_and_the_pass_runs() -> None:
     assert rec["restarts"] == 1 and "wake failed" in rec["restart_reasons"][0]
 
 
+def test_a_long_restart_reason_is_cut_at_a_word_and_counted_in_the_singular() -> None:
+    """A death whose message quotes a long engine log is recorded (and shown) cut at a space before
+    ``REASON_CHARS``, ending in an ellipsis, never mid-word; one restart reads "1 restart"."""
+    from evalgate.speed.measure import measure_speed
+
+    gpu = Gpu()
+    line = "INFO It took 0.376621 seconds to fall asleep. | evalgate: slept in 0.38 s | "
+    dying = FakeWorker(gpu, "candidate", 150.0, die_on_wake=2)
+    dying.log_tail = "; last log lines: " + line * 8
+    alt = pl.Alternation("alternate", restart=lambda role: FakeWorker(gpu, role, 150.0))
+    alt.started("baseline", FakeWorker(gpu, "baseline", 100.0))
+    alt.before_start("candidate")
+    alt.started("candidate", dying)
+    measure_speed({r: alt.proxy(r) for r in ("baseline", "candidate")}, _profile(), progress=lambda s: None)
+    why = alt.record()["candidate"]["restart_reasons"][0]
+    full = "wake failed: engine for candidate exited with code 1 while waking up" + dying.log_tail
+    assert len(full) > pl.REASON_CHARS and len(why) <= pl.REASON_CHARS and why.endswith("\u2026")
+    kept = why[:-1]
+    assert full.startswith(kept) and full[len(kept)] == " "  # the cut falls on a space: no word cut in two
+    assert "wake failed" in why and "1 restart;" in pl.summary_line(pl.placement_record(
+        pl.decide("alternate", source="--placement", cuda=True, sleep_problem=None, utilizations=(0.8, 0.8)), alt)) + ";"
+
+
 def test_a_pass_that_dies_is_repeated_on_a_restarted_side() -> None:
     from evalgate.speed.measure import measure_speed
 
@@ -376,7 +400,7 @@ def test_together_a_pass_that_dies_is_repeated_on_a_restarted_side() -> None:
                                            utilizations=(0.9, 0.9)), alt)
     assert (record["mode"], record["sleeps"], record["wakes"], record["restarts"]) == ("together", 0, 0, 1)
     assert pl.summary_line(record) == ("placement together: baseline 0 sleeps, 0 wakes, 0 restarts; candidate "
-                                       "0 sleeps, 0 wakes, 1 restarts")
+                                       "0 sleeps, 0 wakes, 1 restart")
 
 
 def test_together_restarts_are_bounded_then_the_speed_part_fails() -> None:
@@ -698,8 +722,8 @@ def test_run_together_restarts_a_side_whose_engine_died(fake_cuda, tmp_path, mon
     speed = json.loads((out / "verdict.json").read_text())["speed"]
     assert speed["status"] == "measured" and [len(speed["sides"][r]["runs"]) for r in ("baseline", "candidate")] == [2, 2]
     html = (out / "report.html").read_text()
-    assert "<b>together</b>" in html and "1 restarts<br>candidate: 1 restarts" in html
-    assert "placement together: baseline 0 sleeps, 0 wakes, 0 restarts; candidate 0 sleeps, 0 wakes, 1 restarts" \
+    assert "<b>together</b>" in html and "1 restart<br>candidate: 1 restart" in html
+    assert "placement together: baseline 0 sleeps, 0 wakes, 0 restarts; candidate 0 sleeps, 0 wakes, 1 restart" \
         in caplog.text
 
 

@@ -77,4 +77,4 @@ def test_a_candidate_engine_killed_in_the_speed_phase_is_restarted(tmp_path: Pat
     stored = json.loads((out / "candidate.json").read_text())["tasks"]
     assert sorted(stored) == sorted(t["task"] for t in doc["tasks"]) and all(t["n"] == LIMIT for t in doc["tasks"])
     html = (out / "report.html").read_text()
-    assert "1 restarts<br>candidate: 1 restarts" in html and "killed by signal 9" in html
+    assert "1 restart<br>candidate: 1 restart" in html and "killed by signal 9" in html
