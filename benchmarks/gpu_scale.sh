@@ -15,7 +15,8 @@
 #   fp16-state       scale/fp16-state vs scale/baseline, concurrency 16 and 256, REPEATS pairs
 #   flashinfer-mamba scale/flashinfer-mamba vs scale/baseline, concurrency 16 and 256, REPEATS pairs
 #   (also possible: fp16-state-sr, async-sched, omp1, moe-fp16-state: the 30B-A3B shape at c=16/256, and
-#   ablate: scale/recipe's switches alone at c=256, one baseline engine asleep between variants, ~4 min per switch)
+#   ablate: scale/recipe's switches alone at c=256 (LEVELS_ABLATE, e.g. 1,16,256; SWITCHES, e.g.
+#   mamba_backend,async_scheduling: only those rows), one baseline engine asleep between variants, ~4 min per switch)
 # Expected time on an H200 (vLLM 0.26.0; engine start with CUDA graphs 90-160 s, first sleep 10-16 s, a
 # 512/512 pass at c=256 ~16 s, at c=16 ~6-8 s, sleep + wake ~1 s per switch):
 #   aa ~12-13 min (2 starts ~5 min; speed phase capped at MAX_SECONDS=480 s, pairs ~35 s each), fp16-state
@@ -94,8 +95,9 @@ ablate_step() {
   local s; s=$(date +%s)
   rm -rf "${R:?}/ablate"
   echo "== ablate: $FAMILY/recipe --kind alone ($(date -u +%T))"
-  "$PY" -m evalgate ablate --config "$FAMILY/recipe" --speed-only --kind alone --concurrency "$HIGH" \
-    --repeats "$REPEATS" --thresholds "$THRESHOLDS" --out "$R/ablate" > "$R/ablate.log" 2>&1
+  "$PY" -m evalgate ablate --config "$FAMILY/recipe" --speed-only --kind alone --concurrency "${LEVELS_ABLATE:-$HIGH}" \
+    ${SWITCHES:+--switches "$SWITCHES"} --repeats "$REPEATS" --thresholds "$THRESHOLDS" --out "$R/ablate" \
+    > "$R/ablate.log" 2>&1
   local rc=$?
   "$PY" - "$R/ablate/ablation.json" "$rc" "$(( $(date +%s) - s ))" <<'PYEOF' >> "$R/summary.txt" 2>&1
 import json, sys

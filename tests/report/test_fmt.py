@@ -4,7 +4,22 @@ from __future__ import annotations
 
 import math
 
-from evalgate.fmt import MINUS, clip, count, decimals_apart, finite, interval, json_number, num, p_value, pts, ratio, rule_text
+import pytest
+
+from evalgate.fmt import (
+    MINUS,
+    clip,
+    count,
+    decimals_apart,
+    finite,
+    interval,
+    json_number,
+    num,
+    p_value,
+    pts,
+    ratio,
+    rule_text,
+)
 
 
 def test_points_use_a_real_minus_and_no_sign_on_zero() -> None:
@@ -42,6 +57,5 @@ def test_clip_cuts_at_a_space_and_marks_the_cut() -> None:
     assert clip("short", 10) == "short" and clip("exactly10!", 10) == "exactly10!"
     assert clip("slept in 0.38 s then woke", 12) == "slept in\u2026"   # "slept in 0." would cut "0.38"
     assert clip("abcdefghijkl", 5) == "abcd\u2026"                      # no space: cut at the limit
-    import pytest
     with pytest.raises(ValueError):
         clip("abc", 1)
