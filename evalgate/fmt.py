@@ -30,9 +30,10 @@ def num(x: float, decimals: int = 1, *, signed: bool = True) -> str:
 
 
 def count(n: int, noun: str) -> str:
-    """``n`` and ``noun``, plural unless ``n`` is 1: ``count(1, "restart")`` is ``"1 restart"``, ``count(0,
-    "restart")`` ``"0 restarts"`` (regular English plurals only: the nouns evalgate counts)."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+    """``n`` (with thousands separators) and ``noun``, plural unless ``n`` is 1: ``count(1, "restart")`` is
+    ``"1 restart"``, ``count(1200, "preemption")`` ``"1,200 preemptions"`` (regular English plurals only: the nouns
+    evalgate counts)."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
 def clip(text: str, limit: int) -> str:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalgate.fmt import count
 from evalgate.speed.block import MeasuredSide, SpeedBlock, SpeedLevel, SpeedPrecision, SpeedSide
 from evalgate.speed.precision import METHOD as PRECISION_METHOD
 from evalgate.speed.precision import pair_cap, precision_note
@@ -318,7 +319,7 @@ def capacity_note(row: SpeedLevel) -> str:
             words.append(f"got tokens to a median of {held:g} of {row.concurrency} streams per step")
         if side.preemptions and sum(side.preemptions):
             n = sum(side.preemptions)
-            words.append(f"{n:,} preemption{'s' if n != 1 else ''}")
+            words.append(count(n, "preemption"))
         if words:
             parts.append(f"{role} {', '.join(words)}")
     if not parts:
