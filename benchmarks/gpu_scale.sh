@@ -14,6 +14,8 @@
 #                    half-width and whether it covers 1
 #   fp16-state       scale/fp16-state vs scale/baseline, concurrency 16 and 256, REPEATS pairs
 #   flashinfer-mamba scale/flashinfer-mamba vs scale/baseline, concurrency 16 and 256, REPEATS pairs
+#   LEVELS_RUN (e.g. 1,16,256) sets the concurrency of these run steps and of fp16-state-sr, async-sched and omp1
+#   (default: LOW,HIGH, i.e. 16,256; 2,4 on CPU)
 #   (also possible: fp16-state-sr, async-sched, omp1, moe-fp16-state: the 30B-A3B shape at c=16/256, and
 #   ablate: scale/recipe's switches alone at c=256 (LEVELS_ABLATE, e.g. 1,16,256; SWITCHES, e.g.
 #   mamba_backend,async_scheduling: only those rows), one baseline engine asleep between variants, ~4 min per switch)
@@ -29,7 +31,8 @@
 #
 # On CPU (SCALE_CPU=1) the same steps run the CPU-sized family (configs/scale/cpu/: the embedded hybrid's layers
 # with the 8B shape's 131,072-token vocabulary, random weights, both engines resident) at a tiny profile, to try the
-# script where there is no GPU; flashinfer-mamba has no CPU variant and is skipped there.
+# script where there is no GPU; a step whose config the CPU family lacks (flashinfer-mamba, fp16-state-sr,
+# async-sched, omp1) is skipped there.
 set -uo pipefail
 
 STEPS=${STEPS:-aa fp16-state flashinfer-mamba}
@@ -123,10 +126,10 @@ for s in $STEPS; do
   case $s in
     aa) step aa --config "$FAMILY/aa" --concurrency "$HIGH" --precision 0.03 --repeats "$AA_REPEATS" \
           --max-repeats "$MAX_REPEATS" --max-seconds "$MAX_SECONDS" ;;
-    fp16-state|async-sched|omp1) step "$s" --config "$FAMILY/$s" --concurrency "$LOW,$HIGH" --repeats "$REPEATS" ;;
-    flashinfer-mamba|fp16-state-sr)
-      if [ "$FAMILY" = scale/cpu ]; then echo "$s: skipped (CUDA only)" >> "$R/summary.txt"; continue; fi
-      step "$s" --config "$FAMILY/$s" --concurrency "$LOW,$HIGH" --repeats "$REPEATS" ;;
+    fp16-state|async-sched|omp1|flashinfer-mamba|fp16-state-sr)
+      # The CPU family holds only what runs there (no FlashInfer) and what its tiny profile can show.
+      if [ ! -f "configs/$FAMILY/$s.yaml" ]; then echo "$s: skipped (no configs/$FAMILY/$s.yaml)" >> "$R/summary.txt"; continue; fi
+      step "$s" --config "$FAMILY/$s" --concurrency "${LEVELS_RUN:-$LOW,$HIGH}" --repeats "$REPEATS" ;;
     moe-fp16-state) step "$s" --config scale/moe/fp16-state --concurrency "${LEVELS_MOE:-$LOW,$HIGH}" --repeats "$REPEATS" ;;
     ablate) ablate_step ;;
     *) echo "$s: unknown step" >> "$R/summary.txt" ;;
