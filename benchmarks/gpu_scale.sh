@@ -18,13 +18,16 @@
 #   (default: LOW,HIGH, i.e. 16,256; 2,4 on CPU)
 #   (also possible: fp16-state-sr, async-sched, omp1, moe-fp16-state: the 30B-A3B shape at c=16/256, and
 #   ablate: scale/recipe's switches alone at c=256 (LEVELS_ABLATE, e.g. 1,16,256; SWITCHES, e.g.
-#   mamba_backend,async_scheduling: only those rows), one baseline engine asleep between variants, ~4 min per switch)
+#   mamba_backend,async_scheduling: only those rows), one baseline engine asleep between variants; on an H100 one
+#   switch at 1,16,256 with 3 repeats took 626-859 s with both starts, at 256 with 2 repeats 347 s, caches warm)
 # Expected time on an H200 (vLLM 0.26.0; engine start with CUDA graphs 90-160 s, first sleep 10-16 s, a
 # 512/512 pass at c=256 ~16 s, at c=16 ~6-8 s, sleep + wake ~1 s per switch):
 #   aa ~12-13 min (2 starts ~5 min; speed phase capped at MAX_SECONDS=480 s, pairs ~35 s each), fp16-state
 #   ~7 min, flashinfer-mamba ~7 min: ~27 min for the default list; STEPS="aa fp16-state" ~20 min, STEPS=aa ~13 min.
 # Measured on one H100 80GB (2026-12-06, benchmarks/results/h100-vllm-0.26.0/session17/): starts 236 s cold and
 # 128 s, a c=256 pass 27-30 s, a pair ~56 s with its sleep/wake, so the A/A's 8 first-stage pairs take ~7.5 min.
+# H100s of 2026-12-07 (sessions 25/26): engine starts 202-282 s cold, 51-194 s later; sleeps 0.33-0.38 s after the
+# first (8-15 s), wakes 0.56-0.62 s.
 # Why the A/A's first stage is 8 pairs, not REPEATS' 3: Stein's rule asks for n = t²(n0-1) s0² / ln(1.03)² pairs
 # in all, and t_{0.975,2} = 4.30 is large. At a per-pass CV of 3 % per side (s0 ≈ 4.2 % on the log ratio) that is
 # 39 pairs (~23 min) after a first stage of 3, 14 after 6 and 12 after 8 (~7 min); at a CV of 2 %, 17 / 7 / 8.
@@ -92,8 +95,9 @@ step() {
   tail -n 1 "$R/summary.txt"
 }
 
-# ablate_step: each of scale/recipe's switches alone against scale/baseline (--speed-only, c=256, the baseline's
-# engine kept asleep between variants), into $R/ablate; one summary line per row from ablation.json.
+# ablate_step: each of scale/recipe's switches alone against scale/baseline (--speed-only, at LEVELS_ABLATE, default
+# 256, the baseline's engine kept asleep between variants), into $R/ablate; one summary line per row from
+# ablation.json.
 ablate_step() {
   local s; s=$(date +%s)
   rm -rf "${R:?}/ablate"
