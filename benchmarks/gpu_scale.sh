@@ -16,6 +16,9 @@
 #   flashinfer-mamba scale/flashinfer-mamba vs scale/baseline, concurrency 16 and 256, REPEATS pairs
 #   LEVELS_RUN (e.g. 1,16,256) sets the concurrency of these run steps and of fp16-state-sr, async-sched and omp1
 #   (default: LOW,HIGH, i.e. 16,256; 2,4 on CPU)
+#   aa-coverage      AA_RUNS (default 3) A/A runs of scale/aa at concurrency 256, REPEATS pairs each, each with its
+#                    own two engine starts; then "k of N intervals cover 1" (issue 25 6a's coverage over runs;
+#                    fixed repeats: each run is two starts plus REPEATS pairs, ~5-6 min on an H100 with warm caches)
 #   (also possible: fp16-state-sr, async-sched, omp1, moe-fp16-state: the 30B-A3B shape at c=16/256, and
 #   ablate: scale/recipe's switches alone at c=256 (LEVELS_ABLATE, e.g. 1,16,256; SWITCHES, e.g.
 #   mamba_backend,async_scheduling: only those rows), one baseline engine asleep between variants; on an H100 one
@@ -40,6 +43,7 @@ set -uo pipefail
 
 STEPS=${STEPS:-aa fp16-state flashinfer-mamba}
 REPEATS=${REPEATS:-3}
+AA_RUNS=${AA_RUNS:-3}
 AA_REPEATS=${AA_REPEATS:-8}
 MAX_REPEATS=${MAX_REPEATS:-16}
 MAX_SECONDS=${MAX_SECONDS:-480}
@@ -95,6 +99,24 @@ step() {
   tail -n 1 "$R/summary.txt"
 }
 
+# coverage: how many of the aa-run* steps' intervals cover 1, one line for summary.txt (a run without an interval
+# counts as not covering; it is named, so the count is never silently over a smaller N).
+coverage() {
+  "$PY" - "$R" <<'PYEOF' >> "$R/summary.txt" 2>&1
+import glob, json, sys
+runs = sorted(glob.glob(f"{sys.argv[1]}/aa-run*/"), key=lambda d: int(d.rstrip("/").rsplit("run", 1)[1]))
+covered, missing = 0, []
+for d in runs:
+    try:
+        lv = json.load(open(f"{d}verdict.json"))["speed"]["levels"][0]
+        covered += lv["ci_low"] <= 1 <= lv["ci_high"]
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        missing.append(d.rstrip("/").rsplit("/", 1)[1])
+print(f"aa-coverage: {covered} of {len(runs)} intervals cover 1" + (f" (no interval: {', '.join(missing)})" if missing else ""))
+PYEOF
+  tail -n 1 "$R/summary.txt"
+}
+
 # ablate_step: each of scale/recipe's switches alone against scale/baseline (--speed-only, at LEVELS_ABLATE, default
 # 256, the baseline's engine kept asleep between variants), into $R/ablate; one summary line per row from
 # ablation.json.
@@ -136,6 +158,11 @@ for s in $STEPS; do
       step "$s" --config "$FAMILY/$s" --concurrency "${LEVELS_RUN:-$LOW,$HIGH}" --repeats "$REPEATS" ;;
     moe-fp16-state) step "$s" --config scale/moe/fp16-state --concurrency "${LEVELS_MOE:-$LOW,$HIGH}" --repeats "$REPEATS" ;;
     ablate) ablate_step ;;
+    aa-coverage)
+      for i in $(seq 1 "$AA_RUNS"); do
+        step "aa-run$i" --config "$FAMILY/aa" --concurrency "$HIGH" --repeats "$REPEATS"
+      done
+      coverage ;;
     *) echo "$s: unknown step" >> "$R/summary.txt" ;;
   esac
 done
