@@ -19,7 +19,8 @@
 #   aa-coverage      AA_RUNS (default 3) A/A runs of scale/aa at concurrency 256, REPEATS pairs each, each with its
 #                    own two engine starts; then "k of N intervals cover 1" (issue 25 6a's coverage over runs;
 #                    fixed repeats: each run is two starts plus REPEATS pairs, ~5-6 min on an H100 with warm caches)
-#   (also possible: fp16-state-sr, async-sched, omp1, moe-fp16-state: the 30B-A3B shape at c=16/256, and
+#   (also possible: fp16-state-sr, async-sched, omp1, moe-fp16-state: the 30B-A3B shape at c=16/256 (on a GPU under
+#   100 GiB its 80 GB configs scale/moe/*-80g at c=16/64; MOE_CONFIG, LEVELS_MOE override), and
 #   ablate: scale/recipe's switches alone at c=256 (LEVELS_ABLATE, e.g. 1,16,256; SWITCHES, e.g.
 #   mamba_backend,async_scheduling: only those rows), one baseline engine asleep between variants; on an H100 one
 #   switch at 1,16,256 with 3 repeats took 626-859 s with both starts, at 256 with 2 repeats 347 s, caches warm)
@@ -156,7 +157,12 @@ for s in $STEPS; do
       # The CPU family holds only what runs there (no FlashInfer) and what its tiny profile can show.
       if [ ! -f "configs/$FAMILY/$s.yaml" ]; then echo "$s: skipped (no configs/$FAMILY/$s.yaml)" >> "$R/summary.txt"; continue; fi
       step "$s" --config "$FAMILY/$s" --concurrency "${LEVELS_RUN:-$LOW,$HIGH}" --repeats "$REPEATS" ;;
-    moe-fp16-state) step "$s" --config scale/moe/fp16-state --concurrency "${LEVELS_MOE:-$LOW,$HIGH}" --repeats "$REPEATS" ;;
+    moe-fp16-state)
+      # Under 100 GiB of GPU memory (an H100) the 30B-A3B shape runs its 80 GB configs: 0.88 each, <= 64 sequences.
+      mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -n 1)
+      if [ -n "$mib" ] && [ "$mib" -lt 102400 ]; then moe=scale/moe/fp16-state-80g; moe_levels=16,64
+      else moe=scale/moe/fp16-state; moe_levels=$LOW,$HIGH; fi
+      step "$s" --config "${MOE_CONFIG:-$moe}" --concurrency "${LEVELS_MOE:-$moe_levels}" --repeats "$REPEATS" ;;
     ablate) ablate_step ;;
     aa-coverage)
       for i in $(seq 1 "$AA_RUNS"); do
