@@ -17,13 +17,13 @@
 #   LEVELS_RUN (e.g. 1,16,256) sets the concurrency of these run steps and of fp16-state-sr, async-sched and omp1
 #   (default: LOW,HIGH, i.e. 16,256; 2,4 on CPU)
 #   aa-coverage      AA_RUNS (default 3) A/A runs of scale/aa at concurrency 256, REPEATS pairs each, each with its
-#                    own two engine starts; then "k of N intervals cover 1" (issue 25 6a's coverage over runs;
+#                    own two engine starts; then "k of N runs' intervals cover 1" (issue 25 6a's coverage over runs;
 #                    fixed repeats: each run is two starts plus REPEATS pairs, ~5-6 min on an H100 with warm caches)
 #   (also possible: fp16-state-sr, async-sched, omp1, moe-fp16-state: the 30B-A3B shape at c=16/256 (on a GPU under
 #   100 GiB its 80 GB configs scale/moe/*-80g at c=16/64; MOE_CONFIG, LEVELS_MOE override), and
 #   ablate: scale/recipe's switches alone at c=256 (LEVELS_ABLATE, e.g. 1,16,256; SWITCHES, e.g.
 #   mamba_backend,async_scheduling: only those rows), one baseline engine asleep between variants; on an H100 one
-#   switch at 1,16,256 with 3 repeats took 626-859 s with both starts, at 256 with 2 repeats 347 s, caches warm)
+#   switch at 1,16,256 with 3 repeats took 626-859 s, its first start cold; at 256 with 2 repeats 347 s, all warm)
 # Expected time on an H200 (vLLM 0.26.0; engine start with CUDA graphs 90-160 s, first sleep 10-16 s, a
 # 512/512 pass at c=256 ~16 s, at c=16 ~6-8 s, sleep + wake ~1 s per switch):
 #   aa ~12-13 min (2 starts ~5 min; speed phase capped at MAX_SECONDS=480 s, pairs ~35 s each), fp16-state
@@ -103,17 +103,20 @@ step() {
 # coverage: how many of the aa-run* steps' intervals cover 1, one line for summary.txt (a run without an interval
 # counts as not covering; it is named, so the count is never silently over a smaller N).
 coverage() {
-  "$PY" - "$R" <<'PYEOF' >> "$R/summary.txt" 2>&1
-import glob, json, sys
-runs = sorted(glob.glob(f"{sys.argv[1]}/aa-run*/"), key=lambda d: int(d.rstrip("/").rsplit("run", 1)[1]))
+  "$PY" - "$R" "$AA_RUNS" <<'PYEOF' >> "$R/summary.txt" 2>&1
+import json, math, sys
+out, n = sys.argv[1], int(sys.argv[2])
 covered, missing = 0, []
-for d in runs:
+for i in range(1, n + 1):  # every run asked for, so one that left no directory still counts in N
     try:
-        lv = json.load(open(f"{d}verdict.json"))["speed"]["levels"][0]
-        covered += lv["ci_low"] <= 1 <= lv["ci_high"]
+        lv = json.load(open(f"{out}/aa-run{i}/verdict.json"))["speed"]["levels"][0]
+        lo, hi = float(lv["ci_low"]), float(lv["ci_high"])
+        if math.isnan(lo) or math.isnan(hi):
+            raise ValueError("NaN bound")
+        covered += lo <= 1 <= hi
     except (OSError, ValueError, KeyError, IndexError, TypeError):
-        missing.append(d.rstrip("/").rsplit("/", 1)[1])
-print(f"aa-coverage: {covered} of {len(runs)} intervals cover 1" + (f" (no interval: {', '.join(missing)})" if missing else ""))
+        missing.append(f"aa-run{i}")
+print(f"aa-coverage: {covered} of {n} runs' intervals cover 1" + (f" (no interval: {', '.join(missing)})" if missing else ""))
 PYEOF
   tail -n 1 "$R/summary.txt"
 }
@@ -159,12 +162,14 @@ for s in $STEPS; do
       step "$s" --config "$FAMILY/$s" --concurrency "${LEVELS_RUN:-$LOW,$HIGH}" --repeats "$REPEATS" ;;
     moe-fp16-state)
       # Under 100 GiB of GPU memory (an H100) the 30B-A3B shape runs its 80 GB configs: 0.88 each, <= 64 sequences.
-      mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -n 1)
-      if [ -n "$mib" ] && [ "$mib" -lt 102400 ]; then moe=scale/moe/fp16-state-80g; moe_levels=16,64
-      else moe=scale/moe/fp16-state; moe_levels=$LOW,$HIGH; fi
-      step "$s" --config "${MOE_CONFIG:-$moe}" --concurrency "${LEVELS_MOE:-$moe_levels}" --repeats "$REPEATS" ;;
+      mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -n 1 | tr -d ' ')
+      if [[ $mib =~ ^[0-9]+$ ]] && [ "$mib" -lt 102400 ]; then moe=scale/moe/fp16-state-80g; else moe=scale/moe/fp16-state; fi
+      moe=${MOE_CONFIG:-$moe}
+      case $moe in *-80g) moe_levels=16,64 ;; *) moe_levels=$LOW,$HIGH ;; esac  # the 80 GB configs serve <= 64
+      step "$s" --config "$moe" --concurrency "${LEVELS_MOE:-$moe_levels}" --repeats "$REPEATS" ;;
     ablate) ablate_step ;;
     aa-coverage)
+      rm -rf "${R:?}"/aa-run*  # an earlier invocation's runs into the same $R are not this one's
       for i in $(seq 1 "$AA_RUNS"); do
         step "aa-run$i" --config "$FAMILY/aa" --concurrency "$HIGH" --repeats "$REPEATS"
       done
